@@ -1,0 +1,155 @@
+"""Small builders for Nodes, Pods, catalogs and AdmissionReviews used across the tests."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, Iterable, Mapping
+
+import kubernetes_validate
+
+from webhook.catalog import Catalog, load_catalog_text
+
+# the oldest Kubernetes minor still supported upstream when this was written; schemas ship with kubernetes-validate
+K8S_VERSION = "1.35"
+
+TEST_CATALOG_YAML = """
+gpuResource: nvidia.com/gpu
+productLabels: [nvidia.com/gpu.product, gpu-type]
+gpuTaintKeys: [nvidia.com/gpu]
+onUnsatisfiable: deny
+types:
+  - {name: H200, score: 989, memoryGiB: 141, products: [NVIDIA-H200]}
+  - {name: H100, score: 989, memoryGiB: 80, products: [NVIDIA-H100-80GB-HBM3, "NVIDIA-H100-PCIe*"]}
+  - {name: A100, score: 312, memoryGiB: 40, products: [A100-SXM4-40GB, NVIDIA-A100-SXM4-80GB]}
+  - {name: A10, score: 125, memoryGiB: 24, products: [NVIDIA-A10]}
+  - {name: L40S, score: 362, memoryGiB: 48, products: [NVIDIA-L40S]}
+  - {name: L4, score: 121, memoryGiB: 24, products: [NVIDIA-L4]}
+  - {name: H20, score: 148, memoryGiB: 96, products: [NVIDIA-H20]}
+  - {name: T4, score: 65, memoryGiB: 16, products: [Tesla-T4, Tesla-T4-SHARED]}
+  - {name: V100, score: 112, memoryGiB: 16, products: [Tesla-V100-SXM2-16GB], scalable: true}
+classes:
+  - {name: high, types: [H100, A100, H200]}
+  - {name: standard, minScore: 100, maxScore: 400}
+  - {name: economy, maxScore: 130, strategy: cost}
+  - {name: big, minMemoryGiB: 40}
+  - {name: balanced, types: [A100, L4, T4], strategy: balanced}
+  - {name: packed, types: [A100, L4, T4], strategy: binpack}
+  - {name: scalable, types: [V100, T4]}
+  - {name: a10, types: [A10]}
+  - {name: l4, types: [L4]}
+  - {name: h20, types: [H20]}
+"""
+
+
+def make_catalog(extra: str = "") -> Catalog:
+    return load_catalog_text(TEST_CATALOG_YAML + extra, "test-catalog.yaml")
+
+
+GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+
+
+def make_node(
+    name: str,
+    product: str | None = None,
+    *,
+    gpus: int | str = 8,
+    label_key: str = "nvidia.com/gpu.product",
+    labels: Mapping[str, str] | None = None,
+    ready: bool = True,
+    unschedulable: bool = False,
+    taints: Iterable[Mapping[str, str]] = (GPU_TAINT,),
+) -> dict[str, Any]:
+    all_labels = {"kubernetes.io/hostname": name, **(labels or {})}
+    if product is not None:
+        all_labels[label_key] = product
+    node: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": all_labels},
+        "spec": {"taints": [dict(t) for t in taints]} if product is not None else {},
+        "status": {
+            "allocatable": {"cpu": "32", "memory": "256Gi", **({"nvidia.com/gpu": str(gpus)} if product else {})},
+            "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+        },
+    }
+    if unschedulable:
+        node["spec"]["unschedulable"] = True
+    return node
+
+
+def make_namespace(
+    name: str, *, inject: bool = True, default_class: str | None = None, allowed: str | None = None
+) -> dict[str, Any]:
+    labels = {"kubernetes.io/metadata.name": name}
+    if inject:
+        labels["gpu-class.io/inject"] = "enabled"
+    if default_class:
+        labels["gpu-class.io/default-class"] = default_class
+    meta: dict[str, Any] = {"name": name, "labels": labels}
+    if allowed is not None:
+        meta["annotations"] = {"gpu-class.io/allowed-classes": allowed}
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": meta}
+
+
+def make_pod(
+    annotations: Mapping[str, str] | None = None,
+    *,
+    name: str = "train",
+    containers: list[dict[str, Any]] | None = None,
+    gpu_limit: str | None = None,
+    affinity: dict[str, Any] | None = None,
+    tolerations: list[dict[str, Any]] | None = None,
+    extra_spec: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    if containers is None:
+        container: dict[str, Any] = {"name": "main", "image": "registry.example/train:1.0"}
+        if gpu_limit is not None:
+            container["resources"] = {"limits": {"nvidia.com/gpu": gpu_limit}}
+        containers = [container]
+    pod: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "ml", **({"annotations": dict(annotations)} if annotations else {})},
+        "spec": {"containers": containers, **(extra_spec or {})},
+    }
+    if affinity is not None:
+        pod["spec"]["affinity"] = affinity
+    if tolerations is not None:
+        pod["spec"]["tolerations"] = tolerations
+    return pod
+
+
+def make_review(pod: Mapping[str, Any], *, operation: str = "CREATE", kind: str = "Pod", uid: str = "uid-1",
+                namespace: str = "ml") -> dict[str, Any]:
+    return {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": uid,
+            "kind": {"group": "", "version": "v1", "kind": kind},
+            "resource": {"group": "", "version": "v1", "resource": kind.lower() + "s"},
+            "namespace": namespace,
+            "operation": operation,
+            "userInfo": {"username": "system:serviceaccount:kube-system:replicaset-controller"},
+            "object": copy.deepcopy(dict(pod)),
+            "oldObject": None,
+            "dryRun": False,
+        },
+    }
+
+
+def assert_valid_pod(pod: Mapping[str, Any]) -> None:
+    """Validate against the published Kubernetes Pod schema (strict: unknown fields fail)."""
+    try:
+        kubernetes_validate.validate(dict(pod), K8S_VERSION, strict=True)
+    except kubernetes_validate.ValidationError as exc:
+        raise AssertionError(f"patched Pod is not a valid Pod: {exc.message} at {list(exc.path)}") from None
+
+
+# a small mixed cluster for tests that need "some" inventory
+CATALOG_NODES = [
+    make_node("h100-a", "NVIDIA-H100-80GB-HBM3", gpus=8),
+    make_node("a100-a", "A100-SXM4-40GB", gpus=4),
+    make_node("t4-a", "Tesla-T4", gpus=1),
+    make_node("cpu-a"),
+]

@@ -1,0 +1,129 @@
+"""Start the real `gpuclass serve` (gunicorn over TLS) in a subprocess, and talk to it as the API server does."""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import json
+import os
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+import yaml
+
+from webhook import certs
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def write_certs(directory: Path, names: Sequence[str] = ("localhost",), ips: Sequence[str] = ("127.0.0.1",)) -> Path:
+    bundle = certs.generate(list(names), list(ips))
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "ca.crt").write_bytes(bundle.ca_crt)
+    (directory / "tls.crt").write_bytes(bundle.tls_crt)
+    (directory / "tls.key").write_bytes(bundle.tls_key)
+    return directory
+
+
+def write_objects(path: Path, objects: Sequence[dict[str, Any]]) -> Path:
+    path.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": list(objects)}))
+    return path
+
+
+@dataclass
+class Server:
+    process: subprocess.Popen[bytes]
+    port: int
+    ca_file: Path
+    log_file: Path
+
+    def context(self, **kwargs: Any) -> ssl.SSLContext:
+        ctx = ssl.create_default_context(cafile=str(self.ca_file))
+        for k, v in kwargs.items():
+            setattr(ctx, k, v)
+        return ctx
+
+    def connection(self, timeout: float = 10.0) -> http.client.HTTPSConnection:
+        return http.client.HTTPSConnection("localhost", self.port, context=self.context(), timeout=timeout)
+
+    def post(self, path: str, body: bytes | dict[str, Any], conn: http.client.HTTPSConnection | None = None,
+             headers: dict[str, str] | None = None) -> tuple[int, Any]:
+        own = conn is None
+        conn = conn or self.connection()
+        data = body if isinstance(body, bytes) else json.dumps(body).encode()
+        try:
+            conn.request("POST", path, body=data, headers={"Content-Type": "application/json", **(headers or {})})
+            resp = conn.getresponse()
+            raw = resp.read()
+            return resp.status, json.loads(raw) if raw else None
+        finally:
+            if own:
+                conn.close()
+
+    def get(self, path: str) -> tuple[int, Any]:
+        conn = self.connection()
+        try:
+            conn.request("GET", path)
+            resp = conn.getresponse()
+            raw = resp.read()
+            ctype = resp.getheader("Content-Type", "")
+            return resp.status, json.loads(raw) if "json" in ctype else raw.decode()
+        finally:
+            conn.close()
+
+    def log(self) -> str:
+        return self.log_file.read_text(errors="replace")
+
+
+def wait_until_serving(server: Server, timeout_seconds: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_seconds
+    while time.monotonic() < deadline:
+        if server.process.poll() is not None:
+            raise AssertionError(f"server exited with {server.process.returncode}:\n{server.log()}")
+        try:
+            status, _ = server.get("/healthz")
+            if status == 200:
+                return
+        except OSError:
+            pass
+        time.sleep(0.1)
+    raise AssertionError(f"server did not start within {timeout_seconds}s:\n{server.log()}")
+
+
+@contextlib.contextmanager
+def running_server(tmp: Path, args: Sequence[str], *, cert_dir: Path | None = None, workers: int = 1,
+                   env: dict[str, str] | None = None) -> Iterator[Server]:
+    cert_dir = cert_dir or write_certs(tmp / "certs")
+    port = free_port()
+    log_file = tmp / f"server-{port}.log"
+    cmd = [
+        sys.executable, "-m", "webhook.cli", "serve",
+        "--cert-file", str(cert_dir / "tls.crt"), "--key-file", str(cert_dir / "tls.key"),
+        "--bind", f"127.0.0.1:{port}", "--workers", str(workers), *args,
+    ]
+    with open(log_file, "wb") as log:
+        process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})},
+                                   start_new_session=True)
+    server = Server(process, port, cert_dir / "ca.crt", log_file)
+    try:
+        wait_until_serving(server)
+        yield server
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()

@@ -1,0 +1,132 @@
+"""End to end: the real gunicorn server over TLS, called as the API server calls it."""
+
+from __future__ import annotations
+
+import base64
+import json
+import ssl
+from pathlib import Path
+from typing import Any, Iterator
+
+import jsonpatch
+import pytest
+
+from builders import CATALOG_NODES, TEST_CATALOG_YAML, assert_valid_pod, make_pod, make_review
+from servers import Server, running_server, write_objects
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    tmp = tmp_path_factory.mktemp("server")
+    nodes = write_objects(tmp / "nodes.yaml", CATALOG_NODES)
+    catalog = tmp / "catalog.yaml"
+    catalog.write_text(TEST_CATALOG_YAML)
+    with running_server(tmp, ["--nodes", str(nodes), "--config", str(catalog)], workers=2) as srv:
+        yield srv
+
+
+def decode_patch(response: dict[str, Any]) -> list[dict[str, Any]]:
+    return json.loads(base64.b64decode(response["patch"]))
+
+
+def test_patches_a_gpu_pod(server: Server) -> None:
+    pod = make_pod({"gpu-class.io/class": "high", "gpu-class.io/count": "2"})
+    status, body = server.post("/mutate", make_review(pod, uid="e2e-1"))
+    assert status == 200
+    response = body["response"]
+    assert response["uid"] == "e2e-1" and response["allowed"] is True
+    patched = jsonpatch.apply_patch(pod, decode_patch(response))
+    assert_valid_pod(patched)
+    assert patched["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "2"
+    assert patched["metadata"]["annotations"]["gpu-class.io/types"] == "H100,A100"
+    assert response["warnings"] == ["gpu-class: class high: no H200 nodes in the cluster"]
+
+
+def test_refuses_an_unsatisfiable_pod(server: Server) -> None:
+    status, body = server.post("/mutate", make_review(make_pod({"gpu-class.io/class": "high", "gpu-class.io/count": "9"})))
+    assert status == 200
+    assert body["response"]["allowed"] is False
+    assert "H100 (largest allocatable 8)" in body["response"]["status"]["message"]
+
+
+def test_out_of_scope_is_allowed_without_patch(server: Server) -> None:
+    status, body = server.post("/mutate", make_review(make_pod(), uid="plain"))
+    assert status == 200 and body["response"] == {"uid": "plain", "allowed": True}
+
+
+@pytest.mark.parametrize("body, status", [
+    pytest.param(b"not json", 400, id="not-json"),
+    pytest.param(b'{"kind": "Pod"}', 400, id="not-a-review"),
+])
+def test_bad_bodies_get_a_json_4xx_and_the_server_keeps_serving(server: Server, body: bytes, status: int) -> None:
+    got, error = server.post("/mutate", body)
+    assert got == status
+    assert isinstance(error, dict) and error["message"]
+    assert server.get("/healthz")[0] == 200
+
+
+def test_oversized_body_is_refused_before_it_is_read(server: Server) -> None:
+    import socket
+
+    declared = 64 * 1024 * 1024  # far beyond the limit: the server must answer without reading it
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as raw:
+        with server.context().wrap_socket(raw, server_hostname="localhost") as tls:
+            tls.sendall(
+                b"POST /mutate HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+                + f"Content-Length: {declared}\r\n\r\n".encode() + b"{" + b" " * 65536
+            )
+            reply = b""
+            while b"\r\n\r\n" not in reply or not reply.rstrip().endswith(b"}"):
+                chunk = tls.recv(65536)
+                if not chunk:
+                    break
+                reply += chunk
+    head, _, body = reply.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 413")
+    assert json.loads(body)["error"] == "Request Entity Too Large"
+    assert server.get("/healthz")[0] == 200
+
+
+def test_keep_alive_connection_serves_many_reviews(server: Server) -> None:
+    conn = server.connection()
+    try:
+        for i in range(20):
+            status, body = server.post("/mutate", make_review(make_pod({"gpu-class.io/class": "high"}), uid=f"k{i}"), conn=conn)
+            assert status == 200 and body["response"]["uid"] == f"k{i}"
+        assert conn.sock is not None  # the same TLS connection, never re-opened
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("maximum, expected", [
+    pytest.param(ssl.TLSVersion.TLSv1_2, "TLSv1.2", id="tls1.2"),
+    pytest.param(ssl.TLSVersion.MAXIMUM_SUPPORTED, "TLSv1.3", id="tls1.3"),
+])
+def test_tls_versions_served(server: Server, maximum: ssl.TLSVersion, expected: str) -> None:
+    import socket
+
+    ctx = server.context(maximum_version=maximum)
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as raw:
+        with ctx.wrap_socket(raw, server_hostname="localhost") as tls:
+            assert tls.version() == expected
+
+
+def test_readyz_reports_the_file_inventory(server: Server) -> None:
+    status, body = server.get("/readyz")
+    assert status == 200 and body["ready"] is True and body["nodes"] == 3
+
+
+def test_misconfiguration_fails_at_start_with_a_message(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    bad = tmp_path / "catalog.yaml"
+    bad.write_text(TEST_CATALOG_YAML.replace("types: [H100, A100, H200]", "types: [H100, B200]"))
+    nodes = write_objects(tmp_path / "nodes.yaml", CATALOG_NODES)
+    result = subprocess.run(
+        [sys.executable, "-m", "webhook.cli", "serve", "--nodes", str(nodes), "--config", str(bad),
+         "--cert-file", "x", "--key-file", "y"],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert result.returncode == 2
+    assert "catalog.yaml:" in result.stderr and "unknown type 'B200'" in result.stderr

@@ -1,0 +1,1 @@
+"""gpu-class: GPU-type-aware placement for Kubernetes Pods (a mutating admission webhook)."""

@@ -1,0 +1,123 @@
+"""The Flask application: routes translate HTTP to review/planner calls and back, nothing more."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from typing import Any, Callable, Protocol
+
+from flask import Flask, Response, request
+from werkzeug.exceptions import HTTPException
+
+from .catalog import Catalog
+from .inventory import Snapshot
+from .review import BadReview, Review, build_response, parse_review, review_pod
+
+log = logging.getLogger("gpu_class.admission")
+
+
+class InventorySource(Protocol):
+    """Where snapshots come from: a file read once, or the live watch."""
+
+    def snapshot(self) -> Snapshot: ...
+
+    def readiness(self) -> tuple[bool, dict[str, Any]]: ...
+
+
+class StaticInventory:
+    """An inventory fixed at start (read from a file)."""
+
+    def __init__(self, snapshot: Snapshot) -> None:
+        self._snapshot = snapshot
+
+    def snapshot(self) -> Snapshot:
+        return self._snapshot
+
+    def readiness(self) -> tuple[bool, dict[str, Any]]:
+        return True, {"source": "file", "nodes": self._snapshot.node_count}
+
+
+def _json(body: Any, status: int = 200) -> Response:
+    return Response(json.dumps(body, separators=(",", ":")), status=status, mimetype="application/json")
+
+
+AdmissionObserver = Callable[[Review | None, float, str], None]
+
+
+def create_app(
+    catalog: Catalog,
+    inventory: InventorySource,
+    *,
+    max_body_bytes: int = 3 * 1024 * 1024,
+    observers: tuple[AdmissionObserver, ...] = (),
+) -> Flask:
+    app = Flask("gpu_class")
+    # the API server caps objects near 3 MiB; more than that is not an AdmissionReview it sent
+    app.config["MAX_CONTENT_LENGTH"] = max_body_bytes
+
+    @app.errorhandler(HTTPException)
+    def http_error(exc: HTTPException) -> Response:
+        return _json({"error": exc.name, "message": exc.description}, exc.code or 400)
+
+    @app.post("/mutate")
+    def mutate() -> Response:
+        started = time.perf_counter()
+        try:
+            req = parse_review(request.get_data(cache=False))
+        except BadReview as exc:
+            _log_request(None, None, started, "bad-request", str(exc))
+            return _json({"error": "Bad Request", "message": str(exc)}, 400)
+        try:
+            result = review_pod(req, inventory.snapshot(), catalog)
+            body = build_response(req, result)
+        except Exception:
+            # a bug must not become a 5xx (the API server would apply failurePolicy silently):
+            # refuse this Pod with a message that points at the logs
+            log.exception("admission failed uid=%s", req.uid)
+            _log_request(req, None, started, "error", "internal error")
+            return _json(_internal_error(req.api_version, req.uid))
+        for observe in observers:
+            observe(result, time.perf_counter() - started, req.namespace)
+        _log_request(req, result, started, result.decision.outcome, result.decision.message)
+        return _json(body)
+
+    @app.get("/healthz")
+    def healthz() -> Response:
+        return _json({"status": "ok"})
+
+    @app.get("/readyz")
+    def readyz() -> Response:
+        ready, detail = inventory.readiness()
+        return _json({"ready": ready, **detail}, 200 if ready else 503)
+
+    return app
+
+
+def _internal_error(api_version: str, uid: str) -> dict[str, Any]:
+    return {
+        "apiVersion": api_version,
+        "kind": "AdmissionReview",
+        "response": {
+            "uid": uid,
+            "allowed": False,
+            "status": {"code": 500, "message": f"gpu-class: internal error placing this Pod (uid {uid}); see the webhook's logs"},
+        },
+    }
+
+
+def _log_request(req: Any, result: Review | None, started: float, outcome: str, message: str) -> None:
+    if not log.isEnabledFor(logging.INFO):
+        return
+    pod_meta = (req.object.get("metadata") or {}) if req is not None else {}
+    record = {
+        "uid": req.uid if req is not None else None,
+        "namespace": req.namespace if req is not None else None,
+        "pod": pod_meta.get("name") or pod_meta.get("generateName") or (req.name if req is not None else None),
+        "class": result.decision.class_name if result is not None else None,
+        "outcome": outcome,
+        "types": list(result.decision.placement.types) if result and result.decision.placement else None,
+        "message": message or None,
+        "duration_ms": round((time.perf_counter() - started) * 1000, 3),
+    }
+    log.info("admission", extra={"fields": record})

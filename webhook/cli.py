@@ -1,0 +1,241 @@
+"""The `gpuclass` command: serve, certs, explain, review, demo, catalog, label-node."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import uuid
+from pathlib import Path
+from typing import Any, Sequence
+
+from . import certs, logs
+from .catalog import CatalogError, default_catalog_text
+from .config import ServeConfig
+from .loading import InputError, read_pod
+from .review import Request, review_pod
+from .server import load_catalog, load_file_snapshot, serve
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DEMO_DIR = REPO_ROOT / "deploy" / "demo"
+
+
+def _add_inventory_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", dest="catalog_file", help="catalog YAML (default: the built-in catalog)")
+    p.add_argument(
+        "--nodes", action="append", default=[], metavar="NODES.yaml",
+        help="inventory file: `kubectl get nodes -o yaml` output, or Node/Namespace documents (repeatable)",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="gpuclass", description="GPU-type-aware placement for Kubernetes Pods")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    s = sub.add_parser("serve", help="run the admission webhook over TLS")
+    _add_inventory_args(s)
+    s.add_argument("--kubeconfig", help="kubeconfig for the live inventory (default: in-cluster service account)")
+    s.add_argument("--cert-file", required=True)
+    s.add_argument("--key-file", required=True)
+    s.add_argument("--bind", default="0.0.0.0:8443", help="HOST:PORT (default 0.0.0.0:8443)")
+    s.add_argument("--workers", type=int, default=2)
+    s.add_argument("--threads", type=int, default=4, help="threads per worker")
+    s.add_argument("--log-level", default="info", choices=logs.LEVELS)
+
+    c = sub.add_parser("certs", help="write a CA and a serving certificate (ca.crt, tls.crt, tls.key)")
+    c.add_argument("--out", required=True, help="directory to write into")
+    c.add_argument("--service", default="gpu-class")
+    c.add_argument("--namespace", default="gpu-class-system")
+    c.add_argument("--dns", action="append", default=[], help="extra DNS name (repeatable)")
+    c.add_argument("--ip", action="append", default=[], help="IP address SAN (repeatable)")
+    c.add_argument("--days", type=int, default=365, help="serving certificate validity")
+
+    e = sub.add_parser("explain", help="what the webhook would do for a Pod, and why")
+    e.add_argument("pod", metavar="POD.yaml")
+    _add_inventory_args(e)
+    e.add_argument("--namespace", default=None, help="namespace of the Pod (default: its metadata.namespace or default)")
+    e.add_argument("--output", choices=("text", "json"), default="text")
+
+    r = sub.add_parser("review", help="print an AdmissionReview for a Pod, as the API server would send it")
+    r.add_argument("pod", metavar="POD.yaml")
+    r.add_argument("--namespace", default=None)
+
+    d = sub.add_parser("demo", help="serve the bundled demo inventory on localhost over TLS")
+    d.add_argument("--bind", default="127.0.0.1:8443")
+    d.add_argument("--certs-dir", default=None, help="where to write the demo certificates (default: certs/demo)")
+    d.add_argument("--log-level", default="info", choices=logs.LEVELS)
+
+    sub.add_parser("catalog", help="print the built-in catalog (a starting point for --config)")
+
+    ln = sub.add_parser("label-node", help="label this node's GPU type from nvidia-smi")
+    ln.add_argument("--node", default=os.environ.get("NODE_NAME"), help="node name (default: $NODE_NAME)")
+    ln.add_argument("--interval-seconds", type=float, default=300.0)
+    ln.add_argument("--once", action="store_true", help="label once and exit")
+    ln.add_argument("--dry-run", action="store_true", help="print the patch, change nothing")
+    ln.add_argument("--kubeconfig", default=None)
+    ln.add_argument("--log-level", default="info", choices=logs.LEVELS)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(COMMANDS[args.command](args) or 0)
+    except (CatalogError, InputError) as exc:
+        print(f"gpuclass: {exc}", file=sys.stderr)
+        return 2
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    if args.workers < 1 or args.threads < 1:
+        raise InputError("--workers and --threads must be at least 1")
+    serve(
+        ServeConfig(
+            cert_file=args.cert_file,
+            key_file=args.key_file,
+            bind=args.bind,
+            catalog_file=args.catalog_file,
+            nodes_files=tuple(args.nodes),
+            kubeconfig=args.kubeconfig,
+            workers=args.workers,
+            threads=args.threads,
+            log_level=args.log_level,
+        )
+    )
+    return 0
+
+
+def write_certs(out: str, dns: list[str], ips: list[str], days: int = 365) -> None:
+    bundle = certs.generate(dns, ips, valid_days=days)
+    os.makedirs(out, exist_ok=True)
+    for name, data, mode in (
+        ("ca.crt", bundle.ca_crt, 0o644),
+        ("tls.crt", bundle.tls_crt, 0o644),
+        ("tls.key", bundle.tls_key, 0o600),
+    ):
+        path = os.path.join(out, name)
+        fd = os.open(path + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.replace(path + ".tmp", path)
+
+
+def cmd_certs(args: argparse.Namespace) -> int:
+    dns = certs.service_dns_names(args.service, args.namespace) + list(args.dns)
+    try:
+        write_certs(args.out, dns, list(args.ip), args.days)
+    except ValueError as exc:  # a bad --ip
+        raise InputError(str(exc)) from None
+    print(f"wrote {args.out}/ca.crt, tls.crt, tls.key for {', '.join(dns + list(args.ip))}")
+    print(f"CA bundle for the webhook configuration: base64 -w0 {args.out}/ca.crt")
+    return 0
+
+
+def admission_request(pod: dict[str, Any], namespace: str) -> dict[str, Any]:
+    metadata = pod.get("metadata") or {}
+    return {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": str(uuid.uuid4()),
+            "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "requestKind": {"group": "", "version": "v1", "kind": "Pod"},
+            "requestResource": {"group": "", "version": "v1", "resource": "pods"},
+            "name": metadata.get("name", ""),
+            "namespace": namespace,
+            "operation": "CREATE",
+            "userInfo": {"username": "gpuclass-cli"},
+            "object": {**pod, "metadata": {**metadata, "namespace": namespace}},
+            "oldObject": None,
+            "dryRun": False,
+            "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"},
+        },
+    }
+
+
+def _pod_namespace(pod: dict[str, Any], given: str | None) -> str:
+    return given or str((pod.get("metadata") or {}).get("namespace") or "default")
+
+
+def cmd_review(args: argparse.Namespace) -> int:
+    pod = read_pod(args.pod)
+    print(json.dumps(admission_request(pod, _pod_namespace(pod, args.namespace))))
+    return 0
+
+
+def cmd_explain(args: argparse.Namespace) -> int:
+    if not args.nodes:
+        raise InputError("explain needs --nodes NODES.yaml (the cluster to explain against)")
+    catalog = load_catalog(ServeConfig("", "", catalog_file=args.catalog_file))
+    snapshot = load_file_snapshot(tuple(args.nodes), catalog)
+    pod = read_pod(args.pod)
+    namespace = _pod_namespace(pod, args.namespace)
+    review = admission_request(pod, namespace)
+    req = Request(
+        api_version="admission.k8s.io/v1", uid=review["request"]["uid"], operation="CREATE", kind="Pod", group="",
+        sub_resource="", namespace=namespace, object=review["request"]["object"], name=review["request"]["name"],
+    )
+    result = review_pod(req, snapshot, catalog)
+    from .explain import explain_json, explain_text  # formatting lives apart from the decision
+
+    if args.output == "json":
+        print(json.dumps(explain_json(result, namespace, pod), indent=2))
+    else:
+        print(explain_text(result, namespace, pod, catalog))
+    return 0 if result.decision.allowed else 1
+
+
+def cmd_catalog(_args: argparse.Namespace) -> int:
+    sys.stdout.write(default_catalog_text())
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    nodes = [str(DEMO_DIR / "nodes.yaml"), str(DEMO_DIR / "namespaces.yaml")]
+    for path in nodes:
+        if not os.path.exists(path):
+            raise InputError(f"demo inventory {path} not found; run `gpuclass demo` from a checkout of gpu-class")
+    certs_dir = args.certs_dir or str(REPO_ROOT / "certs" / "demo")
+    host, _, port = args.bind.rpartition(":")
+    write_certs(certs_dir, ["localhost"], ["127.0.0.1"])
+    url = f"https://{'localhost' if host in ('127.0.0.1', '0.0.0.0', '') else host}:{port}"
+    pod = DEMO_DIR / "pod-high.yaml"
+    print(
+        f"gpu-class demo: serving {DEMO_DIR / 'nodes.yaml'} on {url}/mutate (CA: {certs_dir}/ca.crt)\n"
+        f"Send it a Pod as the API server would, from another shell:\n"
+        f"  .venv/bin/gpuclass review {pod} --namespace ml-team | curl -s --cacert {certs_dir}/ca.crt "
+        f"-H 'Content-Type: application/json' --data-binary @- {url}/mutate\n"
+        f"Or ask why: .venv/bin/gpuclass explain {pod} --namespace ml-team --nodes {nodes[0]} --nodes {nodes[1]}\n",
+        flush=True,
+    )
+    serve(
+        ServeConfig(
+            cert_file=f"{certs_dir}/tls.crt", key_file=f"{certs_dir}/tls.key", bind=args.bind,
+            nodes_files=tuple(nodes), workers=1, threads=4, log_level=args.log_level,
+        )
+    )
+    return 0
+
+
+def cmd_label_node(args: argparse.Namespace) -> int:
+    from .labeller import main_label_node
+
+    logs.configure(args.log_level)
+    return main_label_node(args)
+
+
+COMMANDS = {
+    "serve": cmd_serve,
+    "certs": cmd_certs,
+    "explain": cmd_explain,
+    "review": cmd_review,
+    "demo": cmd_demo,
+    "catalog": cmd_catalog,
+    "label-node": cmd_label_node,
+}
+
+
+if __name__ == "__main__":
+    sys.exit(main())

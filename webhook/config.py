@@ -1,0 +1,25 @@
+"""Serving configuration: read once at start, frozen, with units in the names."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    cert_file: str
+    key_file: str
+    bind: str = "0.0.0.0:8443"
+    catalog_file: str | None = None  # None: the built-in catalog
+    nodes_files: tuple[str, ...] = ()  # empty: watch the cluster
+    kubeconfig: str | None = None  # None: in-cluster service account
+    workers: int = 2
+    threads: int = 4
+    log_level: str = "info"
+    max_body_bytes: int = 3 * 1024 * 1024
+    keepalive_seconds: int = 120  # longer than the API server's idle timeout (90 s), so it closes first
+    graceful_timeout_seconds: int = 20
+    worker_timeout_seconds: int = 30
+    max_request_line_bytes: int = 4094
+    max_header_fields: int = 100
+    max_header_field_bytes: int = 8190

@@ -1,0 +1,72 @@
+"""Human and machine renderings of a Review for `gpuclass explain`."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Mapping
+
+from .catalog import Catalog
+from .review import Review
+
+
+def explain_json(result: Review, namespace: str, pod: Mapping[str, Any]) -> dict[str, Any]:
+    d = result.decision
+    p = d.placement
+    return {
+        "pod": _pod_name(pod),
+        "namespace": namespace,
+        "outcome": d.outcome,
+        "allowed": d.allowed,
+        "message": d.message,
+        "class": d.class_name,
+        "types": [
+            {"type": v.type_name, "valid": v.valid, "reason": v.reason, "maxAllocatable": v.max_allocatable,
+             "freeGpus": v.free_gpus}
+            for v in d.verdicts
+        ],
+        "placement": None if p is None else {
+            "container": p.container_name,
+            "count": p.count,
+            "order": list(p.types),
+            "preferences": [{"type": x.type_name, "weight": x.weight, "key": x.label_key, "products": list(x.products)}
+                            for x in p.preferences],
+            "tolerations": [{"key": t.key, "effect": t.effect or None} for t in p.tolerations],
+        },
+        "warnings": list(d.warnings),
+        "patch": result.patch,
+    }
+
+
+def _pod_name(pod: Mapping[str, Any]) -> str:
+    meta = pod.get("metadata") or {}
+    return str(meta.get("name") or meta.get("generateName") or "<unnamed>")
+
+
+def explain_text(result: Review, namespace: str, pod: Mapping[str, Any], catalog: Catalog) -> str:
+    d = result.decision
+    p = d.placement
+    lines = [f"Pod {namespace}/{_pod_name(pod)}: {d.outcome}"]
+    if d.class_name and d.class_name in catalog.classes:
+        gpu_class = catalog.classes[d.class_name]
+        lines.append(f"class {gpu_class.name} (strategy {gpu_class.strategy}): {', '.join(gpu_class.types)}")
+    if d.message:
+        lines.append(d.message)
+    weights = {x.type_name: x.weight for x in p.preferences} if p else {}
+    if d.verdicts:
+        lines.append("")
+        lines.append(f"{'type':<14}{'valid':<7}{'weight':<8}reason")
+        for v in d.verdicts:
+            weight = str(weights.get(v.type_name, "-"))
+            lines.append(f"{v.type_name:<14}{'yes' if v.valid else 'no':<7}{weight:<8}{v.reason}")
+    if p is not None:
+        lines.append("")
+        lines.append(f"container {p.container_name}: {p.count} GPU(s){' (limit added)' if p.set_limit else ''}")
+        lines.append("required: " + "; ".join(f"{k} in {', '.join(v)}" for k, v in p.required))
+        tolerations = ", ".join(f"{t.key}:{t.effect or 'any effect'}" for t in p.tolerations)
+        lines.append(f"tolerations: {tolerations or '(none needed)'}")
+    for w in d.warnings:
+        lines.append(f"warning: {w}")
+    lines.append("")
+    lines.append("patch:")
+    lines.append(json.dumps(result.patch, indent=2) if result.patch else "(none)")
+    return "\n".join(lines)

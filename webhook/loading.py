@@ -1,0 +1,58 @@
+"""Reading Kubernetes objects from YAML files (node inventories, Pods for `explain`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from .catalog import Catalog
+from .inventory import Snapshot, build_snapshot
+
+
+class InputError(ValueError):
+    """A file the user named cannot be used; the message says which and why."""
+
+
+def read_objects(path: str) -> list[dict[str, Any]]:
+    """Objects in a file: a List (`kubectl get -o yaml`), several documents, or both."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            documents = list(yaml.safe_load_all(fh))
+    except OSError as exc:
+        raise InputError(f"cannot read {path}: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise InputError(f"{path} is not valid YAML: {exc}") from None
+    objects: list[dict[str, Any]] = []
+    for doc in documents:
+        if doc is None:
+            continue
+        if not isinstance(doc, dict):
+            raise InputError(f"{path}: every document must be a Kubernetes object or a List")
+        if isinstance(doc.get("items"), list):
+            kind = str(doc.get("kind", ""))
+            item_kind = kind[: -len("List")] if kind.endswith("List") and kind != "List" else None
+            for item in doc["items"]:
+                if not isinstance(item, dict):
+                    raise InputError(f"{path}: list items must be objects")
+                if item_kind and "kind" not in item:
+                    item = {"kind": item_kind, **item}  # NodeList items may omit their kind
+                objects.append(item)
+        else:
+            objects.append(doc)
+    return objects
+
+
+def load_snapshot(path: str, catalog: Catalog) -> Snapshot:
+    objects = read_objects(path)
+    if not any(o.get("kind") == "Node" for o in objects):
+        raise InputError(f"{path} holds no Node objects; give the output of `kubectl get nodes -o yaml`")
+    return build_snapshot(catalog, objects)
+
+
+def read_pod(path: str) -> dict[str, Any]:
+    objects = read_objects(path)
+    pods = [o for o in objects if o.get("kind") == "Pod"]
+    if len(pods) != 1:
+        raise InputError(f"{path} must hold exactly one Pod, found {len(pods)}")
+    return pods[0]

@@ -1,0 +1,142 @@
+"""Turn a Placement into JSON Patch operations on the Pod as it came in. Pure.
+
+Operations are written for exactly the paths that change (not a diff of the whole Pod), so the cost
+does not grow with managedFields or other large parts of the object, and fields the webhook does
+not know survive untouched. Every operation is idempotent with respect to the webhook's own output:
+run again on a patched Pod, the patch is empty.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, Mapping, Sequence, TypedDict
+
+from .planner import TYPES_ANNOTATION, Placement
+from .inventory import Taint
+
+
+class PatchOp(TypedDict):
+    op: str
+    path: str
+    value: Any
+
+
+def escape(token: str) -> str:
+    """RFC 6901: '~' before '/', so 'nvidia.com/gpu' becomes 'nvidia.com~1gpu'."""
+    return token.replace("~", "~0").replace("/", "~1")
+
+
+def _add(path: str, value: Any) -> PatchOp:
+    # 'add' on an existing member replaces it, so one op serves both cases
+    return {"op": "add", "path": path, "value": value}
+
+
+def build_patch(pod: Mapping[str, Any], placement: Placement, gpu_resource: str) -> list[PatchOp]:
+    ops: list[PatchOp] = []
+    spec = pod.get("spec") or {}
+    ops += _limit_ops(spec["containers"][placement.container_index], placement, gpu_resource)
+    ops += _affinity_ops(spec, placement)
+    ops += _toleration_ops(spec, placement.tolerations)
+    if placement.scheduler_name and spec.get("schedulerName") in (None, "", "default-scheduler"):
+        ops.append(_add("/spec/schedulerName", placement.scheduler_name))
+    ops += _annotation_ops(pod.get("metadata") or {}, TYPES_ANNOTATION, ",".join(placement.types))
+    return ops
+
+
+def _limit_ops(container: Mapping[str, Any], placement: Placement, gpu_resource: str) -> list[PatchOp]:
+    if not placement.set_limit:
+        return []
+    base = f"/spec/containers/{placement.container_index}/resources"
+    value = str(placement.count)
+    resources = container.get("resources")
+    if not resources:
+        return [_add(base, {**(resources or {}), "limits": {gpu_resource: value}})]
+    if not resources.get("limits"):
+        return [_add(base + "/limits", {gpu_resource: value})]
+    return [_add(f"{base}/limits/{escape(gpu_resource)}", value)]
+
+
+def _restriction(key: str, products: Sequence[str]) -> dict[str, Any]:
+    return {"key": key, "operator": "In", "values": list(products)}
+
+
+def merged_node_affinity(node_affinity: Mapping[str, Any] | None, placement: Placement) -> dict[str, Any]:
+    """The Pod's nodeAffinity with the valid types required in every term and preferred in order.
+
+    Terms are ORed and expressions within a term ANDed, so the restriction joins each term; with
+    several label keys (nodes labelled by GFD and by hand), each term is repeated once per key.
+    A term that already holds one of the restrictions is the webhook's own output and is kept.
+    """
+    result = copy.deepcopy(dict(node_affinity or {}))
+    restrictions = [_restriction(k, v) for k, v in placement.required]
+    required = result.get("requiredDuringSchedulingIgnoredDuringExecution") or {}
+    terms = required.get("nodeSelectorTerms") or [{}]
+    new_terms: list[dict[str, Any]] = []
+    for term in terms:
+        expressions = term.get("matchExpressions") or []
+        if any(r in expressions for r in restrictions):
+            new_terms.append(term)
+            continue
+        for r in restrictions:
+            new_terms.append({**term, "matchExpressions": [*expressions, r]})
+    result["requiredDuringSchedulingIgnoredDuringExecution"] = {**required, "nodeSelectorTerms": new_terms}
+
+    preferred = list(result.get("preferredDuringSchedulingIgnoredDuringExecution") or [])
+    for p in placement.preferences:
+        term = {"weight": p.weight, "preference": {"matchExpressions": [_restriction(p.label_key, p.products)]}}
+        if term not in preferred:
+            preferred.append(term)
+    if preferred:
+        result["preferredDuringSchedulingIgnoredDuringExecution"] = preferred
+    return result
+
+
+def _affinity_ops(spec: Mapping[str, Any], placement: Placement) -> list[PatchOp]:
+    affinity = spec.get("affinity")
+    current = (affinity or {}).get("nodeAffinity")
+    merged = merged_node_affinity(current, placement)
+    if merged == current:
+        return []
+    if not affinity:
+        return [_add("/spec/affinity", {**(affinity or {}), "nodeAffinity": merged})]
+    return [_add("/spec/affinity/nodeAffinity", merged)]
+
+
+def tolerates(toleration: Mapping[str, Any], taint: Taint) -> bool:
+    """Kubernetes' rule: empty key with Exists tolerates everything; empty effect matches every effect."""
+    effect = toleration.get("effect") or ""
+    if effect and taint.effect and effect != taint.effect:
+        return False
+    if effect and not taint.effect:
+        return False  # the taint stands for any effect; a toleration for one effect does not cover it
+    key = toleration.get("key") or ""
+    operator = toleration.get("operator") or "Equal"
+    if not key:
+        return operator == "Exists"
+    if key != taint.key:
+        return False
+    if operator == "Exists":
+        return True
+    return (toleration.get("value") or "") == taint.value
+
+
+def _toleration_ops(spec: Mapping[str, Any], taints: Sequence[Taint]) -> list[PatchOp]:
+    existing = spec.get("tolerations") or []
+    missing = [t for t in taints if not any(tolerates(tol, t) for tol in existing if isinstance(tol, Mapping))]
+    # one Exists toleration per key and effect covers every value of that taint
+    wanted = dict.fromkeys((t.key, t.effect) for t in missing)
+    new = [{"key": key, "operator": "Exists", **({"effect": effect} if effect else {})} for key, effect in wanted]
+    if not new:
+        return []
+    if not spec.get("tolerations"):
+        return [_add("/spec/tolerations", new)]
+    return [_add("/spec/tolerations/-", t) for t in new]
+
+
+def _annotation_ops(metadata: Mapping[str, Any], key: str, value: str) -> list[PatchOp]:
+    annotations = metadata.get("annotations")
+    if not annotations:
+        return [_add("/metadata/annotations", {key: value})]
+    if annotations.get(key) == value:
+        return []
+    return [_add(f"/metadata/annotations/{escape(key)}", value)]

@@ -1,0 +1,445 @@
+"""Decide what to do with a Pod: out of scope, refused, or placed on which GPU types. Pure.
+
+plan() reads the Pod (wire JSON), the namespace's settings, an inventory Snapshot and the Catalog,
+and returns a Decision. It never performs I/O; patch.py turns a Placement into a JSON Patch.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Literal, Mapping, Sequence
+
+from .catalog import Catalog, GpuClass
+from .inventory import NamespaceInfo, ProductGroup, Snapshot, Taint
+
+PREFIX = "gpu-class.io/"
+CLASS_ANNOTATION = PREFIX + "class"
+COUNT_ANNOTATION = PREFIX + "count"
+CONTAINER_ANNOTATION = PREFIX + "container"
+EXCLUDE_ANNOTATION = PREFIX + "exclude-types"
+TYPES_ANNOTATION = PREFIX + "types"
+MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
+
+WARNING_MAX_CHARS = 120  # the API server asks webhooks to keep warnings this short
+_COUNT_RE = re.compile(r"[0-9]{1,6}")
+
+Outcome = Literal["out-of-scope", "refused", "patched", "admitted-unsatisfiable"]
+
+
+class MalformedPod(ValueError):
+    """The Pod does not have the shape of a Pod where the webhook must read or write it."""
+
+
+@dataclass(frozen=True)
+class TypeVerdict:
+    """Why one type of the class is or is not valid for the Pod (shown by `gpuclass explain`)."""
+
+    type_name: str
+    valid: bool
+    reason: str
+    max_allocatable: int = 0
+    free_gpus: int = 0
+
+
+@dataclass(frozen=True)
+class Preference:
+    weight: int
+    type_name: str
+    label_key: str
+    products: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Placement:
+    container_index: int
+    container_name: str
+    count: int
+    set_limit: bool
+    class_name: str
+    types: tuple[str, ...]  # valid types, preferred first
+    required: tuple[tuple[str, tuple[str, ...]], ...]  # (label key, product values) of all valid nodes
+    preferences: tuple[Preference, ...]
+    tolerations: tuple[Taint, ...]  # taints to tolerate; value and effect "" mean any
+    scheduler_name: str | None = None
+
+
+@dataclass(frozen=True)
+class Decision:
+    outcome: Outcome
+    message: str = ""
+    class_name: str | None = None
+    placement: Placement | None = None
+    warnings: tuple[str, ...] = ()
+    verdicts: tuple[TypeVerdict, ...] = ()
+
+    @property
+    def allowed(self) -> bool:
+        return self.outcome != "refused"
+
+
+def plan(
+    pod: Mapping[str, Any],
+    snapshot: Snapshot,
+    catalog: Catalog,
+    *,
+    namespace: str = "",
+) -> Decision:
+    """The whole admission decision for a Pod being created in `namespace`."""
+    try:
+        return _plan(pod, snapshot, catalog, namespace)
+    except MalformedPod as exc:
+        return Decision("refused", f"gpu-class: malformed Pod: {exc}")
+
+
+def _plan(pod: Mapping[str, Any], snapshot: Snapshot, catalog: Catalog, namespace: str) -> Decision:
+    if not isinstance(pod, Mapping):
+        raise MalformedPod("the object is not a JSON object")
+    annotations = _mapping(pod.get("metadata"), "metadata").get("annotations")
+    annotations = _string_map(annotations, "metadata.annotations")
+    if MIRROR_ANNOTATION in annotations:
+        return Decision("out-of-scope", "mirror Pod")
+    containers = _containers(pod)
+    ns_info = snapshot.namespace(namespace)
+    if ns_info is not None and not ns_info.inject:
+        return Decision("out-of-scope", f"namespace {namespace} is not opted in")
+
+    class_name = annotations.get(CLASS_ANNOTATION)
+    if class_name is None:
+        if not _requests_gpu(pod, catalog.gpu_resource):
+            return Decision("out-of-scope", "no class annotation and no GPU request")
+        class_name, source = _default_class(ns_info, catalog)
+        if class_name is None:
+            return Decision("out-of-scope", "no class annotation and no default class")
+        if class_name not in catalog.classes:
+            return Decision(
+                "refused",
+                f"gpu-class: the {source} names class {class_name!r}, which does not exist; "
+                f"an administrator must set it to one of: {', '.join(catalog.classes)}",
+            )
+    gpu_class = catalog.classes.get(class_name)
+    if gpu_class is None:
+        return Decision(
+            "refused",
+            f"gpu-class: unknown class {class_name!r} in {CLASS_ANNOTATION}; "
+            f"write one of: {', '.join(_allowed(catalog, ns_info))}",
+            class_name=class_name,
+        )
+    if ns_info is not None and ns_info.allowed_classes is not None and class_name not in ns_info.allowed_classes:
+        return Decision(
+            "refused",
+            f"gpu-class: class {class_name!r} is not allowed in namespace {namespace}; "
+            f"allowed classes: {', '.join(ns_info.allowed_classes) or '(none)'}",
+            class_name=class_name,
+        )
+
+    target = _target_container(annotations, containers, catalog.gpu_resource)
+    if isinstance(target, str):
+        return Decision("refused", target, class_name=class_name)
+    index, container = target
+    count = _count(annotations, container, catalog.gpu_resource)
+    if isinstance(count, str):
+        return Decision("refused", count, class_name=class_name)
+    count_value, set_limit = count
+    excluded = _excluded(annotations, catalog)
+    if isinstance(excluded, str):
+        return Decision("refused", excluded, class_name=class_name)
+
+    pod_gpus = _pod_gpus(pod, containers, index, count_value, catalog.gpu_resource)
+    verdicts = tuple(_verdict(t, snapshot.groups(t), pod_gpus, excluded, catalog) for t in gpu_class.types)
+    valid = [v for v in verdicts if v.valid]
+    warnings = _absent_warning(gpu_class, verdicts)
+
+    if not valid:
+        message = _unsatisfiable_message(gpu_class, pod_gpus, snapshot, catalog, excluded)
+        if catalog.on_unsatisfiable == "admit":
+            return Decision(
+                "admitted-unsatisfiable",
+                message,
+                class_name=class_name,
+                warnings=warnings + (_short(message),),
+                verdicts=verdicts,
+            )
+        return Decision("refused", message, class_name=class_name, warnings=warnings, verdicts=verdicts)
+
+    ordered = _order(valid, gpu_class, catalog)
+    placement = _placement(
+        ordered, snapshot, catalog, pod_gpus, index=index, container=container, count=count_value,
+        set_limit=set_limit, class_name=class_name,
+    )
+    return Decision("patched", class_name=class_name, placement=placement, warnings=warnings, verdicts=verdicts)
+
+
+# --- reading the Pod ----------------------------------------------------------------------
+
+
+def _mapping(value: Any, where: str) -> Mapping[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise MalformedPod(f"{where} must be an object")
+    return value
+
+
+def _list(value: Any, where: str) -> Sequence[Any]:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise MalformedPod(f"{where} must be a list")
+    return value
+
+
+def _string_map(value: Any, where: str) -> Mapping[str, str]:
+    mapping = _mapping(value, where)
+    for key, item in mapping.items():
+        if not isinstance(item, str):
+            raise MalformedPod(f"{where}[{key!r}] must be a string")
+    return mapping
+
+
+def _containers(pod: Mapping[str, Any]) -> Sequence[Mapping[str, Any]]:
+    spec = _mapping(pod.get("spec"), "spec")
+    containers = _list(spec.get("containers"), "spec.containers")
+    if not containers:
+        raise MalformedPod("spec.containers is empty")
+    for i, c in enumerate(containers):
+        if not isinstance(c, Mapping) or not isinstance(c.get("name"), str):
+            raise MalformedPod(f"spec.containers[{i}] must be an object with a name")
+    return containers
+
+
+def _resource_value(container: Mapping[str, Any], part: str, resource: str, where: str) -> Any:
+    resources = _mapping(container.get("resources"), f"{where}.resources")
+    return _mapping(resources.get(part), f"{where}.resources.{part}").get(resource)
+
+
+def _requests_gpu(pod: Mapping[str, Any], resource: str) -> bool:
+    spec = _mapping(pod.get("spec"), "spec")
+    for field in ("containers", "initContainers"):
+        for i, c in enumerate(_list(spec.get(field), f"spec.{field}")):
+            where = f"spec.{field}[{i}]"
+            c = _mapping(c, where)
+            if any(_resource_value(c, part, resource, where) is not None for part in ("limits", "requests")):
+                return True
+    return False
+
+
+def _default_class(ns_info: NamespaceInfo | None, catalog: Catalog) -> tuple[str | None, str]:
+    if ns_info is not None and ns_info.default_class:
+        return ns_info.default_class, f"default-class label of namespace {ns_info.name}"
+    return catalog.default_class, "catalog's defaultClass"
+
+
+def _allowed(catalog: Catalog, ns_info: NamespaceInfo | None) -> list[str]:
+    names = list(catalog.classes)
+    if ns_info is not None and ns_info.allowed_classes is not None:
+        names = [n for n in names if n in ns_info.allowed_classes]
+    return names
+
+
+def _target_container(
+    annotations: Mapping[str, str], containers: Sequence[Mapping[str, Any]], resource: str
+) -> tuple[int, Mapping[str, Any]] | str:
+    wanted = annotations.get(CONTAINER_ANNOTATION)
+    if wanted is not None:
+        for i, c in enumerate(containers):
+            if c["name"] == wanted:
+                return i, c
+        names = ", ".join(c["name"] for c in containers)
+        return f"gpu-class: {CONTAINER_ANNOTATION} names container {wanted!r}, which this Pod does not have; containers: {names}"
+    # a Pod that already asks for GPUs in one container means that one
+    for i, c in enumerate(containers):
+        if _resource_value(c, "limits", resource, f"spec.containers[{i}]") is not None:
+            return i, c
+    return 0, containers[0]
+
+
+def _parse_count(value: Any) -> int | None:
+    text = str(value).strip() if isinstance(value, (str, int)) and not isinstance(value, bool) else ""
+    if not _COUNT_RE.fullmatch(text) or int(text) == 0:
+        return None
+    return int(text)
+
+
+def _count(annotations: Mapping[str, str], container: Mapping[str, Any], resource: str) -> tuple[int, bool] | str:
+    """The GPUs for the Pod, and whether the limit must be written. An existing limit is the count."""
+    where = f"container {container['name']}"
+    wanted_raw = annotations.get(COUNT_ANNOTATION)
+    wanted = None if wanted_raw is None else _parse_count(wanted_raw)
+    if wanted_raw is not None and wanted is None:
+        return f"gpu-class: {COUNT_ANNOTATION} must be a positive whole number of GPUs (like \"1\" or \"4\"), not {wanted_raw!r}"
+    limit_raw = _resource_value(container, "limits", resource, where)
+    request_raw = _resource_value(container, "requests", resource, where)
+    limit = None if limit_raw is None else _parse_count(limit_raw)
+    request = None if request_raw is None else _parse_count(request_raw)
+    if limit_raw is not None and limit is None:
+        return f"gpu-class: {where} has {resource} limit {limit_raw!r}; it must be a positive whole number"
+    if request_raw is not None and request is None:
+        return f"gpu-class: {where} has {resource} request {request_raw!r}; it must be a positive whole number"
+    existing = limit if limit is not None else request
+    if limit is not None and request is not None and limit != request:
+        return f"gpu-class: {where} requests {request} but limits {limit} of {resource}; they must be equal"
+    if existing is not None and wanted is not None and existing != wanted:
+        return (
+            f"gpu-class: {COUNT_ANNOTATION} says {wanted} but {where} already has {existing} {resource}; "
+            "remove one of them or make them equal"
+        )
+    count = existing if existing is not None else wanted if wanted is not None else 1
+    return count, limit is None
+
+
+def _excluded(annotations: Mapping[str, str], catalog: Catalog) -> frozenset[str] | str:
+    raw = annotations.get(EXCLUDE_ANNOTATION)
+    if raw is None:
+        return frozenset()
+    names = {n.strip() for n in raw.split(",") if n.strip()}
+    unknown = sorted(n for n in names if n not in catalog.types)
+    if unknown:
+        return (
+            f"gpu-class: {EXCLUDE_ANNOTATION} names unknown types {', '.join(unknown)}; "
+            f"types: {', '.join(catalog.types)}"
+        )
+    return frozenset(names)
+
+
+def _pod_gpus(
+    pod: Mapping[str, Any], containers: Sequence[Mapping[str, Any]], target: int, count: int, resource: str
+) -> int:
+    """GPUs one node must offer: app containers add up; an init container needs its own at most."""
+    total = 0
+    for i, c in enumerate(containers):
+        if i == target:
+            total += count
+        else:
+            total += _parse_count(_resource_value(c, "limits", resource, f"spec.containers[{i}]")) or 0
+    spec = _mapping(pod.get("spec"), "spec")
+    init = [
+        _parse_count(_resource_value(_mapping(c, "spec.initContainers[]"), "limits", resource, "spec.initContainers[]")) or 0
+        for c in _list(spec.get("initContainers"), "spec.initContainers")
+    ]
+    return max([total, *init])
+
+
+# --- deciding -----------------------------------------------------------------------------
+
+
+def _verdict(
+    type_name: str, groups: Sequence[ProductGroup], pod_gpus: int, excluded: frozenset[str], catalog: Catalog
+) -> TypeVerdict:
+    max_alloc = max((g.max_allocatable for g in groups), default=0)
+    free = sum(g.free_gpus for g in groups)
+    if type_name in excluded:
+        return TypeVerdict(type_name, False, "excluded by the Pod", max_alloc, free)
+    if not groups:
+        if catalog.types[type_name].scalable:
+            return TypeVerdict(type_name, True, "no nodes now; scalable pool", 0, 0)
+        return TypeVerdict(type_name, False, "no nodes in the cluster")
+    if any(cap >= pod_gpus for g in groups for cap, _ in g.usable):
+        return TypeVerdict(type_name, True, "ok", max_alloc, free)
+    if not any(g.usable for g in groups):
+        nodes = sum(g.nodes for g in groups)
+        not_ready = sum(g.not_ready for g in groups)
+        cordoned = sum(g.cordoned for g in groups)
+        if not_ready == nodes:
+            return TypeVerdict(type_name, False, f"all {nodes} nodes not ready")
+        if cordoned + not_ready == nodes:
+            return TypeVerdict(type_name, False, f"all {nodes} nodes cordoned or not ready")
+        return TypeVerdict(type_name, False, "no node offers allocatable GPUs")
+    return TypeVerdict(type_name, False, f"too few GPUs: largest allocatable {max_alloc}, Pod needs {pod_gpus}", max_alloc, free)
+
+
+def _order(valid: Sequence[TypeVerdict], gpu_class: GpuClass, catalog: Catalog) -> list[str]:
+    rank = {name: i for i, name in enumerate(gpu_class.types)}  # fastest first
+    by_speed = sorted(valid, key=lambda v: rank[v.type_name])
+    if gpu_class.strategy == "cost":
+        by_speed.reverse()
+    elif gpu_class.strategy == "balanced":
+        by_speed.sort(key=lambda v: -v.free_gpus)  # stable: ties stay fastest first
+    elif gpu_class.strategy == "binpack":
+        by_speed.sort(key=lambda v: v.free_gpus)
+    return [v.type_name for v in by_speed]
+
+
+def weights_for(n: int) -> list[int]:
+    """Preference weights from 100 down, evenly spaced, all within the API's 1..100."""
+    step = 100 // n if n else 0
+    return [max(100 - i * step, 1) for i in range(n)]
+
+
+def _placement(
+    ordered: Sequence[str],
+    snapshot: Snapshot,
+    catalog: Catalog,
+    pod_gpus: int,
+    *,
+    index: int,
+    container: Mapping[str, Any],
+    count: int,
+    set_limit: bool,
+    class_name: str,
+) -> Placement:
+    required: dict[str, set[str]] = {}
+    taints: set[Taint] = set()
+    preferences: list[Preference] = []
+    for weight, type_name in zip(weights_for(len(ordered)), ordered):
+        per_key: dict[str, set[str]] = {}
+        groups = snapshot.groups(type_name)
+        for g in groups:
+            fitting = [t for cap, t in g.usable if cap >= pod_gpus]
+            if fitting:
+                per_key.setdefault(g.label_key, set()).add(g.product)
+                for node_taints in fitting:
+                    taints.update(node_taints)
+        if not groups:  # a scalable pool at zero: its configured products, any GPU taint
+            per_key[catalog.product_labels[0]] = set(catalog.types[type_name].exact_products)
+            taints.update(Taint(k, "", "") for k in catalog.gpu_taint_keys)
+        for key, products in sorted(per_key.items()):
+            required.setdefault(key, set()).update(products)
+            preferences.append(Preference(weight, type_name, key, tuple(sorted(products))))
+    return Placement(
+        container_index=index,
+        container_name=container["name"],
+        count=count,
+        set_limit=set_limit,
+        class_name=class_name,
+        types=tuple(ordered),
+        required=tuple((k, tuple(sorted(v))) for k, v in sorted(required.items())),
+        preferences=tuple(preferences),
+        tolerations=tuple(sorted(_drop_covered(taints))),
+        scheduler_name=catalog.scheduler_name,
+    )
+
+
+def _drop_covered(taints: set[Taint]) -> set[Taint]:
+    """A toleration for any effect of a key makes the per-effect ones redundant."""
+    any_effect = {t.key for t in taints if t.effect == ""}
+    return {t for t in taints if t.effect == "" or t.key not in any_effect}
+
+
+def _absent_warning(gpu_class: GpuClass, verdicts: Sequence[TypeVerdict]) -> tuple[str, ...]:
+    absent = [v.type_name for v in verdicts if v.reason == "no nodes in the cluster"]
+    if not absent:
+        return ()
+    return (_short(f"gpu-class: class {gpu_class.name}: no {', '.join(absent)} nodes in the cluster"),)
+
+
+def _unsatisfiable_message(
+    gpu_class: GpuClass, pod_gpus: int, snapshot: Snapshot, catalog: Catalog, excluded: frozenset[str]
+) -> str:
+    present = []
+    for type_name in catalog.types:
+        groups = snapshot.groups(type_name)
+        if groups:
+            largest = max(g.max_allocatable for g in groups)
+            present.append(f"{type_name} (largest allocatable {largest})")
+    excluded_note = f", excluding {', '.join(sorted(excluded))}" if excluded else ""
+    return (
+        f"gpu-class: no ready, schedulable node offers {pod_gpus} GPU(s) of class {gpu_class.name} "
+        f"(types {', '.join(gpu_class.types)}{excluded_note}). "
+        f"Present: {', '.join(present) or 'no GPU nodes'}. "
+        f"Ask for fewer GPUs or another class: {', '.join(catalog.classes)}"
+    )
+
+
+def _short(text: str) -> str:
+    return text if len(text) <= WARNING_MAX_CHARS else text[: WARNING_MAX_CHARS - 3] + "..."

@@ -1,0 +1,138 @@
+"""AdmissionReview in, AdmissionReview out. Pure: no Flask, no Kubernetes client.
+
+A body that is not an AdmissionReview raises BadReview (the HTTP layer answers 4xx). A Pod the
+webhook will not admit is a normal answer: HTTP 200 with allowed false and a message for the user.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from dataclasses import dataclass
+from typing import Any, Mapping, NotRequired, TypedDict
+
+from .catalog import Catalog
+from .inventory import Snapshot
+from .patch import PatchOp, build_patch
+from .planner import Decision, plan
+
+API_VERSIONS = ("admission.k8s.io/v1", "admission.k8s.io/v1beta1")
+
+
+class BadReview(ValueError):
+    """The request is not an AdmissionReview this webhook can read."""
+
+
+class Status(TypedDict):
+    code: int
+    message: str
+    reason: NotRequired[str]
+
+
+class Response(TypedDict):
+    uid: str
+    allowed: bool
+    patchType: NotRequired[str]
+    patch: NotRequired[str]
+    warnings: NotRequired[list[str]]
+    status: NotRequired[Status]
+
+
+class ReviewResponse(TypedDict):
+    apiVersion: str
+    kind: str
+    response: Response
+
+
+@dataclass(frozen=True)
+class Request:
+    """The parts of AdmissionRequest the decision reads."""
+
+    api_version: str
+    uid: str
+    operation: str
+    kind: str
+    group: str
+    sub_resource: str
+    namespace: str
+    object: Mapping[str, Any]
+    name: str
+
+
+def parse_review(body: bytes) -> Request:
+    try:
+        review = json.loads(body)
+    except (ValueError, RecursionError) as exc:
+        raise BadReview(f"body is not JSON: {str(exc)[:200]}") from None
+    if not isinstance(review, dict):
+        raise BadReview("body is not a JSON object")
+    if review.get("kind") != "AdmissionReview" or review.get("apiVersion") not in API_VERSIONS:
+        raise BadReview(f"expected kind AdmissionReview with apiVersion in {', '.join(API_VERSIONS)}")
+    request = review.get("request")
+    if not isinstance(request, dict):
+        raise BadReview("request must be an object")
+    uid = request.get("uid")
+    if not isinstance(uid, str) or not uid:
+        raise BadReview("request.uid must be a non-empty string")
+    kind = request.get("kind")
+    if not isinstance(kind, dict):
+        raise BadReview("request.kind must be an object")
+    fields = {
+        "operation": request.get("operation"),
+        "namespace": request.get("namespace", ""),
+        "subResource": request.get("subResource", ""),
+        "name": request.get("name", ""),
+        "kind.kind": kind.get("kind"),
+        "kind.group": kind.get("group", ""),
+    }
+    for name, value in fields.items():
+        if value is not None and not isinstance(value, str):
+            raise BadReview(f"request.{name} must be a string")
+    obj = request.get("object")
+    if obj is not None and not isinstance(obj, dict):
+        raise BadReview("request.object must be an object")
+    return Request(
+        api_version=review["apiVersion"],
+        uid=uid,
+        operation=fields["operation"] or "",
+        kind=fields["kind.kind"] or "",
+        group=fields["kind.group"] or "",
+        sub_resource=fields["subResource"] or "",
+        namespace=fields["namespace"] or "",
+        object=obj or {},
+        name=fields["name"] or "",
+    )
+
+
+def is_pod_create(request: Request) -> bool:
+    return request.operation == "CREATE" and request.kind == "Pod" and request.group == "" and not request.sub_resource
+
+
+@dataclass(frozen=True)
+class Review:
+    """A decision and the patch that carries it out."""
+
+    decision: Decision
+    patch: list[PatchOp]
+
+
+def review_pod(request: Request, snapshot: Snapshot, catalog: Catalog) -> Review:
+    if not is_pod_create(request):
+        return Review(Decision("out-of-scope", "not a Pod CREATE"), [])
+    namespace = request.namespace or str((request.object.get("metadata") or {}).get("namespace") or "")
+    decision = plan(request.object, snapshot, catalog, namespace=namespace)
+    if decision.placement is None:
+        return Review(decision, [])
+    return Review(decision, build_patch(request.object, decision.placement, catalog.gpu_resource))
+
+
+def build_response(request: Request, review: Review) -> ReviewResponse:
+    response: Response = {"uid": request.uid, "allowed": review.decision.allowed}
+    if review.patch:
+        response["patchType"] = "JSONPatch"
+        response["patch"] = base64.b64encode(json.dumps(review.patch, separators=(",", ":")).encode()).decode()
+    if review.decision.warnings:
+        response["warnings"] = list(review.decision.warnings)
+    if not review.decision.allowed:
+        response["status"] = {"code": 403, "reason": "Forbidden", "message": review.decision.message}
+    return {"apiVersion": request.api_version, "kind": "AdmissionReview", "response": response}

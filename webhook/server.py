@@ -1,0 +1,116 @@
+"""Run the webhook under gunicorn over TLS.
+
+Everything that can be misconfigured (catalog, inventory file, certificates, kube config) is checked
+in the master before any worker starts, so a bad start fails once with a clear message instead of
+workers crash-looping. Each worker builds its own app after fork, so watch threads live in the
+process that serves from them.
+"""
+
+from __future__ import annotations
+
+import logging
+import ssl
+from typing import Any, Callable
+
+from flask import Flask
+from gunicorn.app.base import BaseApplication
+
+from . import logs
+from .app import InventorySource, StaticInventory, create_app
+from .catalog import Catalog, load_catalog_file, load_default_catalog
+from .config import ServeConfig
+from .inventory import Snapshot, build_snapshot
+from .loading import InputError, read_objects
+from .tls import CertReloader
+
+log = logging.getLogger("gpu_class.server")
+
+
+def load_catalog(config: ServeConfig) -> Catalog:
+    return load_catalog_file(config.catalog_file) if config.catalog_file else load_default_catalog()
+
+
+def load_file_snapshot(paths: tuple[str, ...], catalog: Catalog) -> Snapshot:
+    objects = [o for p in paths for o in read_objects(p)]
+    if not any(o.get("kind") == "Node" for o in objects):
+        raise InputError(f"{', '.join(paths)}: no Node objects; give the output of `kubectl get nodes -o yaml`")
+    return build_snapshot(catalog, objects)
+
+
+def make_inventory(config: ServeConfig, catalog: Catalog) -> InventorySource:
+    if config.nodes_files:
+        return StaticInventory(load_file_snapshot(config.nodes_files, catalog))
+    from .watch import start_live_inventory  # the kubernetes client only where it is used
+
+    return start_live_inventory(catalog, kubeconfig=config.kubeconfig)
+
+
+def build_app(config: ServeConfig) -> Flask:
+    catalog = load_catalog(config)
+    return create_app(catalog, make_inventory(config, catalog), max_body_bytes=config.max_body_bytes)
+
+
+def check_config(config: ServeConfig) -> None:
+    """Fail at start, in the master, with a message that says what to fix."""
+    catalog = load_catalog(config)
+    if config.nodes_files:
+        load_file_snapshot(config.nodes_files, catalog)
+    else:
+        from .watch import check_kube_config
+
+        check_kube_config(config.kubeconfig)
+    try:
+        CertReloader(config.cert_file, config.key_file)
+    except (OSError, ssl.SSLError) as exc:
+        raise InputError(f"cannot use --cert-file {config.cert_file} / --key-file {config.key_file}: {exc}") from None
+
+
+class WebhookServer(BaseApplication):  # type: ignore[misc]
+    def __init__(self, config: ServeConfig, app_factory: Callable[[ServeConfig], Flask] = build_app) -> None:
+        self.config_values = config
+        self.app_factory = app_factory
+        super().__init__()
+
+    def load_config(self) -> None:
+        c = self.config_values
+        reloader: dict[str, CertReloader] = {}
+
+        def ssl_context(_conf: Any, _default_factory: Any) -> ssl.SSLContext:
+            # called per connection, in the worker; one reloader per process
+            if "r" not in reloader:
+                reloader["r"] = CertReloader(c.cert_file, c.key_file)
+            return reloader["r"].context()
+
+        settings: dict[str, Any] = {
+            "bind": [c.bind],
+            "workers": c.workers,
+            "worker_class": "gthread",
+            "threads": c.threads,
+            "certfile": c.cert_file,
+            "keyfile": c.key_file,
+            "ssl_context": ssl_context,
+            "keepalive": c.keepalive_seconds,
+            "graceful_timeout": c.graceful_timeout_seconds,
+            "timeout": c.worker_timeout_seconds,
+            "limit_request_line": c.max_request_line_bytes,
+            "limit_request_fields": c.max_header_fields,
+            "limit_request_field_size": c.max_header_field_bytes,
+            "accesslog": None,
+            "loglevel": c.log_level,
+            "proc_name": "gpuclass",
+            # gunicorn's runtime control socket is not needed and would write under $HOME (read-only in the image)
+            "control_socket_disable": True,
+            "post_worker_init": lambda worker: logs.configure(c.log_level),
+        }
+        for key, value in settings.items():
+            if key in self.cfg.settings:  # control_socket_disable exists from gunicorn 24 on
+                self.cfg.set(key, value)
+
+    def load(self) -> Flask:
+        logs.configure(self.config_values.log_level)
+        return self.app_factory(self.config_values)
+
+
+def serve(config: ServeConfig) -> None:
+    check_config(config)
+    WebhookServer(config).run()
