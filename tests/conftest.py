@@ -1,6 +1,1 @@
-"""Test setup: the tests import their builders as plain modules from this folder."""
-
-import os
-import sys
-
-sys.path.insert(0, os.path.dirname(__file__))
+"""Shared pytest setup. Helpers (builders, servers, fakeapi) import as plain modules: see pythonpath in setup.cfg."""

@@ -281,7 +281,7 @@ def state_with_pods(pods: dict[str, tuple[str, int]]) -> Snapshot:
         make_node("a100-1", "A100-SXM4-40GB", gpus=8), make_node("a100-2", "A100-SXM4-40GB", gpus=8),
         make_node("l4-1", "NVIDIA-L4", gpus=4), make_node("t4-1", "Tesla-T4", gpus=2),
     ]
-    state = InventoryState(catalog=CATALOG)
+    state = InventoryState(catalog=CATALOG, synced=True)
     state.replace_nodes(n for n in (node_info_from_object(o, CATALOG) for o in nodes) if n is not None)
     state.replace_pods((key, node, gpus) for key, (node, gpus) in pods.items())
     return state.publish()
@@ -299,6 +299,13 @@ def test_balanced_and_binpack_follow_free_gpus(pods: dict[str, tuple[str, int]],
     snapshot = state_with_pods(pods)
     assert plan(make_pod({C: "balanced"}), snapshot, CATALOG).placement.types == balanced  # type: ignore[union-attr]
     assert plan(make_pod({C: "packed"}), snapshot, CATALOG).placement.types == packed  # type: ignore[union-attr]
+
+
+def test_unsynced_inventory_refuses_pods_in_scope_only() -> None:
+    unsynced = dataclasses.replace(snapshot_of(CLUSTER), synced=False)
+    decision = plan(make_pod({C: "high"}), unsynced, CATALOG)
+    assert decision.outcome == "refused" and "retry" in decision.message
+    assert plan(make_pod(), unsynced, CATALOG).outcome == "out-of-scope"
 
 
 def test_scalable_type_at_zero_uses_catalog_products() -> None:

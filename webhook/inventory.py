@@ -155,6 +155,27 @@ def namespace_info_from_object(obj: Mapping[str, Any]) -> NamespaceInfo | None:
     )
 
 
+TERMINAL_PHASES = ("Succeeded", "Failed")
+
+
+def pod_gpu_request(obj: Mapping[str, Any], resource: str) -> tuple[str | None, int]:
+    """(node, GPUs) a Pod holds: bound and not finished. App containers add up; init containers run alone."""
+    spec = obj.get("spec") or {}
+    status = obj.get("status") or {}
+    node = spec.get("nodeName") or None
+    if node is None or status.get("phase") in TERMINAL_PHASES:
+        return None, 0
+
+    def gpus(container: Any) -> int:
+        resources = (container.get("resources") or {}) if isinstance(container, dict) else {}
+        value = (resources.get("limits") or {}).get(resource, (resources.get("requests") or {}).get(resource))
+        return parse_gpu_count(value)
+
+    app = sum(gpus(c) for c in spec.get("containers") or [])
+    init = max((gpus(c) for c in spec.get("initContainers") or []), default=0)
+    return str(node), max(app, init)
+
+
 def summarize_group(nodes: Iterable[NodeInfo], requested: Mapping[str, int]) -> ProductGroup:
     members = list(nodes)
     first = members[0]

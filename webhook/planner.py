@@ -133,6 +133,13 @@ def _plan(pod: Mapping[str, Any], snapshot: Snapshot, catalog: Catalog, namespac
             class_name=class_name,
         )
 
+    if not snapshot.synced:
+        return Decision(
+            "refused",
+            "gpu-class: the webhook has not yet read the cluster's nodes (starting, or the API server is "
+            "unreachable); retry in a few seconds",
+            class_name=class_name,
+        )
     target = _target_container(annotations, containers, catalog.gpu_resource)
     if isinstance(target, str):
         return Decision("refused", target, class_name=class_name)

@@ -1,0 +1,233 @@
+"""The live inventory against a fake API server over HTTP, with the real kubernetes client."""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import kubernetes
+import pytest
+
+from builders import make_catalog, make_namespace, make_node, make_pod, make_review
+from fakeapi import FakeApiServer
+from servers import running_server
+from webhook.inventory import pod_gpu_request
+from webhook.planner import plan
+from webhook.watch import LiveInventory
+
+CATALOG = make_catalog()
+
+
+def eventually(check: Callable[[], Any], timeout_seconds: float = 10.0, what: str = "condition") -> Any:
+    deadline = time.monotonic() + timeout_seconds
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@pytest.fixture
+def api() -> Iterator[FakeApiServer]:
+    with FakeApiServer(bookmark_interval_seconds=0.2) as server:
+        yield server
+
+
+def start_inventory(api: FakeApiServer, **kwargs: Any) -> LiveInventory:
+    core = kubernetes.client.CoreV1Api(api.api_client())
+    return LiveInventory(CATALOG, core, **kwargs).start()
+
+
+@pytest.fixture
+def inventory(api: FakeApiServer) -> Iterator[LiveInventory]:
+    api.create(make_namespace("ml"))
+    api.create(make_node("h100-a", "NVIDIA-H100-80GB-HBM3", gpus=8))
+    inv = start_inventory(api)
+    eventually(lambda: inv.readiness()[0], what="first sync")
+    yield inv
+    inv.stop()
+
+
+def types_for(inv: LiveInventory, annotations: dict[str, str] | None = None) -> tuple[str, ...]:
+    decision = plan(make_pod(annotations or {"gpu-class.io/class": "high"}), inv.snapshot(), CATALOG, namespace="ml")
+    return decision.placement.types if decision.placement else ()
+
+
+def test_nodes_added_modified_deleted_mid_watch_reach_the_next_decision(api: FakeApiServer, inventory: LiveInventory) -> None:
+    assert types_for(inventory) == ("H100",)
+    api.create(make_node("a100-a", "A100-SXM4-40GB", gpus=4))
+    eventually(lambda: types_for(inventory) == ("H100", "A100"), what="added node")
+    api.update(make_node("h100-a", "NVIDIA-H100-80GB-HBM3", gpus=8, unschedulable=True))
+    eventually(lambda: types_for(inventory) == ("A100",), what="cordoned node")
+    api.delete("Node", "a100-a")
+    eventually(lambda: plan(make_pod({"gpu-class.io/class": "high"}), inventory.snapshot(), CATALOG,
+                            namespace="ml").outcome == "refused", what="deleted node")
+
+
+def test_unchanged_fields_publish_no_new_snapshot(api: FakeApiServer, inventory: LiveInventory) -> None:
+    before = inventory.snapshot()
+    heartbeat = make_node("h100-a", "NVIDIA-H100-80GB-HBM3", gpus=8)
+    heartbeat["status"]["conditions"][0]["lastHeartbeatTime"] = "2026-11-29T00:00:00Z"
+    heartbeat["metadata"]["labels"]["feature.node.kubernetes.io/kernel-version"] = "6.1"
+    api.update(heartbeat)
+    rv = api.current_resource_version
+    eventually(lambda: inventory.reflectors[0].resource_version == rv, what="event seen")
+    assert inventory.snapshot() is before
+
+
+def test_starts_before_the_api_is_reachable(tmp_path: Path) -> None:
+    api = FakeApiServer(bookmark_interval_seconds=0.2).start()
+    api.create(make_node("h100-a", "NVIDIA-H100-80GB-HBM3"))
+    api.create(make_namespace("ml"))
+    api.set_available(False)
+    inv = start_inventory(api)
+    try:
+        time.sleep(1.0)
+        ready, detail = inv.readiness()
+        assert not ready and detail["watches"]["nodes"]["synced"] is False
+        assert inv.reflectors[0].errors >= 1
+        api.set_available(True)
+        eventually(lambda: inv.readiness()[0], timeout_seconds=40, what="sync after the API came up")
+        assert types_for(inv) == ("H100",)
+    finally:
+        inv.stop()
+        api.stop()
+
+
+def test_relist_after_410_converges(api: FakeApiServer, inventory: LiveInventory) -> None:
+    nodes = inventory.reflectors[0]
+    relists = nodes.relists
+    assert api.wait_for_watches(2)
+    # changes the watch will not replay: the history is compacted and the watch cut
+    api.set_available(False)
+    api.delete("Node", "h100-a")
+    api.create(make_node("t4-a", "Tesla-T4", gpus=1))
+    api.compact()
+    api.set_available(True)
+    eventually(lambda: nodes.relists > relists, timeout_seconds=40, what="relist after 410")
+    eventually(lambda: set(inventory.state.nodes) == {"t4-a"}, what="converged inventory")
+    assert types_for(inventory, {"gpu-class.io/class": "economy"}) == ("T4", "V100")
+
+
+def test_dropped_watch_and_500s_are_retried(api: FakeApiServer, inventory: LiveInventory) -> None:
+    api.fail_next(3, status=500, path_prefix="/api/v1/nodes")
+    api.drop_watches()
+    api.create(make_node("a100-a", "A100-SXM4-40GB", gpus=4))
+    eventually(lambda: types_for(inventory) == ("H100", "A100"), timeout_seconds=30, what="recovery")
+    assert inventory.readiness()[0]
+
+
+def test_bookmarks_advance_the_resource_version(api: FakeApiServer, inventory: LiveInventory) -> None:
+    api.create(make_node("other", None))  # a CPU node: an event, and the resourceVersion moves on
+    rv = api.current_resource_version
+    eventually(lambda: inventory.reflectors[1].resource_version == rv, what="namespaces watch bookmarked past the node")
+
+
+def test_namespace_label_change_takes_effect(api: FakeApiServer, inventory: LiveInventory) -> None:
+    gpu_pod = make_pod(gpu_limit="1")
+    assert plan(gpu_pod, inventory.snapshot(), CATALOG, namespace="ml").outcome == "out-of-scope"
+    api.update(make_namespace("ml", default_class="high"))
+    eventually(lambda: plan(gpu_pod, inventory.snapshot(), CATALOG, namespace="ml").outcome == "patched",
+               what="default class")
+    api.update(make_namespace("ml", inject=False))
+    eventually(lambda: plan(make_pod({"gpu-class.io/class": "high"}), inventory.snapshot(), CATALOG,
+                            namespace="ml").outcome == "out-of-scope", what="opt-out")
+
+
+def gpu_pod(name: str, node: str | None, gpus: int, phase: str = "Running") -> dict[str, Any]:
+    pod = make_pod(name=name, gpu_limit=str(gpus))
+    if node:
+        pod["spec"]["nodeName"] = node
+    pod["status"] = {"phase": phase}
+    return pod
+
+
+def test_pod_accounting_follows_completion_and_deletion(api: FakeApiServer) -> None:
+    api.create(make_namespace("ml"))
+    api.create(make_node("a100-1", "A100-SXM4-40GB", gpus=8))
+    api.create(gpu_pod("a", "a100-1", 3))
+    api.create(gpu_pod("b", "a100-1", 2, phase="Pending"))  # bound, not yet running: it holds its GPUs
+    api.create(gpu_pod("c", None, 4, phase="Pending"))  # not bound: no node to account it to
+    inv = start_inventory(api, watch_pods=True)
+    try:
+        eventually(lambda: inv.readiness()[0], what="sync")
+
+        def free() -> int:
+            return inv.snapshot().groups("A100")[0].free_gpus
+
+        assert free() == 3
+        api.update(gpu_pod("a", "a100-1", 3, phase="Succeeded"))
+        eventually(lambda: free() == 6, what="completion frees GPUs")
+        api.delete("Pod", "b", "ml")
+        eventually(lambda: free() == 8, what="deletion frees GPUs")
+        api.update(gpu_pod("c", "a100-1", 4, phase="Running"))
+        eventually(lambda: free() == 4, what="binding takes GPUs")
+        assert inv.state.pods == {"ml/c": ("a100-1", 4)}
+    finally:
+        inv.stop()
+
+
+@pytest.mark.parametrize("pod, expected", [
+    pytest.param(gpu_pod("a", "n1", 2), ("n1", 2), id="running"),
+    pytest.param(gpu_pod("a", None, 2, phase="Pending"), (None, 0), id="unbound"),
+    pytest.param(gpu_pod("a", "n1", 2, phase="Failed"), (None, 0), id="failed"),
+    pytest.param({"spec": {"nodeName": "n1", "containers": [{"name": "a"}]}}, ("n1", 0), id="no-gpus"),
+    pytest.param({"spec": {"nodeName": "n1", "containers": [
+        {"name": "a", "resources": {"limits": {"nvidia.com/gpu": "1"}}},
+        {"name": "b", "resources": {"requests": {"nvidia.com/gpu": "2"}}}],
+        "initContainers": [{"name": "i", "resources": {"limits": {"nvidia.com/gpu": "4"}}}]}}, ("n1", 4), id="init-wins"),
+])
+def test_pod_gpu_request(pod: dict[str, Any], expected: tuple[str | None, int]) -> None:
+    assert pod_gpu_request(pod, "nvidia.com/gpu") == expected
+
+
+def test_readiness_reports_staleness_after_sync(api: FakeApiServer, inventory: LiveInventory) -> None:
+    ready, detail = inventory.readiness()
+    assert ready and detail["source"] == "api" and detail["nodes"] == 1
+    assert detail["staleSeconds"] is not None and detail["staleSeconds"] < 5
+    api.set_available(False)
+    time.sleep(1.5)
+    ready, detail = inventory.readiness()
+    # keeps serving from the last known inventory, and says how old it is
+    assert ready and detail["staleSeconds"] >= 1.0
+    assert types_for(inventory) == ("H100",)
+    api.set_available(True)
+
+
+def test_served_by_gunicorn_workers_from_a_live_watch(api: FakeApiServer, tmp_path: Path) -> None:
+    api.create(make_namespace("ml"))
+    api.create(make_node("h100-a", "NVIDIA-H100-80GB-HBM3"))
+    kubeconfig = api.kubeconfig(tmp_path / "kubeconfig")
+    config = tmp_path / "catalog.yaml"
+    from builders import TEST_CATALOG_YAML
+
+    config.write_text(TEST_CATALOG_YAML)
+    with running_server(tmp_path, ["--kubeconfig", str(kubeconfig), "--config", str(config)], workers=2) as server:
+        eventually(lambda: server.get("/readyz")[0] == 200, timeout_seconds=20, what="readyz")
+        # two workers, each with its own node, namespace and pod watches
+        assert api.wait_for_watches(6, timeout_seconds=20)
+        review = make_review(make_pod({"gpu-class.io/class": "high"}))
+        calls_before = len(api.request_log)
+        for _ in range(10):
+            assert server.post("/mutate", review)[1]["response"]["allowed"] is True
+        # admissions are answered from the watched view: no API call per admission
+        new_calls = api.request_log[calls_before:]
+        assert all(r.query.get("watch") in ("true", "1") for r in new_calls), new_calls
+        api.delete("Node", "h100-a")
+        api.create(make_node("a100-a", "A100-SXM4-40GB"))
+
+        def every_worker_sees_it() -> bool:
+            # each request opens a new connection, which may land on either worker
+            return all(types_annotation(server.post("/mutate", review)[1]) == "A100" for _ in range(8))
+
+        eventually(every_worker_sees_it, timeout_seconds=20, what="both workers updated")
+        assert api.server_errors == []
+
+
+def types_annotation(body: dict[str, Any]) -> str | None:
+    patch = json.loads(base64.b64decode(body["response"].get("patch", "") or "W10="))
+    return next((op["value"] for op in patch if op["path"] == "/metadata/annotations/gpu-class.io~1types"), None)

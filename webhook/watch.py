@@ -1,0 +1,320 @@
+"""The live inventory: list, then watch, Nodes, Namespaces and GPU Pods, and keep InventoryState current.
+
+I/O only; what an object means is decided in inventory.py. Each gunicorn worker runs its own
+reflectors (threads do not survive fork, and a worker must never serve from a view nobody updates).
+
+The `kubernetes` client does the HTTP, authentication and configuration; responses are read with
+`_preload_content=False` and parsed as plain JSON, because turning 150,000 Pods into generated model
+objects would cost minutes and gigabytes, and the decision needs only a few fields of each.
+
+What real API servers do, and what the reflector does about it:
+- a watch ends after its timeout, or the connection drops: watch again from the last resourceVersion;
+- `410 Gone` (as an ERROR event or a status): the history is compacted, list again;
+- BOOKMARK events: only a newer resourceVersion to resume from;
+- unreachable or failing (at start or for minutes): retry with capped, jittered backoff, forever,
+  serving meanwhile from the last known inventory.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator, Mapping
+
+import kubernetes
+from kubernetes.client.exceptions import ApiException
+from kubernetes.watch.watch import iter_resp_lines
+
+from .catalog import Catalog
+from .inventory import InventoryState, Snapshot, namespace_info_from_object, node_info_from_object, pod_gpu_request
+
+log = logging.getLogger("gpu_class.watch")
+
+LIST_PAGE_SIZE = 500
+WATCH_TIMEOUT_SECONDS = (240, 360)  # spread so that reflectors do not reconnect in step
+BACKOFF_SECONDS = (0.5, 30.0)
+SYNC_WAIT_SECONDS = 15
+SERVICE_ACCOUNT_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+
+
+class Expired(Exception):
+    """The resourceVersion we resume from is gone: list again."""
+
+
+class ConfigError(ValueError):
+    """No way to reach the cluster; the message says what to give."""
+
+
+def check_kube_config(kubeconfig: str | None) -> kubernetes.client.Configuration:
+    configuration = kubernetes.client.Configuration()
+    if kubeconfig:
+        if not os.path.exists(kubeconfig):
+            raise ConfigError(f"--kubeconfig {kubeconfig}: no such file")
+        try:
+            kubernetes.config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+        except Exception as exc:  # the loader raises several kinds for a bad file
+            raise ConfigError(f"--kubeconfig {kubeconfig}: {exc}") from None
+        return configuration
+    if "KUBERNETES_SERVICE_HOST" not in os.environ or not os.path.exists(SERVICE_ACCOUNT_TOKEN):
+        raise ConfigError(
+            "not running in a cluster (no KUBERNETES_SERVICE_HOST or service account token): "
+            "give --kubeconfig PATH, or --nodes NODES.yaml for a fixed inventory"
+        )
+    kubernetes.config.load_incluster_config(client_configuration=configuration)
+    return configuration
+
+
+@dataclass
+class Reflector:
+    """List+watch of one resource kind, feeding `apply` (events) and `replace` (full lists)."""
+
+    name: str
+    list_call: Callable[..., Any]
+    replace: Callable[[list[dict[str, Any]]], None]
+    apply: Callable[[str, dict[str, Any]], None]
+    stop_event: threading.Event
+    resource_version: str | None = None
+    synced: bool = False
+    connected: bool = False
+    last_contact: float | None = None  # monotonic time of the last list, event or bookmark
+    restarts: int = 0
+    relists: int = 0
+    errors: int = 0
+    on_restart: Callable[[str, str], None] | None = None
+    _backoff: float = field(default=BACKOFF_SECONDS[0], repr=False)
+
+    def run(self) -> None:
+        while not self.stop_event.is_set():
+            try:
+                if self.resource_version is None:
+                    self._list()
+                self._watch()
+                self._backoff = BACKOFF_SECONDS[0]
+                self._restarted("timeout")
+            except Expired:
+                self.resource_version = None
+                self._restarted("expired")
+            except Exception as exc:  # API errors, refused or dropped connections, bad JSON: retry
+                self.connected = False
+                self.errors += 1
+                status = getattr(exc, "status", None)
+                if status == 410:
+                    self.resource_version = None
+                    self._restarted("expired")
+                    continue
+                log.warning("%s watch failed, retrying in %.1fs: %s", self.name, self._backoff, _brief(exc))
+                self._restarted("error")
+                self.stop_event.wait(self._backoff * random.uniform(0.5, 1.0))
+                self._backoff = min(self._backoff * 2, BACKOFF_SECONDS[1])
+
+    def _restarted(self, reason: str) -> None:
+        self.restarts += 1
+        if self.on_restart is not None:
+            self.on_restart(self.name, reason)
+
+    def _list(self) -> None:
+        items: list[dict[str, Any]] = []
+        token: str | None = None
+        while True:
+            kwargs: dict[str, Any] = {"limit": LIST_PAGE_SIZE, "_preload_content": False, "_request_timeout": 60}
+            if token:
+                kwargs["_continue"] = token
+            page = json.loads(self.list_call(**kwargs).data)
+            items.extend(page.get("items") or [])
+            metadata = page.get("metadata") or {}
+            token = metadata.get("continue")
+            if not token:
+                break
+        self.replace(items)
+        self.resource_version = metadata.get("resourceVersion")
+        self.relists += 1
+        self.synced = True
+        self.connected = True
+        self.last_contact = time.monotonic()
+
+    def _watch(self) -> None:
+        timeout = random.randint(*WATCH_TIMEOUT_SECONDS)
+        response = self.list_call(
+            watch=True,
+            resource_version=self.resource_version,
+            allow_watch_bookmarks=True,
+            timeout_seconds=timeout,
+            _preload_content=False,
+            # a silent dead connection is noticed when nothing, not even a bookmark, arrives in time
+            _request_timeout=(10, timeout + 30),
+        )
+        self.connected = True
+        try:
+            for event in _events(response):
+                if self.stop_event.is_set():
+                    return
+                self._handle(event)
+        finally:
+            response.release_conn()
+
+    def _handle(self, event: Mapping[str, Any]) -> None:
+        kind = event.get("type")
+        obj = event.get("object") or {}
+        if kind == "ERROR":
+            if obj.get("code") == 410:
+                raise Expired()
+            raise RuntimeError(f"watch error event: {obj.get('message') or obj}")
+        rv = (obj.get("metadata") or {}).get("resourceVersion")
+        self.last_contact = time.monotonic()
+        if kind in ("ADDED", "MODIFIED", "DELETED"):
+            self.apply(str(kind), obj)
+        if rv:
+            self.resource_version = rv
+
+    def status(self, now: float) -> dict[str, Any]:
+        return {
+            "synced": self.synced,
+            "connected": self.connected,
+            "staleSeconds": None if self.last_contact is None else round(now - self.last_contact, 1),
+            "restarts": self.restarts,
+            "relists": self.relists,
+        }
+
+
+def _events(response: Any) -> Iterator[dict[str, Any]]:
+    for line in iter_resp_lines(response):
+        if line:
+            yield json.loads(line)
+
+
+def _brief(exc: BaseException) -> str:
+    if isinstance(exc, ApiException):
+        return f"HTTP {exc.status} {exc.reason}"
+    return f"{type(exc).__name__}: {str(exc)[:200]}"
+
+
+def needs_pod_accounting(catalog: Catalog) -> bool:
+    return any(c.strategy in ("balanced", "binpack") for c in catalog.classes.values())
+
+
+class LiveInventory:
+    """An InventorySource fed by reflectors; snapshot() is a lock-free read of the last published view."""
+
+    def __init__(self, catalog: Catalog, api: kubernetes.client.CoreV1Api, *, watch_pods: bool | None = None) -> None:
+        self.catalog = catalog
+        self.state = InventoryState(catalog=catalog, watch_namespaces=True)
+        self.stop_event = threading.Event()
+        self.watch_pods = needs_pod_accounting(catalog) if watch_pods is None else watch_pods
+        self.restart_listeners: list[Callable[[str, str], None]] = []
+        self.reflectors = [
+            self._reflector("nodes", api.list_node, self._replace_nodes, self._apply_node),
+            self._reflector("namespaces", api.list_namespace, self._replace_namespaces, self._apply_namespace),
+        ]
+        if self.watch_pods:
+            self.reflectors.append(
+                self._reflector("pods", api.list_pod_for_all_namespaces, self._replace_pods, self._apply_pod)
+            )
+        self._threads: list[threading.Thread] = []
+
+    def _reflector(self, name: str, list_call: Callable[..., Any], replace: Callable[[list[dict[str, Any]]], None],
+                   apply: Callable[[str, dict[str, Any]], None]) -> Reflector:
+        return Reflector(name, list_call, replace, apply, self.stop_event, on_restart=self._notify_restart)
+
+    def _notify_restart(self, name: str, reason: str) -> None:
+        for listener in self.restart_listeners:
+            listener(name, reason)
+
+    def start(self) -> LiveInventory:
+        for r in self.reflectors:
+            thread = threading.Thread(target=r.run, name=f"gpu-class-watch-{r.name}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
+        return self
+
+    def stop(self) -> None:
+        self.stop_event.set()
+
+    def wait_until_synced(self, timeout_seconds: float) -> bool:
+        deadline = time.monotonic() + timeout_seconds
+        while not self.readiness()[0] and time.monotonic() < deadline:
+            self.stop_event.wait(0.05)
+        return self.readiness()[0]
+
+    def snapshot(self) -> Snapshot:
+        return self.state.snapshot
+
+    def readiness(self) -> tuple[bool, dict[str, Any]]:
+        now = time.monotonic()
+        ready = all(r.synced for r in self.reflectors)
+        stale = [s for s in (r.status(now)["staleSeconds"] for r in self.reflectors) if s is not None]
+        return ready, {
+            "source": "api",
+            "nodes": len(self.state.nodes),
+            "staleSeconds": max(stale) if len(stale) == len(self.reflectors) else None,
+            "watches": {r.name: r.status(now) for r in self.reflectors},
+        }
+
+    # each change goes through the state's lock and ends with a new published snapshot
+    def _publish_if(self, changed: bool) -> None:
+        if changed or not self.state.synced:
+            self.state.synced = all(r.synced for r in self.reflectors) or self.state.synced
+            self.state.publish()
+
+    def _replace_nodes(self, items: list[dict[str, Any]]) -> None:
+        infos = [i for i in (node_info_from_object({**o, "kind": "Node"}, self.catalog) for o in items) if i is not None]
+        with self.state.lock:
+            self.state.replace_nodes(infos)
+            self._mark_synced("nodes")
+
+    def _apply_node(self, kind: str, obj: dict[str, Any]) -> None:
+        name = (obj.get("metadata") or {}).get("name")
+        info = None if kind == "DELETED" else node_info_from_object(obj, self.catalog)
+        with self.state.lock:
+            changed = self.state.upsert_node(info) if info is not None else self.state.remove_node(str(name))
+            self._publish_if(changed)
+
+    def _replace_namespaces(self, items: list[dict[str, Any]]) -> None:
+        infos = [i for i in map(namespace_info_from_object, items) if i is not None]
+        with self.state.lock:
+            self.state.replace_namespaces(infos)
+            self._mark_synced("namespaces")
+
+    def _apply_namespace(self, kind: str, obj: dict[str, Any]) -> None:
+        info = namespace_info_from_object(obj)
+        if info is None:
+            return
+        with self.state.lock:
+            changed = self.state.remove_namespace(info.name) if kind == "DELETED" else self.state.upsert_namespace(info)
+            self._publish_if(changed)
+
+    def _replace_pods(self, items: list[dict[str, Any]]) -> None:
+        accounted = [(_pod_key(o), *pod_gpu_request(o, self.catalog.gpu_resource)) for o in items]
+        with self.state.lock:
+            self.state.replace_pods(accounted)
+            self._mark_synced("pods")
+
+    def _apply_pod(self, kind: str, obj: dict[str, Any]) -> None:
+        node, gpus = (None, 0) if kind == "DELETED" else pod_gpu_request(obj, self.catalog.gpu_resource)
+        with self.state.lock:
+            self._publish_if(self.state.set_pod(_pod_key(obj), node, gpus))
+
+    def _mark_synced(self, name: str) -> None:
+        # the reflector sets its own flag after replace() returns; count this one as done already
+        self.state.synced = all(r.synced or r.name == name for r in self.reflectors)
+        self.state.publish()
+
+
+def _pod_key(obj: Mapping[str, Any]) -> str:
+    metadata = obj.get("metadata") or {}
+    return f"{metadata.get('namespace', '')}/{metadata.get('name', '')}"
+
+
+def start_live_inventory(catalog: Catalog, *, kubeconfig: str | None) -> LiveInventory:
+    configuration = check_kube_config(kubeconfig)
+    api = kubernetes.client.CoreV1Api(kubernetes.client.ApiClient(configuration))
+    inventory = LiveInventory(catalog, api).start()
+    # a worker that accepts before its first list would refuse every Pod for want of nodes; wait a
+    # little (well under gunicorn's worker timeout), then serve anyway, refusing until synced
+    if not inventory.wait_until_synced(SYNC_WAIT_SECONDS):
+        log.warning("inventory not synced after %ss; serving, refusing GPU Pods until it is", SYNC_WAIT_SECONDS)
+    return inventory
