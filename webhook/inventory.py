@@ -79,6 +79,8 @@ class Snapshot:
     unknown_groups: tuple[ProductGroup, ...] = ()
     namespaces: Mapping[str, NamespaceInfo] | None = None  # None: namespaces are not watched
     synced: bool = True
+    nodes: Mapping[str, NodeInfo] = field(default_factory=dict)  # GPU nodes by name
+    requested: Mapping[str, int] = field(default_factory=dict)  # GPUs held by bound, unfinished Pods, by node
 
     def groups(self, type_name: str) -> tuple[ProductGroup, ...]:
         return self.groups_by_type.get(type_name, ())
@@ -201,6 +203,8 @@ class InventoryState:
     """The writable side: nodes, namespaces and GPU requests per node. One writer, under its lock.
 
     Each change re-summarises only the product groups it touches and publishes a new Snapshot.
+    The dicts a Snapshot exposes (nodes, namespaces, requested) are replaced, never changed in
+    place, so a reader holding an old Snapshot keeps a consistent view.
     """
 
     catalog: Catalog
@@ -224,16 +228,17 @@ class InventoryState:
             return False
         if old is not None:
             self._leave_group(old)
-        self.nodes[info.name] = info
+        self.nodes = {**self.nodes, info.name: info}  # copy on write: published snapshots share the old one
         key = (info.label_key, info.product)
         self.members.setdefault(key, {})[info.name] = info
         self._resummarize(key)
         return True
 
     def remove_node(self, name: str) -> bool:
-        old = self.nodes.pop(name, None)
+        old = self.nodes.get(name)
         if old is None:
             return False
+        self.nodes = {k: v for k, v in self.nodes.items() if k != name}
         self._leave_group(old)
         return True
 
@@ -264,11 +269,14 @@ class InventoryState:
     def upsert_namespace(self, info: NamespaceInfo) -> bool:
         if self.namespaces.get(info.name) == info:
             return False
-        self.namespaces[info.name] = info
+        self.namespaces = {**self.namespaces, info.name: info}
         return True
 
     def remove_namespace(self, name: str) -> bool:
-        return self.namespaces.pop(name, None) is not None
+        if name not in self.namespaces:
+            return False
+        self.namespaces = {k: v for k, v in self.namespaces.items() if k != name}
+        return True
 
     def replace_namespaces(self, infos: Iterable[NamespaceInfo]) -> None:
         self.namespaces = {n.name: n for n in infos}
@@ -290,17 +298,20 @@ class InventoryState:
 
     def replace_pods(self, pods: Iterable[tuple[str, str | None, int]]) -> None:
         self.pods = {k: (n, g) for k, n, g in pods if n and g > 0}
-        self.requested = {}
+        requested: dict[str, int] = {}
         for node_name, gpus in self.pods.values():
-            self.requested[node_name] = self.requested.get(node_name, 0) + gpus
+            requested[node_name] = requested.get(node_name, 0) + gpus
+        self.requested = requested
         self.summaries = {k: summarize_group(v.values(), self.requested) for k, v in self.members.items()}
 
     def _add_request(self, node_name: str, delta: int) -> None:
         total = self.requested.get(node_name, 0) + delta
+        requested = dict(self.requested)  # copy on write, as for nodes
         if total > 0:
-            self.requested[node_name] = total
+            requested[node_name] = total
         else:
-            self.requested.pop(node_name, None)
+            requested.pop(node_name, None)
+        self.requested = requested
         node = self.nodes.get(node_name)
         if node is not None:
             self._resummarize((node.label_key, node.product))
@@ -317,8 +328,10 @@ class InventoryState:
         self.snapshot = Snapshot(
             groups_by_type=MappingProxyType({k: tuple(sorted(v, key=_group_order)) for k, v in by_type.items()}),
             unknown_groups=tuple(sorted(unknown, key=_group_order)),
-            namespaces=MappingProxyType(dict(self.namespaces)) if self.watch_namespaces else None,
+            namespaces=MappingProxyType(self.namespaces) if self.watch_namespaces else None,
             synced=self.synced,
+            nodes=MappingProxyType(self.nodes),
+            requested=MappingProxyType(self.requested),
         )
         return self.snapshot
 
