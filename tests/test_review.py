@@ -91,3 +91,16 @@ def test_namespace_comes_from_the_request_when_the_pod_has_none() -> None:
     request = parse_review(json.dumps(review).encode())
     assert request.namespace == "team-a"
     assert review_pod(request, SNAPSHOT, CATALOG).decision.outcome == "patched"
+
+
+def test_admitted_unsatisfiable_pod_is_marked_but_not_placed() -> None:
+    import dataclasses
+
+    catalog = dataclasses.replace(CATALOG, on_unsatisfiable="admit")
+    pod = make_pod({"gpu-class.io/class": "high", "gpu-class.io/count": "64"})
+    request = parse_review(json.dumps(make_review(pod)).encode())
+    response = build_response(request, review_pod(request, SNAPSHOT, catalog))["response"]
+    assert response["allowed"] is True and any("64 GPU(s)" in w for w in response["warnings"])
+    patched = jsonpatch.apply_patch(pod, json.loads(base64.b64decode(response["patch"])))
+    assert patched["metadata"]["annotations"]["gpu-class.io/types"] == ""
+    assert patched["spec"] == pod["spec"]

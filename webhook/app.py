@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 from flask import Flask, Response, request
 from werkzeug.exceptions import HTTPException
@@ -42,16 +42,15 @@ def _json(body: Any, status: int = 200) -> Response:
     return Response(json.dumps(body, separators=(",", ":")), status=status, mimetype="application/json")
 
 
-AdmissionObserver = Callable[[Review | None, float, str], None]
-
-
 def create_app(
     catalog: Catalog,
     inventory: InventorySource,
     *,
     max_body_bytes: int = 3 * 1024 * 1024,
-    observers: tuple[AdmissionObserver, ...] = (),
 ) -> Flask:
+    # imported here, not at the top: under gunicorn the multiprocess directory must be set first
+    from . import metrics
+
     app = Flask("gpu_class")
     # the API server caps objects near 3 MiB; more than that is not an AdmissionReview it sent
     app.config["MAX_CONTENT_LENGTH"] = max_body_bytes
@@ -66,6 +65,7 @@ def create_app(
         try:
             req = parse_review(request.get_data(cache=False))
         except BadReview as exc:
+            metrics.observe_admission(None, time.perf_counter() - started, catalog, "bad-request")
             _log_request(None, None, started, "bad-request", str(exc))
             return _json({"error": "Bad Request", "message": str(exc)}, 400)
         try:
@@ -75,10 +75,10 @@ def create_app(
             # a bug must not become a 5xx (the API server would apply failurePolicy silently):
             # refuse this Pod with a message that points at the logs
             log.exception("admission failed uid=%s", req.uid)
+            metrics.observe_admission(None, time.perf_counter() - started, catalog, "error")
             _log_request(req, None, started, "error", "internal error")
             return _json(_internal_error(req.api_version, req.uid))
-        for observe in observers:
-            observe(result, time.perf_counter() - started, req.namespace)
+        metrics.observe_admission(result, time.perf_counter() - started, catalog)
         _log_request(req, result, started, result.decision.outcome, result.decision.message)
         return _json(body)
 
@@ -91,6 +91,12 @@ def create_app(
         ready, detail = inventory.readiness()
         return _json({"ready": ready, **detail}, 200 if ready else 503)
 
+    @app.get("/metrics")
+    def metrics_endpoint() -> Response:
+        body, content_type = metrics.render()
+        return Response(body, mimetype=content_type.split(";")[0], content_type=content_type)
+
+    # extender routes (scheduler extender) are registered by their module when present
     return app
 
 
@@ -109,7 +115,8 @@ def _internal_error(api_version: str, uid: str) -> dict[str, Any]:
 def _log_request(req: Any, result: Review | None, started: float, outcome: str, message: str) -> None:
     if not log.isEnabledFor(logging.INFO):
         return
-    pod_meta = (req.object.get("metadata") or {}) if req is not None else {}
+    pod_meta = req.object.get("metadata") if req is not None else None
+    pod_meta = pod_meta if isinstance(pod_meta, dict) else {}
     record = {
         "uid": req.uid if req is not None else None,
         "namespace": req.namespace if req is not None else None,

@@ -43,6 +43,11 @@ def build_patch(pod: Mapping[str, Any], placement: Placement, gpu_resource: str)
     return ops
 
 
+def build_unplaced_patch(pod: Mapping[str, Any]) -> list[PatchOp]:
+    """An admitted but unplaced Pod still says the webhook saw it (the backstop policy looks for that)."""
+    return _annotation_ops(pod.get("metadata") or {}, TYPES_ANNOTATION, "")
+
+
 def _limit_ops(container: Mapping[str, Any], placement: Placement, gpu_resource: str) -> list[PatchOp]:
     if not placement.set_limit:
         return []

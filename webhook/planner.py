@@ -100,6 +100,7 @@ def _plan(pod: Mapping[str, Any], snapshot: Snapshot, catalog: Catalog, namespac
     if MIRROR_ANNOTATION in annotations:
         return Decision("out-of-scope", "mirror Pod")
     containers = _containers(pod)
+    _check_patchable(pod)
     ns_info = snapshot.namespace(namespace)
     if ns_info is not None and not ns_info.inject:
         return Decision("out-of-scope", f"namespace {namespace} is not opted in")
@@ -188,6 +189,12 @@ def _mapping(value: Any, where: str) -> Mapping[str, Any]:
     return value
 
 
+def _item(value: Any, where: str) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise MalformedPod(f"{where} must be an object")
+    return value
+
+
 def _list(value: Any, where: str) -> Sequence[Any]:
     if value is None:
         return []
@@ -213,6 +220,21 @@ def _containers(pod: Mapping[str, Any]) -> Sequence[Mapping[str, Any]]:
         if not isinstance(c, Mapping) or not isinstance(c.get("name"), str):
             raise MalformedPod(f"spec.containers[{i}] must be an object with a name")
     return containers
+
+
+def _check_patchable(pod: Mapping[str, Any]) -> None:
+    """The parts patch.py reads and extends must have their API shapes."""
+    spec = _mapping(pod.get("spec"), "spec")
+    node_affinity = _mapping(_mapping(spec.get("affinity"), "spec.affinity").get("nodeAffinity"), "nodeAffinity")
+    required = _mapping(node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution"), "nodeAffinity.required")
+    for i, term in enumerate(_list(required.get("nodeSelectorTerms"), "nodeSelectorTerms")):
+        _list(_item(term, f"nodeSelectorTerms[{i}]").get("matchExpressions"), f"nodeSelectorTerms[{i}].matchExpressions")
+    for i, pref in enumerate(_list(node_affinity.get("preferredDuringSchedulingIgnoredDuringExecution"), "nodeAffinity.preferred")):
+        _item(pref, f"nodeAffinity.preferred[{i}]")
+    for i, toleration in enumerate(_list(spec.get("tolerations"), "spec.tolerations")):
+        _item(toleration, f"spec.tolerations[{i}]")
+    if not isinstance(spec.get("schedulerName", ""), (str, type(None))):
+        raise MalformedPod("spec.schedulerName must be a string")
 
 
 def _resource_value(container: Mapping[str, Any], part: str, resource: str, where: str) -> Any:

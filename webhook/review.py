@@ -13,7 +13,7 @@ from typing import Any, Mapping, NotRequired, TypedDict
 
 from .catalog import Catalog
 from .inventory import Snapshot
-from .patch import PatchOp, build_patch
+from .patch import PatchOp, build_patch, build_unplaced_patch
 from .planner import Decision, plan
 
 API_VERSIONS = ("admission.k8s.io/v1", "admission.k8s.io/v1beta1")
@@ -121,6 +121,8 @@ def review_pod(request: Request, snapshot: Snapshot, catalog: Catalog) -> Review
         return Review(Decision("out-of-scope", "not a Pod CREATE"), [])
     namespace = request.namespace or str((request.object.get("metadata") or {}).get("namespace") or "")
     decision = plan(request.object, snapshot, catalog, namespace=namespace)
+    if decision.outcome == "admitted-unsatisfiable":
+        return Review(decision, build_unplaced_patch(request.object))
     if decision.placement is None:
         return Review(decision, [])
     return Review(decision, build_patch(request.object, decision.placement, catalog.gpu_resource))

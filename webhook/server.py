@@ -9,7 +9,9 @@ process that serves from them.
 from __future__ import annotations
 
 import logging
+import os
 import ssl
+import tempfile
 from typing import Any, Callable
 
 from flask import Flask
@@ -38,15 +40,25 @@ def load_file_snapshot(paths: tuple[str, ...], catalog: Catalog) -> Snapshot:
 
 
 def make_inventory(config: ServeConfig, catalog: Catalog) -> InventorySource:
+    from .metrics import InventoryMetrics  # after the multiprocess directory is set
+
+    observer = InventoryMetrics(catalog)
     if config.nodes_files:
-        return StaticInventory(load_file_snapshot(config.nodes_files, catalog))
+        snapshot = load_file_snapshot(config.nodes_files, catalog)
+        observer.published(snapshot)
+        return StaticInventory(snapshot)
     from .watch import start_live_inventory  # the kubernetes client only where it is used
 
-    return start_live_inventory(catalog, kubeconfig=config.kubeconfig)
+    return start_live_inventory(catalog, kubeconfig=config.kubeconfig, observer=observer)
 
 
 def build_app(config: ServeConfig) -> Flask:
+    from .certs import not_valid_after
+    from .metrics import observe_certificate
+
     catalog = load_catalog(config)
+    with open(config.cert_file, "rb") as fh:
+        observe_certificate(not_valid_after(fh.read()).timestamp())
     return create_app(catalog, make_inventory(config, catalog), max_body_bytes=config.max_body_bytes)
 
 
@@ -101,6 +113,7 @@ class WebhookServer(BaseApplication):  # type: ignore[misc]
             # gunicorn's runtime control socket is not needed and would write under $HOME (read-only in the image)
             "control_socket_disable": True,
             "post_worker_init": lambda worker: logs.configure(c.log_level),
+            "child_exit": lambda _arbiter, worker: _mark_worker_dead(worker.pid),
         }
         for key, value in settings.items():
             if key in self.cfg.settings:  # control_socket_disable exists from gunicorn 24 on
@@ -111,6 +124,25 @@ class WebhookServer(BaseApplication):  # type: ignore[misc]
         return self.app_factory(self.config_values)
 
 
+def _mark_worker_dead(pid: int) -> None:
+    from .metrics import mark_worker_dead
+
+    mark_worker_dead(pid)
+
+
+def prepare_metrics_dir() -> None:
+    """Workers write metrics to files in one directory that /metrics aggregates; start it empty."""
+    directory = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    if directory:
+        os.makedirs(directory, exist_ok=True)
+        for name in os.listdir(directory):
+            if name.endswith(".db"):
+                os.unlink(os.path.join(directory, name))
+    else:
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="gpu-class-metrics-")
+
+
 def serve(config: ServeConfig) -> None:
     check_config(config)
+    prepare_metrics_dir()
     WebhookServer(config).run()

@@ -24,7 +24,7 @@ import random
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping, Protocol
 
 import kubernetes
 from kubernetes.client.exceptions import ApiException
@@ -69,6 +69,27 @@ def check_kube_config(kubeconfig: str | None) -> kubernetes.client.Configuration
     return configuration
 
 
+class InventoryObserver(Protocol):
+    """Told about watch restarts, contact with the API, and each published snapshot (for metrics)."""
+
+    def restarted(self, resource: str, reason: str) -> None: ...
+
+    def contacted(self, resource: str) -> None: ...
+
+    def published(self, snapshot: Snapshot) -> None: ...
+
+
+class NoObserver:
+    def restarted(self, resource: str, reason: str) -> None:
+        pass
+
+    def contacted(self, resource: str) -> None:
+        pass
+
+    def published(self, snapshot: Snapshot) -> None:
+        pass
+
+
 @dataclass
 class Reflector:
     """List+watch of one resource kind, feeding `apply` (events) and `replace` (full lists)."""
@@ -85,7 +106,7 @@ class Reflector:
     restarts: int = 0
     relists: int = 0
     errors: int = 0
-    on_restart: Callable[[str, str], None] | None = None
+    observer: InventoryObserver = field(default_factory=NoObserver)
     _backoff: float = field(default=BACKOFF_SECONDS[0], repr=False)
 
     def run(self) -> None:
@@ -114,8 +135,11 @@ class Reflector:
 
     def _restarted(self, reason: str) -> None:
         self.restarts += 1
-        if self.on_restart is not None:
-            self.on_restart(self.name, reason)
+        self.observer.restarted(self.name, reason)
+
+    def _contact(self) -> None:
+        self.last_contact = time.monotonic()
+        self.observer.contacted(self.name)
 
     def _list(self) -> None:
         items: list[dict[str, Any]] = []
@@ -135,7 +159,7 @@ class Reflector:
         self.relists += 1
         self.synced = True
         self.connected = True
-        self.last_contact = time.monotonic()
+        self._contact()
 
     def _watch(self) -> None:
         timeout = random.randint(*WATCH_TIMEOUT_SECONDS)
@@ -165,7 +189,7 @@ class Reflector:
                 raise Expired()
             raise RuntimeError(f"watch error event: {obj.get('message') or obj}")
         rv = (obj.get("metadata") or {}).get("resourceVersion")
-        self.last_contact = time.monotonic()
+        self._contact()
         if kind in ("ADDED", "MODIFIED", "DELETED"):
             self.apply(str(kind), obj)
         if rv:
@@ -200,12 +224,13 @@ def needs_pod_accounting(catalog: Catalog) -> bool:
 class LiveInventory:
     """An InventorySource fed by reflectors; snapshot() is a lock-free read of the last published view."""
 
-    def __init__(self, catalog: Catalog, api: kubernetes.client.CoreV1Api, *, watch_pods: bool | None = None) -> None:
+    def __init__(self, catalog: Catalog, api: kubernetes.client.CoreV1Api, *, watch_pods: bool | None = None,
+                 observer: InventoryObserver | None = None) -> None:
         self.catalog = catalog
+        self.observer = observer or NoObserver()
         self.state = InventoryState(catalog=catalog, watch_namespaces=True)
         self.stop_event = threading.Event()
         self.watch_pods = needs_pod_accounting(catalog) if watch_pods is None else watch_pods
-        self.restart_listeners: list[Callable[[str, str], None]] = []
         self.reflectors = [
             self._reflector("nodes", api.list_node, self._replace_nodes, self._apply_node),
             self._reflector("namespaces", api.list_namespace, self._replace_namespaces, self._apply_namespace),
@@ -218,11 +243,7 @@ class LiveInventory:
 
     def _reflector(self, name: str, list_call: Callable[..., Any], replace: Callable[[list[dict[str, Any]]], None],
                    apply: Callable[[str, dict[str, Any]], None]) -> Reflector:
-        return Reflector(name, list_call, replace, apply, self.stop_event, on_restart=self._notify_restart)
-
-    def _notify_restart(self, name: str, reason: str) -> None:
-        for listener in self.restart_listeners:
-            listener(name, reason)
+        return Reflector(name, list_call, replace, apply, self.stop_event, observer=self.observer)
 
     def start(self) -> LiveInventory:
         for r in self.reflectors:
@@ -256,9 +277,8 @@ class LiveInventory:
 
     # each change goes through the state's lock and ends with a new published snapshot
     def _publish_if(self, changed: bool) -> None:
-        if changed or not self.state.synced:
-            self.state.synced = all(r.synced for r in self.reflectors) or self.state.synced
-            self.state.publish()
+        if changed:
+            self.observer.published(self.state.publish())
 
     def _replace_nodes(self, items: list[dict[str, Any]]) -> None:
         infos = [i for i in (node_info_from_object({**o, "kind": "Node"}, self.catalog) for o in items) if i is not None]
@@ -301,7 +321,7 @@ class LiveInventory:
     def _mark_synced(self, name: str) -> None:
         # the reflector sets its own flag after replace() returns; count this one as done already
         self.state.synced = all(r.synced or r.name == name for r in self.reflectors)
-        self.state.publish()
+        self.observer.published(self.state.publish())
 
 
 def _pod_key(obj: Mapping[str, Any]) -> str:
@@ -309,10 +329,12 @@ def _pod_key(obj: Mapping[str, Any]) -> str:
     return f"{metadata.get('namespace', '')}/{metadata.get('name', '')}"
 
 
-def start_live_inventory(catalog: Catalog, *, kubeconfig: str | None) -> LiveInventory:
+def start_live_inventory(
+    catalog: Catalog, *, kubeconfig: str | None, observer: InventoryObserver | None = None
+) -> LiveInventory:
     configuration = check_kube_config(kubeconfig)
     api = kubernetes.client.CoreV1Api(kubernetes.client.ApiClient(configuration))
-    inventory = LiveInventory(catalog, api).start()
+    inventory = LiveInventory(catalog, api, observer=observer).start()
     # a worker that accepts before its first list would refuse every Pod for want of nodes; wait a
     # little (well under gunicorn's worker timeout), then serve anyway, refusing until synced
     if not inventory.wait_until_synced(SYNC_WAIT_SECONDS):

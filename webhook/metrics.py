@@ -1,0 +1,123 @@
+"""Prometheus metrics, correct across gunicorn workers.
+
+Under gunicorn, PROMETHEUS_MULTIPROC_DIR is set by the server before this module is imported, and
+each worker writes its values to files there that /metrics aggregates; without it (tests, explain)
+the default in-process registry is used. Label values come from the catalog only, never from an
+annotation as written, so a Pod cannot add series.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import multiprocess
+from prometheus_client import CONTENT_TYPE_LATEST
+
+from .catalog import Catalog
+from .inventory import Snapshot
+from .review import Review
+
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+
+ADMISSIONS = Counter(
+    "gpu_class_admission_requests_total", "AdmissionReviews answered, by outcome and class", ["outcome", "class"]
+)
+PREFERRED_TYPE = Counter(
+    "gpu_class_admission_preferred_type_total", "Patched Pods by their most preferred GPU type", ["class", "type"]
+)
+LATENCY = Histogram(
+    "gpu_class_admission_duration_seconds",
+    "Time from reading the body to the response, per AdmissionReview",
+    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0),
+)
+INVENTORY_NODES = Gauge(
+    "gpu_class_inventory_nodes", "GPU nodes in the inventory, by type and state", ["type", "state"],
+    multiprocess_mode="livemax",
+)
+FREE_GPUS = Gauge(
+    "gpu_class_inventory_free_gpus", "Allocatable minus requested GPUs on usable nodes, by type", ["type"],
+    multiprocess_mode="livemax",
+)
+WATCH_RESTARTS = Counter(
+    "gpu_class_watch_restarts_total", "Watch restarts, by resource and reason", ["resource", "reason"]
+)
+LAST_CONTACT = Gauge(
+    "gpu_class_inventory_last_contact_timestamp_seconds",
+    "Unix time of the last list, event or bookmark, by resource (staleness = time() - this)", ["resource"],
+    multiprocess_mode="livemax",
+)
+CERT_EXPIRY = Gauge(
+    "gpu_class_certificate_expiry_timestamp_seconds", "Unix time the serving certificate expires",
+    multiprocess_mode="livemin",
+)
+
+UNKNOWN = "unknown"
+
+
+def observe_admission(review: Review | None, duration_seconds: float, catalog: Catalog, outcome: str | None = None) -> None:
+    decision = review.decision if review is not None else None
+    if decision is None or decision.class_name is None:
+        class_name = "none"
+    else:
+        class_name = decision.class_name if decision.class_name in catalog.classes else UNKNOWN
+    ADMISSIONS.labels(outcome or (decision.outcome if decision else "error"), class_name).inc()
+    if decision is not None and decision.placement is not None and decision.placement.types:
+        PREFERRED_TYPE.labels(class_name, decision.placement.types[0]).inc()
+    LATENCY.observe(duration_seconds)
+
+
+def observe_inventory(snapshot: Snapshot, catalog: Catalog) -> None:
+    for type_name in catalog.types:
+        groups = snapshot.groups(type_name)
+        nodes = sum(g.nodes for g in groups)
+        not_ready = sum(g.not_ready for g in groups)
+        cordoned = sum(g.cordoned for g in groups)
+        INVENTORY_NODES.labels(type_name, "ready").set(nodes - not_ready - cordoned)
+        INVENTORY_NODES.labels(type_name, "not_ready").set(not_ready)
+        INVENTORY_NODES.labels(type_name, "cordoned").set(cordoned)
+        FREE_GPUS.labels(type_name).set(sum(g.free_gpus for g in groups))
+    INVENTORY_NODES.labels(UNKNOWN, "ready").set(sum(g.nodes for g in snapshot.unknown_groups))
+
+
+def observe_watch_restart(resource: str, reason: str) -> None:
+    WATCH_RESTARTS.labels(resource, reason).inc()
+
+
+def observe_contact(resource: str) -> None:
+    LAST_CONTACT.labels(resource).set(time.time())
+
+
+def observe_certificate(not_after_unix: float) -> None:
+    CERT_EXPIRY.set(not_after_unix)
+
+
+class InventoryMetrics:
+    """Feeds the inventory gauges and watch counters from the live inventory's callbacks."""
+
+    def __init__(self, catalog: Catalog) -> None:
+        self.catalog = catalog
+
+    def restarted(self, resource: str, reason: str) -> None:
+        observe_watch_restart(resource, reason)
+
+    def contacted(self, resource: str) -> None:
+        observe_contact(resource)
+
+    def published(self, snapshot: Snapshot) -> None:
+        observe_inventory(snapshot, self.catalog)
+
+
+def render() -> tuple[bytes, str]:
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+        return generate_latest(registry), CONTENT_TYPE
+    from prometheus_client import REGISTRY
+
+    return generate_latest(REGISTRY), CONTENT_TYPE
+
+
+def mark_worker_dead(pid: int) -> None:
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        multiprocess.mark_process_dead(pid)  # type: ignore[no-untyped-call]
