@@ -1,0 +1,277 @@
+"""Operating the real server: metrics across workers, certificate rotation under requests, graceful
+shutdown, and a steady stream of admissions while workers die, watches drop and the API fails."""
+
+from __future__ import annotations
+
+import base64
+import http.client
+import json
+import os
+import signal
+import socket
+import ssl
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from builders import CATALOG_NODES, TEST_CATALOG_YAML, make_namespace, make_node, make_pod, make_review
+from fakeapi import FakeApiServer
+from servers import Server, running_server, write_certs, write_objects
+
+
+def worker_pids(master: int, expected: int = 1, timeout_seconds: float = 20.0) -> list[int]:
+    """The master's worker processes, once at least `expected` of them have started."""
+    deadline = time.monotonic() + timeout_seconds
+    while True:
+        pids = [int(p) for p in Path(f"/proc/{master}/task/{master}/children").read_text().split()]
+        if len(pids) >= expected or time.monotonic() > deadline:
+            return pids
+        time.sleep(0.05)
+
+
+def catalog_file(tmp: Path) -> Path:
+    path = tmp / "catalog.yaml"
+    path.write_text(TEST_CATALOG_YAML)
+    return path
+
+
+def types_of(body: dict[str, Any]) -> str | None:
+    response = body["response"]
+    if "patch" not in response:
+        return None
+    ops = json.loads(base64.b64decode(response["patch"]))
+    return next((op["value"] for op in ops if op["path"] == "/metadata/annotations/gpu-class.io~1types"), None)
+
+
+def scrape(server: Server) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    status, text = server.get("/metrics")
+    assert status == 200
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def test_metrics_add_up_across_workers(tmp_path: Path) -> None:
+    nodes = write_objects(tmp_path / "nodes.yaml", CATALOG_NODES)
+    with running_server(tmp_path, ["--nodes", str(nodes), "--config", str(catalog_file(tmp_path))], workers=2) as server:
+        assert len(worker_pids(server.process.pid, 2)) == 2
+        for i in range(12):  # a new connection each: they spread over both workers
+            assert server.post("/mutate", make_review(make_pod({"gpu-class.io/class": "high"}), uid=f"p{i}"))[0] == 200
+        for i in range(5):
+            server.post("/mutate", make_review(make_pod({"gpu-class.io/class": "turbo"}), uid=f"r{i}"))
+        for _ in range(3):
+            assert server.post("/mutate", b"nonsense")[0] == 400
+        for _ in range(3):  # whichever worker answers the scrape, the sums are the same
+            samples = scrape(server)
+            assert samples[("gpu_class_admission_requests_total", (("class", "high"), ("outcome", "patched")))] == 12
+            # an unknown class is counted under 'unknown', never under the name the Pod wrote
+            assert samples[("gpu_class_admission_requests_total", (("class", "unknown"), ("outcome", "refused")))] == 5
+            assert samples[("gpu_class_admission_requests_total", (("class", "none"), ("outcome", "bad-request")))] == 3
+            assert samples[("gpu_class_admission_duration_seconds_count", ())] == 20
+            assert samples[("gpu_class_admission_preferred_type_total", (("class", "high"), ("type", "H100")))] == 12
+            assert samples[("gpu_class_inventory_nodes", (("state", "ready"), ("type", "H100")))] == 1
+            assert samples[("gpu_class_certificate_expiry_timestamp_seconds", ())] > time.time() + 300 * 86400
+
+
+def rotate(cert_dir: Path, new: Path) -> None:
+    """Replace key and certificate as a Secret volume update does: both at once, by renaming."""
+    for name in ("tls.key", "tls.crt"):
+        tmp = cert_dir / f".{name}.new"
+        tmp.write_bytes((new / name).read_bytes())
+        os.replace(tmp, cert_dir / name)
+
+
+def issuer_of(server: Server, ctx: ssl.SSLContext) -> str:
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as raw:
+        with ctx.wrap_socket(raw, server_hostname="localhost") as tls:
+            cert = tls.getpeercert()
+            assert cert is not None
+            return str(cert["serialNumber"])
+
+
+def test_certificate_rotation_while_requests_run(tmp_path: Path) -> None:
+    old, new = write_certs(tmp_path / "old"), write_certs(tmp_path / "new")
+    live = write_certs(tmp_path / "live")
+    rotate(live, old)
+    (live / "ca.crt").write_bytes(old.joinpath("ca.crt").read_bytes() + new.joinpath("ca.crt").read_bytes())
+    nodes = write_objects(tmp_path / "nodes.yaml", CATALOG_NODES)
+    with running_server(tmp_path, ["--nodes", str(nodes)], cert_dir=live, workers=2) as server:
+        ctx = server.context()
+        first = issuer_of(server, ctx)
+        stop = threading.Event()
+        results: list[int | str] = []
+
+        def client() -> None:
+            while not stop.is_set():
+                try:  # a new TLS connection per request: each one sees the certificate of the moment
+                    results.append(server.post("/mutate", make_review(make_pod({"gpu-class.io/class": "high"})))[0])
+                except (OSError, http.client.HTTPException) as exc:
+                    results.append(repr(exc))
+
+        threads = [threading.Thread(target=client) for _ in range(3)]
+        for t in threads:
+            t.start()
+        time.sleep(1.0)
+        rotate(live, new)
+        deadline = time.monotonic() + 10
+        while issuer_of(server, ctx) == first and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(1.0)
+        stop.set()
+        for t in threads:
+            t.join()
+        assert issuer_of(server, ctx) != first, "new connections must get the new certificate"
+        failures = [r for r in results if r != 200]
+        assert len(results) > 50 and failures == []
+
+
+def test_graceful_shutdown_finishes_in_flight_and_closes_idle(tmp_path: Path) -> None:
+    nodes = write_objects(tmp_path / "nodes.yaml", CATALOG_NODES)
+    with running_server(tmp_path, ["--nodes", str(nodes)], workers=1) as server:
+        idle = server.connection()
+        assert server.post("/mutate", make_review(make_pod({"gpu-class.io/class": "high"})), conn=idle)[0] == 200
+
+        body = json.dumps(make_review(make_pod({"gpu-class.io/class": "high"}), uid="in-flight")).encode()
+        busy = server.context().wrap_socket(socket.create_connection(("127.0.0.1", server.port), timeout=15),
+                                            server_hostname="localhost")
+        busy.sendall(b"POST /mutate HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+                     + f"Content-Length: {len(body)}\r\n\r\n".encode() + body[:100])
+        time.sleep(0.3)  # the request has started: headers and part of the body are in
+        started = time.monotonic()
+        server.process.send_signal(signal.SIGTERM)
+        time.sleep(0.5)
+        busy.sendall(body[100:])
+        reply = b""
+        while not reply.endswith(b"}"):
+            chunk = busy.recv(65536)
+            if not chunk:
+                break
+            reply += chunk
+        assert reply.startswith(b"HTTP/1.1 200"), reply[:200]
+        assert json.loads(reply.partition(b"\r\n\r\n")[2])["response"]["uid"] == "in-flight"
+        busy.close()
+
+        # the idle keep-alive connection is closed by the server, so the API server does not reuse it
+        assert idle.sock is not None
+        idle.sock.settimeout(15)
+        assert idle.sock.recv(1) == b""
+        assert server.process.wait(timeout=30) == 0
+        assert time.monotonic() - started < 30  # the Deployment's grace period
+        with pytest.raises(OSError):
+            socket.create_connection(("127.0.0.1", server.port), timeout=2).close()
+
+
+@dataclass
+class Outcome:
+    sent: float
+    received: float
+    types: str | None = None
+    error: str | None = None
+    retried: bool = False
+
+
+@dataclass
+class LoadResult:
+    outcomes: list[Outcome] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+def admission_client(server: Server, stop: threading.Event, result: LoadResult) -> None:
+    """Like the API server: a persistent connection, a retry on a connection reset or EOF."""
+    review = make_review(make_pod({"gpu-class.io/class": "high"}))
+    conn = server.connection()
+    while not stop.is_set():
+        sent = time.monotonic()
+        outcome: Outcome | None = None
+        for attempt in (1, 2):
+            try:
+                status, body = server.post("/mutate", review, conn=conn)
+                assert status == 200 and body["response"]["uid"] == review["request"]["uid"], body
+                outcome = Outcome(sent, time.monotonic(), types=types_of(body) or "", retried=attempt == 2)
+                break
+            except (OSError, http.client.HTTPException) as exc:
+                conn.close()
+                conn = server.connection()
+                if attempt == 2:
+                    outcome = Outcome(sent, time.monotonic(), error=repr(exc), retried=True)
+        assert outcome is not None
+        with result.lock:
+            result.outcomes.append(outcome)
+        time.sleep(0.005)
+    conn.close()
+
+
+def test_faults_under_load(tmp_path: Path) -> None:
+    certs = write_certs(tmp_path / "live")
+    new = write_certs(tmp_path / "new")
+    (certs / "ca.crt").write_bytes(certs.joinpath("ca.crt").read_bytes() + new.joinpath("ca.crt").read_bytes())
+    with FakeApiServer(bookmark_interval_seconds=0.5) as api:
+        api.create(make_namespace("ml"))
+        api.create(make_node("h100-a", "NVIDIA-H100-80GB-HBM3", gpus=8))
+        kubeconfig = api.kubeconfig(tmp_path / "kubeconfig")
+        args = ["--kubeconfig", str(kubeconfig), "--config", str(catalog_file(tmp_path))]
+        with running_server(tmp_path, args, cert_dir=certs, workers=2) as server:
+            assert api.wait_for_watches(6, timeout_seconds=20)
+            # the inventory over time: (monotonic start, the types a 'high' Pod may get then)
+            states: list[tuple[float, str]] = [(0.0, "H100")]
+            stop = threading.Event()
+            result = LoadResult()
+            clients = [threading.Thread(target=admission_client, args=(server, stop, result)) for _ in range(4)]
+            for c in clients:
+                c.start()
+
+            def at(seconds: float) -> None:
+                time.sleep(max(0.0, t0 + seconds - time.monotonic()))
+
+            t0 = time.monotonic()
+            at(1.0)
+            api.create(make_node("a100-a", "A100-SXM4-40GB", gpus=4))
+            states.append((time.monotonic(), "H100,A100"))
+            at(2.5)
+            os.kill(worker_pids(server.process.pid)[0], signal.SIGKILL)
+            at(4.0)
+            api.drop_watches()
+            at(5.5)
+            api.set_available(False)
+            api.compact()
+            api.set_available(True)  # reconnecting watches get 410 and relist
+            at(7.0)
+            api.fail_next(2, status=500)
+            api.drop_watches()
+            at(8.5)
+            rotate(certs, new)
+            at(10.0)
+            api.update(make_node("h100-a", "NVIDIA-H100-80GB-HBM3", gpus=8, unschedulable=True))
+            states.append((time.monotonic(), "A100"))
+            at(13.0)
+            stop.set()
+            for c in clients:
+                c.join()
+            metrics = scrape(server)
+
+    outcomes = result.outcomes
+    lost = [o for o in outcomes if o.error is not None]
+    assert len(outcomes) > 200 and lost == []
+    slack_seconds = 3.0  # how long a change may take to reach every worker through a recovering watch
+    wrong = []
+    for o in outcomes:
+        allowed = {types for i, (start, types) in enumerate(states)
+                   if start <= o.received and (i + 1 == len(states) or states[i + 1][0] >= o.sent - slack_seconds)}
+        if o.types not in allowed:
+            wrong.append((o, allowed))
+    assert wrong == []
+    assert any(o.types == "A100" for o in outcomes[-20:]), "the last change reached the decision"
+    restarts = sum(v for (name, _), v in metrics.items() if name == "gpu_class_watch_restarts_total")
+    assert restarts >= 6
+    report = {
+        "requests": len(outcomes), "retried": sum(o.retried for o in outcomes), "lost": len(lost), "wrong": len(wrong),
+        "watch_restarts": restarts,
+    }
+    print(f"faults under load: {report}")
