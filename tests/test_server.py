@@ -130,3 +130,19 @@ def test_misconfiguration_fails_at_start_with_a_message(tmp_path: Path) -> None:
     )
     assert result.returncode == 2
     assert "catalog.yaml:" in result.stderr and "unknown type 'B200'" in result.stderr
+
+
+def test_a_trickling_body_is_cut_off_and_the_server_keeps_serving(server: Server) -> None:
+    import socket
+    import time
+
+    with socket.create_connection(("127.0.0.1", server.port), timeout=15) as raw:
+        with server.context().wrap_socket(raw, server_hostname="localhost") as tls:
+            tls.sendall(b"POST /mutate HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+                        b"Content-Length: 1000\r\n\r\n{")
+            started = time.monotonic()
+            reply = tls.recv(65536)
+            waited = time.monotonic() - started
+    assert reply.startswith(b"HTTP/1.1 408"), reply[:100]
+    assert waited < 5  # the read budget (2 s) is well under the webhook timeout
+    assert server.get("/healthz")[0] == 200

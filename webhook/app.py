@@ -8,7 +8,7 @@ import time
 from typing import Any, Protocol
 
 from flask import Flask, Response, request
-from werkzeug.exceptions import HTTPException
+from werkzeug.exceptions import ClientDisconnected, HTTPException
 
 from .catalog import Catalog
 from .inventory import Snapshot
@@ -47,6 +47,7 @@ def create_app(
     inventory: InventorySource,
     *,
     max_body_bytes: int = 3 * 1024 * 1024,
+    read_budget_seconds: float = 2.0,
 ) -> Flask:
     # imported here, not at the top: under gunicorn the multiprocess directory must be set first
     from . import metrics
@@ -62,15 +63,24 @@ def create_app(
     @app.post("/mutate")
     def mutate() -> Response:
         started = time.perf_counter()
+        sock = request.environ.get("gunicorn.socket")
+        if sock is not None:
+            # a client that trickles its body must not hold a thread past the API server's timeout
+            sock.settimeout(read_budget_seconds)
         try:
-            req = parse_review(request.get_data(cache=False))
+            body = request.get_data(cache=False)
+        except (OSError, ClientDisconnected):  # the read budget ran out (werkzeug reports it as a disconnect)
+            metrics.observe_admission(None, time.perf_counter() - started, catalog, "bad-request")
+            return _json({"error": "Request Timeout", "message": f"body not received within {read_budget_seconds}s"}, 408)
+        try:
+            req = parse_review(body)
         except BadReview as exc:
             metrics.observe_admission(None, time.perf_counter() - started, catalog, "bad-request")
             _log_request(None, None, started, "bad-request", str(exc))
             return _json({"error": "Bad Request", "message": str(exc)}, 400)
         try:
             result = review_pod(req, inventory.snapshot(), catalog)
-            body = build_response(req, result)
+            answer = build_response(req, result)
         except Exception:
             # a bug must not become a 5xx (the API server would apply failurePolicy silently):
             # refuse this Pod with a message that points at the logs
@@ -80,7 +90,7 @@ def create_app(
             return _json(_internal_error(req.api_version, req.uid))
         metrics.observe_admission(result, time.perf_counter() - started, catalog)
         _log_request(req, result, started, result.decision.outcome, result.decision.message)
-        return _json(body)
+        return _json(answer)
 
     @app.get("/healthz")
     def healthz() -> Response:
