@@ -110,3 +110,10 @@ def test_bad_catalogs_name_the_line(text: str, line: int | None, message: str) -
 
 def test_test_catalog_is_valid() -> None:
     assert load_catalog_text(TEST_CATALOG_YAML).default_class is None
+
+
+def test_shipped_configmap_catalog_is_the_built_in_one() -> None:
+    from webhook.catalog import load_catalog_file
+
+    shipped = load_catalog_file(str(Path(__file__).parent.parent / "deploy" / "base" / "catalog.yaml"))
+    assert shipped == BUILT_IN
