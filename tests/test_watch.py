@@ -16,7 +16,7 @@ from fakeapi import FakeApiServer
 from servers import running_server
 from webhook.inventory import pod_gpu_request
 from webhook.planner import plan
-from webhook.watch import LiveInventory
+from webhook.watch import BOUND_UNFINISHED_PODS, LiveInventory
 
 CATALOG = make_catalog()
 
@@ -167,6 +167,9 @@ def test_pod_accounting_follows_completion_and_deletion(api: FakeApiServer) -> N
         api.update(gpu_pod("c", "a100-1", 4, phase="Running"))
         eventually(lambda: free() == 4, what="binding takes GPUs")
         assert inv.state.pods == {"ml/c": ("a100-1", 4)}
+        # only bound, unfinished Pods are listed and watched: a 150,000-Pod cluster sends far fewer
+        pod_calls = [r for r in api.request_log if r.path == "/api/v1/pods"]
+        assert pod_calls and all(r.query.get("fieldSelector") == BOUND_UNFINISHED_PODS for r in pod_calls)
     finally:
         inv.stop()
 

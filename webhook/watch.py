@@ -17,6 +17,7 @@ What real API servers do, and what the reflector does about it:
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -39,6 +40,7 @@ LIST_PAGE_SIZE = 500
 WATCH_TIMEOUT_SECONDS = (240, 360)  # spread so that reflectors do not reconnect in step
 BACKOFF_SECONDS = (0.5, 30.0)
 SYNC_WAIT_SECONDS = 15
+BOUND_UNFINISHED_PODS = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
 SERVICE_ACCOUNT_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
 
 
@@ -236,9 +238,10 @@ class LiveInventory:
             self._reflector("namespaces", api.list_namespace, self._replace_namespaces, self._apply_namespace),
         ]
         if self.watch_pods:
-            self.reflectors.append(
-                self._reflector("pods", api.list_pod_for_all_namespaces, self._replace_pods, self._apply_pod)
-            )
+            # only Pods that hold GPUs can matter: bound and unfinished. A Pod that finishes leaves the
+            # selection, and the API server sends it as DELETED.
+            list_pods = functools.partial(api.list_pod_for_all_namespaces, field_selector=BOUND_UNFINISHED_PODS)
+            self.reflectors.append(self._reflector("pods", list_pods, self._replace_pods, self._apply_pod))
         self._threads: list[threading.Thread] = []
 
     def _reflector(self, name: str, list_call: Callable[..., Any], replace: Callable[[list[dict[str, Any]]], None],
