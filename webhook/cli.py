@@ -13,9 +13,9 @@ from typing import Any, Sequence
 from . import certs, logs
 from .catalog import CatalogError, default_catalog_text
 from .config import ServeConfig
-from .loading import InputError, read_pod
+from .loading import InputError, load_snapshot, read_pod
 from .review import Request, review_pod
-from .server import load_catalog, load_file_snapshot, serve
+from .server import load_catalog, serve
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEMO_DIR = REPO_ROOT / "deploy" / "demo"
@@ -169,7 +169,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
     if not args.nodes:
         raise InputError("explain needs --nodes NODES.yaml (the cluster to explain against)")
     catalog = load_catalog(ServeConfig("", "", catalog_file=args.catalog_file))
-    snapshot = load_file_snapshot(tuple(args.nodes), catalog)
+    snapshot = load_snapshot(tuple(args.nodes), catalog)
     pod = read_pod(args.pod)
     namespace = _pod_namespace(pod, args.namespace)
     review = admission_request(pod, namespace)

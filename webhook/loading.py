@@ -43,10 +43,11 @@ def read_objects(path: str) -> list[dict[str, Any]]:
     return objects
 
 
-def load_snapshot(path: str, catalog: Catalog) -> Snapshot:
-    objects = read_objects(path)
+def load_snapshot(paths: tuple[str, ...], catalog: Catalog) -> Snapshot:
+    """A fixed inventory from Node (and Namespace) files."""
+    objects = [o for p in paths for o in read_objects(p)]
     if not any(o.get("kind") == "Node" for o in objects):
-        raise InputError(f"{path} holds no Node objects; give the output of `kubectl get nodes -o yaml`")
+        raise InputError(f"{', '.join(paths)}: no Node objects; give the output of `kubectl get nodes -o yaml`")
     return build_snapshot(catalog, objects)
 
 

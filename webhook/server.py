@@ -21,8 +21,7 @@ from . import logs
 from .app import InventorySource, StaticInventory, create_app
 from .catalog import Catalog, load_catalog_file, load_default_catalog
 from .config import ServeConfig
-from .inventory import Snapshot, build_snapshot
-from .loading import InputError, read_objects
+from .loading import InputError, load_snapshot
 from .tls import CertReloader
 
 log = logging.getLogger("gpu_class.server")
@@ -32,19 +31,12 @@ def load_catalog(config: ServeConfig) -> Catalog:
     return load_catalog_file(config.catalog_file) if config.catalog_file else load_default_catalog()
 
 
-def load_file_snapshot(paths: tuple[str, ...], catalog: Catalog) -> Snapshot:
-    objects = [o for p in paths for o in read_objects(p)]
-    if not any(o.get("kind") == "Node" for o in objects):
-        raise InputError(f"{', '.join(paths)}: no Node objects; give the output of `kubectl get nodes -o yaml`")
-    return build_snapshot(catalog, objects)
-
-
 def make_inventory(config: ServeConfig, catalog: Catalog) -> InventorySource:
     from .metrics import InventoryMetrics  # after the multiprocess directory is set
 
     observer = InventoryMetrics(catalog)
     if config.nodes_files:
-        snapshot = load_file_snapshot(config.nodes_files, catalog)
+        snapshot = load_snapshot(config.nodes_files, catalog)
         observer.published(snapshot)
         return StaticInventory(snapshot)
     from .watch import start_live_inventory  # the kubernetes client only where it is used
@@ -66,7 +58,7 @@ def check_config(config: ServeConfig) -> None:
     """Fail at start, in the master, with a message that says what to fix."""
     catalog = load_catalog(config)
     if config.nodes_files:
-        load_file_snapshot(config.nodes_files, catalog)
+        load_snapshot(config.nodes_files, catalog)
     else:
         from .watch import check_kube_config
 

@@ -32,6 +32,7 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.watch.watch import iter_resp_lines
 
 from .catalog import Catalog
+from .loading import InputError
 from .inventory import InventoryState, Snapshot, namespace_info_from_object, node_info_from_object, pod_gpu_request
 
 log = logging.getLogger("gpu_class.watch")
@@ -48,7 +49,7 @@ class Expired(Exception):
     """The resourceVersion we resume from is gone: list again."""
 
 
-class ConfigError(ValueError):
+class ConfigError(InputError):
     """No way to reach the cluster; the message says what to give."""
 
 

@@ -1,0 +1,92 @@
+"""The gpuclass command: explain, review, certs, catalog, and clear errors for bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+
+import pytest
+from cryptography import x509
+
+from webhook.cli import main
+
+DEMO = Path(__file__).parent.parent / "deploy" / "demo"
+INVENTORY = ["--nodes", str(DEMO / "nodes.yaml"), "--nodes", str(DEMO / "namespaces.yaml")]
+
+
+def test_explain_text_lists_every_type_with_its_reason(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["explain", str(DEMO / "pod-economy.yaml"), "--namespace", "ml-team", *INVENTORY]) == 0
+    out = capsys.readouterr().out
+    assert "Pod ml-team/batch-economy: patched" in out
+    assert "too few GPUs: largest allocatable 1, Pod needs 2" in out
+    assert "no nodes in the cluster" in out
+    assert '"path": "/spec/containers/0/resources"' in out
+
+
+def test_explain_json_is_machine_readable(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["explain", str(DEMO / "pod-high.yaml"), "--namespace", "ml-team", *INVENTORY, "--output", "json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["outcome"] == "patched" and result["class"] == "high"
+    valid = [t["type"] for t in result["types"] if t["valid"]]
+    assert valid and result["placement"]["order"] == [p["type"] for p in result["placement"]["preferences"]][: len(valid)]
+    assert all(op["op"] == "add" for op in result["patch"])
+
+
+def test_explain_of_a_refused_pod_exits_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pod = tmp_path / "pod.yaml"
+    pod.write_text("apiVersion: v1\nkind: Pod\nmetadata: {name: x, annotations: {gpu-class.io/class: turbo}}\n"
+                   "spec: {containers: [{name: a, image: b}]}\n")
+    assert main(["explain", str(pod), "--namespace", "ml-team", *INVENTORY]) == 1
+    assert "unknown class 'turbo'" in capsys.readouterr().out
+
+
+def test_demo_pod_with_namespace_default_class(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["explain", str(DEMO / "pod-default.yaml"), "--namespace", "ml-team", *INVENTORY, "--output", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["class"] == "standard"
+    assert main(["explain", str(DEMO / "pod-default.yaml"), "--namespace", "web", *INVENTORY, "--output", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["outcome"] == "out-of-scope"
+
+
+def test_review_prints_an_admission_review(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["review", str(DEMO / "pod-high.yaml"), "--namespace", "ml-team"]) == 0
+    review = json.loads(capsys.readouterr().out)
+    assert review["kind"] == "AdmissionReview" and review["request"]["operation"] == "CREATE"
+    assert review["request"]["namespace"] == "ml-team" and review["request"]["object"]["kind"] == "Pod"
+
+
+def test_certs_have_the_service_names_and_a_private_key(tmp_path: Path) -> None:
+    assert main(["certs", "--out", str(tmp_path), "--service", "svc", "--namespace", "ns", "--dns", "extra.example",
+                 "--ip", "10.0.0.1"]) == 0
+    cert = x509.load_pem_x509_certificate((tmp_path / "tls.crt").read_bytes())
+    sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert "svc.ns.svc" in sans.get_values_for_type(x509.DNSName)
+    assert "extra.example" in sans.get_values_for_type(x509.DNSName)
+    assert [str(ip) for ip in sans.get_values_for_type(x509.IPAddress)] == ["10.0.0.1"]
+    ca = x509.load_pem_x509_certificate((tmp_path / "ca.crt").read_bytes())
+    cert.verify_directly_issued_by(ca)
+    assert stat.S_IMODE(os.stat(tmp_path / "tls.key").st_mode) == 0o600
+
+
+@pytest.mark.parametrize("argv, message", [
+    pytest.param(["explain", "missing.yaml", "--nodes", str(DEMO / "nodes.yaml")], "cannot read missing.yaml",
+                 id="missing-pod-file"),
+    pytest.param(["explain", str(DEMO / "pod-high.yaml"), "--nodes", str(DEMO / "namespaces.yaml")], "no Node objects",
+                 id="no-nodes"),
+    pytest.param(["explain", str(DEMO / "pod-high.yaml")], "needs --nodes", id="nodes-not-given"),
+    pytest.param(["certs", "--out", "/tmp/x", "--ip", "not-an-ip"], "does not appear to be an IPv4 or IPv6", id="bad-ip"),
+    pytest.param(["serve", "--cert-file", "a", "--key-file", "b", "--workers", "0", "--nodes", "x"], "at least 1",
+                 id="zero-workers"),
+    pytest.param(["serve", "--cert-file", "a", "--key-file", "b"], "not running in a cluster", id="no-cluster"),
+    pytest.param(["serve", "--cert-file", "a", "--key-file", "b", "--nodes", str(DEMO / "nodes.yaml")],
+                 "cannot use --cert-file a", id="missing-certificate"),
+])
+def test_bad_input_fails_with_a_message(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(argv) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_catalog_prints_the_built_in_catalog(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["catalog"]) == 0
+    assert "gpuResource: nvidia.com/gpu" in capsys.readouterr().out

@@ -1,0 +1,357 @@
+"""The Kubernetes scheduler extender: which nodes may run a GPU-class Pod, and which it should prefer. Pure.
+
+Admission happens before scheduling, so the webhook can only state preferences (node affinity by GPU
+type). A scheduler profile that calls this extender (deploy/scheduler) decides with the live load at
+scheduling time: `filter` drops nodes whose GPU type the Pod was not given, or that lack the free
+GPUs; `prioritize` scores the rest by the class's strategy.
+
+Wire format: the Go types of k8s.io/kube-scheduler/extender/v1 carry no json tags, so encoding/json
+writes the Go field names (`Pod`, `Nodes`, `NodeNames`, `FailedNodes`, `FailedAndUnresolvableNodes`,
+`Error`, `Host`, `Score`) and reads keys case-insensitively. Nothing here does I/O; the HTTP side is
+extender_routes.py.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterable, Literal, Mapping, Sequence, TypedDict
+
+from .catalog import Catalog
+from .inventory import NodeInfo, Snapshot, node_info_from_object, pod_gpu_request
+from .planner import CLASS_ANNOTATION, TYPES_ANNOTATION, weights_for
+
+MIN_EXTENDER_PRIORITY = 0
+MAX_EXTENDER_PRIORITY = 10  # extenderv1.MaxExtenderPriority; the scheduler multiplies by weight * 10
+
+Ordering = Literal["annotation", "performance", "cost", "balanced", "binpack"]
+
+
+class BadExtenderArgs(ValueError):
+    """The body is not ExtenderArgs (not JSON, not an object, fields of the wrong type): an HTTP 400."""
+
+
+class PodProblem(ValueError):
+    """ExtenderArgs parsed, but the Pod cannot be read where the extender must read it."""
+
+
+# --- wire types ----------------------------------------------------------------------------
+
+
+class ExtenderFilterResult(TypedDict):
+    Nodes: dict[str, Any] | None  # a NodeList, answered when the scheduler sent Nodes
+    NodeNames: list[str] | None  # answered when it sent NodeNames (nodeCacheCapable)
+    FailedNodes: dict[str, str]  # preemption may help (too few free GPUs)
+    FailedAndUnresolvableNodes: dict[str, str]  # preemption cannot help: the scheduler skips them for it
+    Error: str  # non-empty: the whole filter failed for this Pod
+
+
+class HostPriority(TypedDict):
+    Host: str
+    Score: int
+
+
+@dataclass(frozen=True)
+class ExtenderArgs:
+    """ExtenderArgs as read. `node_objects` is None when the scheduler sent names only (nodeCacheCapable)."""
+
+    pod: Mapping[str, Any]
+    node_names: tuple[str, ...]
+    node_objects: tuple[Mapping[str, Any], ...] | None
+    node_list: Mapping[str, Any] | None  # the NodeList as sent, so an answer keeps its other fields
+    names_sent: bool  # NodeNames was given: answer with NodeNames too
+
+    @property
+    def candidates(self) -> tuple[str, ...]:
+        """The nodes to judge: those of Nodes when sent (the scheduler's own view), else NodeNames."""
+        if self.node_objects is None:
+            return self.node_names
+        return tuple(o["metadata"]["name"] for o in self.node_objects)
+
+    @property
+    def pod_ref(self) -> str:
+        metadata = self.pod.get("metadata")
+        if not isinstance(metadata, Mapping):
+            return "?"
+        return f"{metadata.get('namespace') or ''}/{metadata.get('name') or metadata.get('generateName') or '?'}"
+
+
+@dataclass(frozen=True)
+class PodNeeds:
+    """What the extender reads of a GPU-class Pod."""
+
+    types: tuple[str, ...]  # gpu-class.io/types as the webhook wrote it, best first
+    gpus: int  # GPUs one node must offer
+    class_name: str | None
+
+
+@dataclass(frozen=True)
+class NodeVerdict:
+    name: str
+    passed: bool
+    reason: str = ""
+    resolvable: bool = False  # failed, but evicting lower-priority Pods could make it pass
+    free_gpus: int = 0
+    type_name: str | None = None
+
+
+# --- parsing -------------------------------------------------------------------------------
+
+
+def _field(obj: Mapping[str, Any], name: str) -> Any:
+    """Go's encoding/json: an exact key first, else any key equal to it ignoring case."""
+    if name in obj:
+        return obj[name]
+    lowered = name.lower()
+    return next((v for k, v in obj.items() if isinstance(k, str) and k.lower() == lowered), None)
+
+
+def parse_extender_args(data: Any) -> ExtenderArgs:
+    """Read decoded JSON as ExtenderArgs; BadExtenderArgs says what is wrong with it."""
+    if not isinstance(data, dict):
+        raise BadExtenderArgs("body is not a JSON object (ExtenderArgs)")
+    pod = _field(data, "Pod")
+    if not isinstance(pod, dict):
+        raise BadExtenderArgs("Pod must be a Pod object")
+    node_list = _field(data, "Nodes")
+    raw_names = _field(data, "NodeNames")
+    if node_list is None and raw_names is None:
+        raise BadExtenderArgs("ExtenderArgs needs Nodes (a NodeList) or NodeNames (a list of node names)")
+
+    objects: tuple[Mapping[str, Any], ...] | None = None
+    if node_list is not None:
+        if not isinstance(node_list, dict):
+            raise BadExtenderArgs("Nodes must be a NodeList object or null")
+        items = node_list.get("items")
+        if items is None:
+            items = []  # Go writes a NodeList without nodes as "items": null
+        if not isinstance(items, list):
+            raise BadExtenderArgs("Nodes.items must be a list of Node objects")
+        for i, item in enumerate(items):
+            metadata = item.get("metadata") if isinstance(item, dict) else None
+            if not isinstance(metadata, dict) or not isinstance(metadata.get("name"), str) or not metadata["name"]:
+                raise BadExtenderArgs(f"Nodes.items[{i}] must be a Node object with metadata.name")
+        objects = tuple(items)
+
+    if raw_names is not None:
+        if not isinstance(raw_names, list) or not all(isinstance(n, str) and n for n in raw_names):
+            raise BadExtenderArgs("NodeNames must be a list of node names or null")
+        names = tuple(raw_names)
+    else:
+        names = tuple(o["metadata"]["name"] for o in objects or ())
+    return ExtenderArgs(
+        pod=pod,
+        node_names=names,
+        node_objects=objects,
+        node_list=node_list,
+        names_sent=raw_names is not None,
+    )
+
+
+def _object(value: Any, where: str) -> Mapping[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise PodProblem(f"{where} must be an object")
+    return value
+
+
+def _containers(spec: Mapping[str, Any], field: str) -> None:
+    containers = spec.get(field)
+    if containers is None:
+        return
+    if not isinstance(containers, list):
+        raise PodProblem(f"spec.{field} must be a list")
+    for i, container in enumerate(containers):
+        where = f"spec.{field}[{i}]"
+        resources = _object(_object(container, where).get("resources"), f"{where}.resources")
+        for part in ("limits", "requests"):
+            _object(resources.get(part), f"{where}.resources.{part}")
+
+
+def read_pod(pod: Mapping[str, Any], catalog: Catalog) -> PodNeeds | None:
+    """The Pod's allowed types and GPUs; None for a Pod the webhook did not place (no gpu-class.io/types)."""
+    metadata = _object(pod.get("metadata"), "metadata")
+    annotations = _object(metadata.get("annotations"), "metadata.annotations")
+    for key, value in annotations.items():
+        if not isinstance(value, str):
+            raise PodProblem(f"metadata.annotations[{key!r}] must be a string")
+    listed = annotations.get(TYPES_ANNOTATION)
+    if listed is None:
+        return None
+    spec = _object(pod.get("spec"), "spec")
+    _containers(spec, "containers")
+    _containers(spec, "initContainers")
+    # Counted as the inventory counts a bound Pod (app containers add up, init containers run alone),
+    # so a Pod needs the same GPUs here as it holds once bound. pod_gpu_request counts bound Pods only.
+    _, gpus = pod_gpu_request({"spec": {**spec, "nodeName": "(being scheduled)"}}, catalog.gpu_resource)
+    types = tuple(dict.fromkeys(t.strip() for t in listed.split(",") if t.strip()))
+    return PodNeeds(types=types, gpus=gpus, class_name=annotations.get(CLASS_ANNOTATION))
+
+
+# --- deciding ------------------------------------------------------------------------------
+
+
+def _gpus(n: int) -> str:
+    return f"{n} GPU" if n == 1 else f"{n} GPUs"
+
+
+def judge_node(name: str, info: NodeInfo | None, needs: PodNeeds, snapshot: Snapshot, *, from_cache: bool) -> NodeVerdict:
+    """Whether the Pod may run on the node, and if not, why and whether preemption could change that."""
+    if info is None:
+        # from the cache: the inventory holds every node with a GPU product label
+        reason = "unknown node (gpu-class has seen no GPU product label on it)" if from_cache else "not a GPU node"
+        return NodeVerdict(name, False, f"gpu-class: {reason}")
+    if info.type_name is None:
+        return NodeVerdict(name, False, f"gpu-class: product {info.product} is no GPU type of the catalog")
+    if info.type_name not in needs.types:
+        allowed = ",".join(needs.types) or "(none)"
+        return NodeVerdict(name, False, f"gpu-class: type {info.type_name} not in {allowed}", type_name=info.type_name)
+    if not info.ready:
+        return NodeVerdict(name, False, "gpu-class: node not ready", type_name=info.type_name)
+    if info.unschedulable:
+        return NodeVerdict(name, False, "gpu-class: node cordoned", type_name=info.type_name)
+    if info.allocatable_gpus < needs.gpus:
+        return NodeVerdict(
+            name, False, f"gpu-class: {_gpus(info.allocatable_gpus)} allocatable, Pod needs {needs.gpus}",
+            type_name=info.type_name,
+        )
+    free = max(info.allocatable_gpus - snapshot.requested.get(name, 0), 0)
+    if free < needs.gpus:
+        return NodeVerdict(
+            name, False, f"gpu-class: {_gpus(free)} free, Pod needs {needs.gpus}",
+            resolvable=True, free_gpus=free, type_name=info.type_name,
+        )
+    return NodeVerdict(name, True, free_gpus=free, type_name=info.type_name)
+
+
+def _candidates(args: ExtenderArgs, snapshot: Snapshot, catalog: Catalog) -> list[tuple[str, NodeInfo | None]]:
+    if args.node_objects is not None:
+        return [(o["metadata"]["name"], node_info_from_object(o, catalog)) for o in args.node_objects]
+    return [(name, snapshot.nodes.get(name)) for name in args.node_names]
+
+
+def judge_nodes(args: ExtenderArgs, needs: PodNeeds, snapshot: Snapshot, catalog: Catalog) -> list[NodeVerdict]:
+    from_cache = args.node_objects is None
+    return [judge_node(n, info, needs, snapshot, from_cache=from_cache) for n, info in _candidates(args, snapshot, catalog)]
+
+
+NOT_SYNCED = "gpu-class has not yet read the cluster's nodes and GPU Pods (starting, or the API server is unreachable)"
+
+
+def filter_nodes(args: ExtenderArgs, snapshot: Snapshot, catalog: Catalog) -> ExtenderFilterResult:
+    """The `filter` verb. Pods the webhook did not place pass unchanged; so does an empty node list."""
+    try:
+        needs = read_pod(args.pod, catalog)
+    except PodProblem as exc:
+        return filter_error(f"gpu-class: cannot read Pod {args.pod_ref}: {exc}")
+    if needs is None:
+        return _filter_answer(args, [*args.candidates, *args.node_names], {}, {})
+    if not snapshot.synced:
+        return filter_error(f"gpu-class: {NOT_SYNCED}; retry")
+    verdicts = judge_nodes(args, needs, snapshot, catalog)
+    passed = [v.name for v in verdicts if v.passed]
+    failed = {v.name: v.reason for v in verdicts if not v.passed and v.resolvable}
+    unresolvable = {v.name: v.reason for v in verdicts if not v.passed and not v.resolvable}
+    return _filter_answer(args, passed, failed, unresolvable)
+
+
+def _filter_answer(
+    args: ExtenderArgs, passed: Sequence[str], failed: dict[str, str], unresolvable: dict[str, str]
+) -> ExtenderFilterResult:
+    keep = set(passed)
+    nodes: dict[str, Any] | None = None
+    if args.node_objects is not None:
+        # the very objects the scheduler sent: it continues with what comes back
+        nodes = {**(args.node_list or {}), "items": [o for o in args.node_objects if o["metadata"]["name"] in keep]}
+    names = [n for n in args.node_names if n in keep] if args.names_sent else None
+    return {
+        "Nodes": nodes,
+        "NodeNames": names,
+        "FailedNodes": failed,
+        "FailedAndUnresolvableNodes": unresolvable,
+        "Error": "",
+    }
+
+
+def filter_error(message: str) -> ExtenderFilterResult:
+    """A filter answer that fails the Pod's scheduling attempt with `message` (HTTP 200, as the scheduler expects)."""
+    return {"Nodes": None, "NodeNames": None, "FailedNodes": {}, "FailedAndUnresolvableNodes": {}, "Error": message}
+
+
+def ordering_for(needs: PodNeeds, catalog: Catalog) -> Ordering:
+    """The class's strategy; a Pod without a (known) class is scored by its annotation's order."""
+    gpu_class = catalog.classes.get(needs.class_name) if needs.class_name else None
+    return "annotation" if gpu_class is None else gpu_class.strategy
+
+
+def type_order(needs: PodNeeds, catalog: Catalog, ordering: Ordering) -> tuple[str, ...]:
+    """Types best first. performance: the class's order (fastest first); cost: slowest first.
+
+    The webhook wrote the annotation best first for the class's strategy, so for these two the
+    result equals the annotation; reading the catalog keeps it right for a hand-written annotation.
+    """
+    gpu_class = catalog.classes.get(needs.class_name) if needs.class_name else None
+    if ordering not in ("performance", "cost") or gpu_class is None:
+        return needs.types
+    rank = {name: i for i, name in enumerate(gpu_class.types)}
+    known = sorted((t for t in needs.types if t in rank), key=rank.__getitem__)
+    if ordering == "cost":
+        known.reverse()
+    return (*known, *(t for t in needs.types if t not in rank))
+
+
+def _scale(part: int, whole: int) -> int:
+    """part/whole on 0..MAX_EXTENDER_PRIORITY, rounded half up."""
+    return (2 * MAX_EXTENDER_PRIORITY * part + whole) // (2 * whole)
+
+
+def score_nodes(verdicts: Sequence[NodeVerdict], needs: PodNeeds, catalog: Catalog) -> dict[str, int]:
+    """Scores for the nodes that pass; 0 for the rest.
+
+    - performance, cost, annotation: by type; the best type gets 10, the others follow the
+      webhook's preferred-affinity weights (planner.weights_for) scaled to 0..10, so the scheduler
+      and the Pod's preferences rank types alike;
+    - balanced: free GPUs, as a share of the most free GPUs among the candidates (10 for the emptiest);
+    - binpack: GPUs left after placing the Pod, fewer is better: 10 for the fewest left, 1 point less
+      per tenth of the most left: 10 * (1 - (left - fewest left) / most left).
+    """
+    ordering = ordering_for(needs, catalog)
+    fitting = [v for v in verdicts if v.passed]
+    scores = {v.name: MIN_EXTENDER_PRIORITY for v in verdicts}
+    if ordering == "balanced":
+        most = max((v.free_gpus for v in fitting), default=0)
+        for v in fitting:
+            scores[v.name] = _scale(v.free_gpus, most) if most else MIN_EXTENDER_PRIORITY
+    elif ordering == "binpack":
+        left = {v.name: v.free_gpus - needs.gpus for v in fitting}
+        most, fewest = max(left.values(), default=0), min(left.values(), default=0)
+        for name, n in left.items():
+            scores[name] = _scale(most - (n - fewest), most) if most else MAX_EXTENDER_PRIORITY
+    else:
+        ordered = type_order(needs, catalog, ordering)
+        by_type = {t: _scale(w, 100) for t, w in zip(ordered, weights_for(len(ordered)))}
+        for v in fitting:
+            scores[v.name] = by_type.get(v.type_name or "", MIN_EXTENDER_PRIORITY)
+    return scores
+
+
+def prioritize_nodes(args: ExtenderArgs, snapshot: Snapshot, catalog: Catalog) -> list[HostPriority]:
+    """The `prioritize` verb: a score 0..10 for every node sent, in the order sent.
+
+    A Pod the webhook did not place, a Pod that cannot be read, or an inventory not yet read gets 0
+    everywhere: no opinion. (The scheduler ignores prioritize errors anyway, and `filter` has already
+    reported the problem.)
+    """
+    names = args.candidates
+    try:
+        needs = read_pod(args.pod, catalog)
+    except PodProblem:
+        needs = None
+    if needs is None or not snapshot.synced:
+        return neutral_priorities(names)
+    scores = score_nodes(judge_nodes(args, needs, snapshot, catalog), needs, catalog)
+    return [{"Host": n, "Score": scores.get(n, MIN_EXTENDER_PRIORITY)} for n in names]
+
+
+def neutral_priorities(names: Iterable[str]) -> list[HostPriority]:
+    return [{"Host": n, "Score": MIN_EXTENDER_PRIORITY} for n in names]

@@ -1,0 +1,98 @@
+"""HTTP routes of the scheduler extender: POST /filter and POST /prioritize on the webhook's Flask app.
+
+The routes translate HTTP to extender.py and back, nothing more. A body that is not ExtenderArgs gets
+a 400 with a JSON error; everything else gets a 200, because the scheduler treats any other status
+as the extender failing (and, for filter, reads a Pod-level failure from the answer's `Error`).
+A bug becomes a logged 200 (filter: `Error`; prioritize: no preference), never a 5xx.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+from flask import Flask, Response, request
+
+from .catalog import Catalog
+from .extender import (
+    BadExtenderArgs,
+    ExtenderArgs,
+    filter_error,
+    filter_nodes,
+    neutral_priorities,
+    parse_extender_args,
+    prioritize_nodes,
+)
+
+if TYPE_CHECKING:  # app.py imports this module to register the routes
+    from .app import InventorySource
+
+log = logging.getLogger("gpu_class.extender")
+
+
+def _json(body: Any, status: int = 200) -> Response:
+    return Response(json.dumps(body, separators=(",", ":")), status=status, mimetype="application/json")
+
+
+def _read_args(body: bytes) -> ExtenderArgs:
+    try:
+        data = json.loads(body)
+    except (ValueError, RecursionError) as exc:  # RecursionError: absurdly nested JSON
+        raise BadExtenderArgs(f"body is not JSON: {str(exc)[:200]}") from None
+    return parse_extender_args(data)
+
+
+def register_extender_routes(app: Flask, catalog: Catalog, inventory: InventorySource) -> None:
+    """Add the extender's verbs to `app` (deploy/scheduler configures filterVerb and prioritizeVerb so)."""
+
+    @app.post("/filter")
+    def extender_filter() -> Response:
+        started = time.perf_counter()
+        try:
+            args = _read_args(request.get_data(cache=False))
+        except BadExtenderArgs as exc:
+            _log("filter", None, started, error=str(exc))
+            return _json({"error": "Bad Request", "message": str(exc)}, 400)
+        try:
+            result = filter_nodes(args, inventory.snapshot(), catalog)
+        except Exception:
+            log.exception("extender filter failed pod=%s", args.pod_ref)
+            result = filter_error(f"gpu-class: internal error filtering nodes for Pod {args.pod_ref}; see its logs")
+        _log(
+            "filter", args, started,
+            passed=len(result["NodeNames"] if result["NodeNames"] is not None else (result["Nodes"] or {}).get("items") or []),
+            failed=len(result["FailedNodes"]) + len(result["FailedAndUnresolvableNodes"]),
+            error=result["Error"] or None,
+        )
+        return _json(result)
+
+    @app.post("/prioritize")
+    def extender_prioritize() -> Response:
+        started = time.perf_counter()
+        try:
+            args = _read_args(request.get_data(cache=False))
+        except BadExtenderArgs as exc:
+            _log("prioritize", None, started, error=str(exc))
+            return _json({"error": "Bad Request", "message": str(exc)}, 400)
+        try:
+            priorities = prioritize_nodes(args, inventory.snapshot(), catalog)
+        except Exception:
+            log.exception("extender prioritize failed pod=%s", args.pod_ref)
+            priorities = neutral_priorities(args.candidates)
+        _log("prioritize", args, started, scored=sum(1 for p in priorities if p["Score"] > 0))
+        return _json(priorities)
+
+
+def _log(verb: str, args: ExtenderArgs | None, started: float, **fields: Any) -> None:
+    if not log.isEnabledFor(logging.INFO):
+        return
+    record = {
+        "verb": verb,
+        "pod": args.pod_ref if args is not None else None,
+        "nodes": len(args.candidates) if args is not None else None,
+        **fields,
+        "duration_ms": round((time.perf_counter() - started) * 1000, 3),
+    }
+    log.info("extender", extra={"fields": record})
