@@ -301,6 +301,18 @@ def test_balanced_and_binpack_follow_free_gpus(pods: dict[str, tuple[str, int]],
     assert plan(make_pod({C: "packed"}), snapshot, CATALOG).placement.types == packed  # type: ignore[union-attr]
 
 
+@pytest.mark.parametrize("namespaces, catalog", [
+    pytest.param([make_namespace("ml", default_class="economy")], CATALOG, id="namespace-default"),
+    pytest.param(None, make_catalog("defaultClass: economy\n"), id="catalog-default"),
+])
+def test_a_default_class_is_recorded_on_the_pod(namespaces: list[dict[str, Any]] | None, catalog: Catalog) -> None:
+    pod = make_pod(gpu_limit="1")
+    snapshot = snapshot_of(CLUSTER, catalog, namespaces)
+    patched = check_patch(pod, plan(pod, snapshot, catalog, namespace="ml"), snapshot, catalog)
+    # the scheduler extender reads the class (and so the strategy) from the Pod
+    assert patched["metadata"]["annotations"] == {"gpu-class.io/types": "T4,V100,A10", "gpu-class.io/class": "economy"}
+
+
 def test_unsynced_inventory_refuses_pods_in_scope_only() -> None:
     unsynced = dataclasses.replace(snapshot_of(CLUSTER), synced=False)
     decision = plan(make_pod({C: "high"}), unsynced, CATALOG)

@@ -11,6 +11,7 @@ from flask import Flask, Response, request
 from werkzeug.exceptions import ClientDisconnected, HTTPException
 
 from .catalog import Catalog
+from .extender_routes import register_extender_routes
 from .inventory import Snapshot
 from .review import BadReview, Review, build_response, parse_review, review_pod
 
@@ -106,7 +107,7 @@ def create_app(
         body, content_type = metrics.render()
         return Response(body, mimetype=content_type.split(";")[0], content_type=content_type)
 
-    # extender routes (scheduler extender) are registered by their module when present
+    register_extender_routes(app, catalog, inventory)
     return app
 
 

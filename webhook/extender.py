@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Literal, Mapping, Sequence, TypedDict
 
 from .catalog import Catalog
-from .inventory import NodeInfo, Snapshot, node_info_from_object, pod_gpu_request
+from .inventory import NodeInfo, Snapshot, node_info_from_object, pod_gpus
 from .planner import CLASS_ANNOTATION, TYPES_ANNOTATION, weights_for
 
 MIN_EXTENDER_PRIORITY = 0
@@ -181,9 +181,8 @@ def read_pod(pod: Mapping[str, Any], catalog: Catalog) -> PodNeeds | None:
     spec = _object(pod.get("spec"), "spec")
     _containers(spec, "containers")
     _containers(spec, "initContainers")
-    # Counted as the inventory counts a bound Pod (app containers add up, init containers run alone),
-    # so a Pod needs the same GPUs here as it holds once bound. pod_gpu_request counts bound Pods only.
-    _, gpus = pod_gpu_request({"spec": {**spec, "nodeName": "(being scheduled)"}}, catalog.gpu_resource)
+    # counted as the inventory counts a bound Pod, so scheduling and accounting agree
+    gpus = pod_gpus({"spec": spec}, catalog.gpu_resource)
     types = tuple(dict.fromkeys(t.strip() for t in listed.split(",") if t.strip()))
     return PodNeeds(types=types, gpus=gpus, class_name=annotations.get(CLASS_ANNOTATION))
 

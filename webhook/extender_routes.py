@@ -60,12 +60,8 @@ def register_extender_routes(app: Flask, catalog: Catalog, inventory: InventoryS
         except Exception:
             log.exception("extender filter failed pod=%s", args.pod_ref)
             result = filter_error(f"gpu-class: internal error filtering nodes for Pod {args.pod_ref}; see its logs")
-        _log(
-            "filter", args, started,
-            passed=len(result["NodeNames"] if result["NodeNames"] is not None else (result["Nodes"] or {}).get("items") or []),
-            failed=len(result["FailedNodes"]) + len(result["FailedAndUnresolvableNodes"]),
-            error=result["Error"] or None,
-        )
+        failed = len(result["FailedNodes"]) + len(result["FailedAndUnresolvableNodes"])
+        _log("filter", args, started, failed=failed, error=result["Error"] or None)
         return _json(result)
 
     @app.post("/prioritize")

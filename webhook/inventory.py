@@ -160,13 +160,9 @@ def namespace_info_from_object(obj: Mapping[str, Any]) -> NamespaceInfo | None:
 TERMINAL_PHASES = ("Succeeded", "Failed")
 
 
-def pod_gpu_request(obj: Mapping[str, Any], resource: str) -> tuple[str | None, int]:
-    """(node, GPUs) a Pod holds: bound and not finished. App containers add up; init containers run alone."""
+def pod_gpus(obj: Mapping[str, Any], resource: str) -> int:
+    """GPUs a Pod needs on one node: app containers add up; an init container runs alone."""
     spec = obj.get("spec") or {}
-    status = obj.get("status") or {}
-    node = spec.get("nodeName") or None
-    if node is None or status.get("phase") in TERMINAL_PHASES:
-        return None, 0
 
     def gpus(container: Any) -> int:
         resources = (container.get("resources") or {}) if isinstance(container, dict) else {}
@@ -175,7 +171,15 @@ def pod_gpu_request(obj: Mapping[str, Any], resource: str) -> tuple[str | None, 
 
     app = sum(gpus(c) for c in spec.get("containers") or [])
     init = max((gpus(c) for c in spec.get("initContainers") or []), default=0)
-    return str(node), max(app, init)
+    return max(app, init)
+
+
+def pod_gpu_request(obj: Mapping[str, Any], resource: str) -> tuple[str | None, int]:
+    """(node, GPUs) a Pod holds: bound and not finished."""
+    node = (obj.get("spec") or {}).get("nodeName") or None
+    if node is None or (obj.get("status") or {}).get("phase") in TERMINAL_PHASES:
+        return None, 0
+    return str(node), pod_gpus(obj, resource)
 
 
 def summarize_group(nodes: Iterable[NodeInfo], requested: Mapping[str, int]) -> ProductGroup:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 from typing import Any, Mapping, Sequence, TypedDict
 
-from .planner import TYPES_ANNOTATION, Placement
+from .planner import CLASS_ANNOTATION, TYPES_ANNOTATION, Placement
 from .inventory import Taint
 
 
@@ -39,13 +39,16 @@ def build_patch(pod: Mapping[str, Any], placement: Placement, gpu_resource: str)
     ops += _toleration_ops(spec, placement.tolerations)
     if placement.scheduler_name and spec.get("schedulerName") in (None, "", "default-scheduler"):
         ops.append(_add("/spec/schedulerName", placement.scheduler_name))
-    ops += _annotation_ops(pod.get("metadata") or {}, TYPES_ANNOTATION, ",".join(placement.types))
+    annotations = {TYPES_ANNOTATION: ",".join(placement.types)}
+    if placement.record_class:
+        annotations[CLASS_ANNOTATION] = placement.class_name
+    ops += _annotation_ops(pod.get("metadata") or {}, annotations)
     return ops
 
 
 def build_unplaced_patch(pod: Mapping[str, Any]) -> list[PatchOp]:
     """An admitted but unplaced Pod still says the webhook saw it (the backstop policy looks for that)."""
-    return _annotation_ops(pod.get("metadata") or {}, TYPES_ANNOTATION, "")
+    return _annotation_ops(pod.get("metadata") or {}, {TYPES_ANNOTATION: ""})
 
 
 def _limit_ops(container: Mapping[str, Any], placement: Placement, gpu_resource: str) -> list[PatchOp]:
@@ -138,10 +141,8 @@ def _toleration_ops(spec: Mapping[str, Any], taints: Sequence[Taint]) -> list[Pa
     return [_add("/spec/tolerations/-", t) for t in new]
 
 
-def _annotation_ops(metadata: Mapping[str, Any], key: str, value: str) -> list[PatchOp]:
+def _annotation_ops(metadata: Mapping[str, Any], wanted: Mapping[str, str]) -> list[PatchOp]:
     annotations = metadata.get("annotations")
     if not annotations:
-        return [_add("/metadata/annotations", {key: value})]
-    if annotations.get(key) == value:
-        return []
-    return [_add(f"/metadata/annotations/{escape(key)}", value)]
+        return [_add("/metadata/annotations", dict(wanted))]
+    return [_add(f"/metadata/annotations/{escape(k)}", v) for k, v in wanted.items() if annotations.get(k) != v]

@@ -62,6 +62,7 @@ class Placement:
     preferences: tuple[Preference, ...]
     tolerations: tuple[Taint, ...]  # taints to tolerate; value and effect "" mean any
     scheduler_name: str | None = None
+    record_class: bool = False  # the class came from a default: write it, so the extender sees the strategy
 
 
 @dataclass(frozen=True)
@@ -106,6 +107,7 @@ def _plan(pod: Mapping[str, Any], snapshot: Snapshot, catalog: Catalog, namespac
         return Decision("out-of-scope", f"namespace {namespace} is not opted in")
 
     class_name = annotations.get(CLASS_ANNOTATION)
+    from_default = class_name is None
     if class_name is None:
         if not _requests_gpu(pod, catalog.gpu_resource):
             return Decision("out-of-scope", "no class annotation and no GPU request")
@@ -173,7 +175,7 @@ def _plan(pod: Mapping[str, Any], snapshot: Snapshot, catalog: Catalog, namespac
     ordered = _order(valid, gpu_class, catalog)
     placement = _placement(
         ordered, snapshot, catalog, pod_gpus, index=index, container=container, count=count_value,
-        set_limit=set_limit, class_name=class_name,
+        set_limit=set_limit, class_name=class_name, record_class=from_default,
     )
     return Decision("patched", class_name=class_name, placement=placement, warnings=warnings, verdicts=verdicts)
 
@@ -406,6 +408,7 @@ def _placement(
     count: int,
     set_limit: bool,
     class_name: str,
+    record_class: bool,
 ) -> Placement:
     required: dict[str, set[str]] = {}
     taints: set[Taint] = set()
@@ -436,6 +439,7 @@ def _placement(
         preferences=tuple(preferences),
         tolerations=tuple(sorted(_drop_covered(taints))),
         scheduler_name=catalog.scheduler_name,
+        record_class=record_class,
     )
 
 

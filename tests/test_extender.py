@@ -1,0 +1,724 @@
+"""The scheduler extender (/filter, /prioritize) and the second scheduler that calls it (deploy/scheduler).
+
+Requests are built as kube-scheduler sends them: Go's encoding/json of extenderv1.ExtenderArgs, whose
+fields carry no json tags (`Pod`, `Nodes`, `NodeNames`), with the Pod and Nodes as the scheduler's
+informers hold them (no apiVersion/kind, defaulted fields, status). They go through the Flask app the
+server builds, so the wire format is what is tested. The inventory holds GPUs requested by bound Pods.
+
+deploy/scheduler is rendered with the real `kubectl kustomize`, its objects validated against the
+Kubernetes schemas (strict), and its KubeSchedulerConfiguration checked field by field against the Go
+types of k8s.io/kube-scheduler/config/v1 (kube-scheduler decodes that file strictly).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator, Mapping, Sequence
+
+import jsonpatch
+import kubernetes_validate
+import pytest
+import yaml
+from flask import Flask
+from flask.testing import FlaskClient
+from hypothesis import given
+from hypothesis import strategies as st
+
+from builders import CATALOG_NODES, K8S_VERSION, TEST_CATALOG_YAML, make_catalog, make_node, make_pod, make_review
+from servers import Server, running_server, write_objects
+from webhook.app import StaticInventory, create_app
+from webhook.catalog import Catalog, load_catalog_file
+from webhook.extender import MAX_EXTENDER_PRIORITY, NodeVerdict, PodNeeds, score_nodes
+from webhook.extender_routes import register_extender_routes
+from webhook.inventory import InventoryState, Snapshot, node_info_from_object
+
+CATALOG = make_catalog()
+TYPES = "gpu-class.io/types"
+CLASS = "gpu-class.io/class"
+
+CLUSTER = [
+    make_node("h100-busy", "NVIDIA-H100-80GB-HBM3", gpus=8),
+    make_node("h100-idle", "NVIDIA-H100-80GB-HBM3", gpus=8),
+    make_node("a100-part", "A100-SXM4-40GB", gpus=4),
+    make_node("a100-idle", "NVIDIA-A100-SXM4-80GB", gpus=4),
+    make_node("a100-small", "A100-SXM4-40GB", gpus=2),
+    make_node("a10-a", "NVIDIA-A10", gpus=4),  # A10 is not A100
+    make_node("l4-hand", "NVIDIA-L4", gpus=2, label_key="gpu-type"),
+    make_node("t4-a", "Tesla-T4", gpus=1),
+    make_node("h100-down", "NVIDIA-H100-80GB-HBM3", ready=False),
+    make_node("h100-cordoned", "NVIDIA-H100-80GB-HBM3", unschedulable=True),
+    make_node("mig-a", "NVIDIA-A100-SXM4-40GB-MIG-1g.5gb", gpus=7),
+    make_node("cpu-a"),
+]
+BY_NAME = {n["metadata"]["name"]: n for n in CLUSTER}
+# GPUs held by Pods bound to the nodes, as the watch accounts them
+BOUND_PODS = [("ml/train-0", "h100-busy", 4), ("ml/train-1", "h100-busy", 2), ("ml/eval-0", "a100-part", 1)]
+
+
+def snapshot_of(
+    nodes: Sequence[Mapping[str, Any]] = CLUSTER,
+    pods: Sequence[tuple[str, str, int]] = BOUND_PODS,
+    *,
+    catalog: Catalog = CATALOG,
+    synced: bool = True,
+) -> Snapshot:
+    state = InventoryState(catalog=catalog)
+    state.replace_nodes(i for i in (node_info_from_object(n, catalog) for n in nodes) if i is not None)
+    state.replace_pods(pods)
+    state.synced = synced
+    return state.publish()
+
+
+def make_app(snapshot: Snapshot | None = None, catalog: Catalog = CATALOG) -> Flask:
+    inventory = StaticInventory(snapshot if snapshot is not None else snapshot_of())
+    app = create_app(catalog, inventory)
+    # create_app may already register the extender (once wired in); the routes are the same either way
+    if not any(rule.rule == "/filter" for rule in app.url_map.iter_rules()):
+        register_extender_routes(app, catalog, inventory)
+    return app
+
+
+@pytest.fixture(scope="module")
+def client() -> FlaskClient:
+    return make_app().test_client()
+
+
+# --- requests as kube-scheduler sends them -------------------------------------------------
+
+
+def as_scheduled(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """An object as a typed informer holds it and Go marshals it: TypeMeta empty, so no apiVersion/kind."""
+    out = copy.deepcopy(dict(obj))
+    out.pop("apiVersion", None)
+    out.pop("kind", None)
+    return out
+
+
+def scheduler_pod(pod: Mapping[str, Any]) -> dict[str, Any]:
+    """A Pod as it reaches the scheduler: stored (uid, defaults), requests defaulted from limits, Pending."""
+    out = as_scheduled(pod)
+    meta = out["metadata"]
+    meta.update(uid="6f1c3c4e-2b1f-4c51-9d0e-3c8f1f3a2b10", resourceVersion="48213", creationTimestamp="2025-01-01T00:00:00Z")
+    spec = out["spec"]
+    for container in [*spec["containers"], *spec.get("initContainers", [])]:
+        resources = container.setdefault("resources", {})
+        if "limits" in resources:
+            resources["requests"] = {**resources["limits"], **resources.get("requests", {})}
+        container.update(terminationMessagePath="/dev/termination-log", terminationMessagePolicy="File",
+                         imagePullPolicy="IfNotPresent")
+    spec.update(
+        restartPolicy="Always", terminationGracePeriodSeconds=30, dnsPolicy="ClusterFirst",
+        serviceAccountName="default", securityContext={}, schedulerName="gpu-class-scheduler",
+        enableServiceLinks=True, preemptionPolicy="PreemptLowerPriority", priority=0,
+        tolerations=[
+            *spec.get("tolerations", []),
+            {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
+            {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
+        ],
+    )
+    out["status"] = {"phase": "Pending", "qosClass": "BestEffort"}
+    return out
+
+
+def placed_pod(types: str, *, gpus: int = 1, class_name: str | None = None,
+               containers: list[dict[str, Any]] | None = None, init_gpus: int | None = None) -> dict[str, Any]:
+    """A Pod the webhook placed: its GPU limit and the gpu-class.io/types annotation."""
+    annotations = {TYPES: types, **({CLASS: class_name} if class_name else {})}
+    pod = make_pod(annotations, containers=containers, gpu_limit=None if containers else str(gpus))
+    if init_gpus is not None:
+        pod["spec"]["initContainers"] = [
+            {"name": "warmup", "image": "registry.example/warmup:1", "resources": {"limits": {"nvidia.com/gpu": str(init_gpus)}}}
+        ]
+    return scheduler_pod(pod)
+
+
+def gpu_container(name: str, gpus: int) -> dict[str, Any]:
+    return {"name": name, "image": "registry.example/train:1.0", "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}
+
+
+def args_by_names(pod: Mapping[str, Any], names: Sequence[str]) -> dict[str, Any]:
+    """nodeCacheCapable: true."""
+    return {"Pod": pod, "Nodes": None, "NodeNames": list(names)}
+
+
+def args_by_objects(pod: Mapping[str, Any], names: Sequence[str]) -> dict[str, Any]:
+    """nodeCacheCapable: false. Go marshals the scheduler's &v1.NodeList{Items: ...} with an empty ListMeta."""
+    return {"Pod": pod, "Nodes": {"metadata": {}, "items": [as_scheduled(BY_NAME[n]) for n in names]}, "NodeNames": None}
+
+
+MODES = {"names": args_by_names, "objects": args_by_objects}
+
+
+def post(client: FlaskClient, verb: str, body: bytes | Mapping[str, Any]) -> tuple[int, Any]:
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    response = client.post(f"/{verb}", data=data, content_type="application/json")
+    return response.status_code, response.get_json()
+
+
+def passed_names(result: Mapping[str, Any], mode: str) -> list[str]:
+    if mode == "names":
+        assert result["Nodes"] is None
+        names: list[str] = result["NodeNames"]
+        return names
+    assert result["NodeNames"] is None
+    return [o["metadata"]["name"] for o in result["Nodes"]["items"]]
+
+
+# --- filter ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FilterCase:
+    pod: dict[str, Any]
+    nodes: tuple[str, ...]
+    passed: tuple[str, ...]
+    failed: Mapping[str, str] = field(default_factory=dict)  # preemption may help
+    unresolvable: Mapping[str, str] = field(default_factory=dict)
+
+
+FILTER_CASES = [
+    pytest.param(
+        FilterCase(placed_pod("H100,A100", class_name="high"), ("h100-idle", "a100-part", "t4-a"), ("h100-idle", "a100-part"),
+                   unresolvable={"t4-a": "gpu-class: type T4 not in H100,A100"}),
+        id="type-not-in-annotation-unresolvable",
+    ),
+    pytest.param(
+        FilterCase(placed_pod("A100"), ("a10-a", "a100-idle"), ("a100-idle",),
+                   unresolvable={"a10-a": "gpu-class: type A10 not in A100"}),
+        id="a10-is-not-a100",
+    ),
+    pytest.param(
+        FilterCase(placed_pod("H100", gpus=4), ("h100-busy", "h100-idle"), ("h100-idle",),
+                   failed={"h100-busy": "gpu-class: 2 GPUs free, Pod needs 4"}),
+        id="too-few-free-gpus-preemption-may-help",
+    ),
+    pytest.param(
+        FilterCase(placed_pod("A100", gpus=4), ("a100-small", "a100-part", "a100-idle"), ("a100-idle",),
+                   failed={"a100-part": "gpu-class: 3 GPUs free, Pod needs 4"},
+                   unresolvable={"a100-small": "gpu-class: 2 GPUs allocatable, Pod needs 4"}),
+        id="too-few-allocatable-unresolvable",
+    ),
+    pytest.param(
+        FilterCase(placed_pod("T4", gpus=2), ("t4-a",), (),
+                   unresolvable={"t4-a": "gpu-class: 1 GPU allocatable, Pod needs 2"}),
+        id="nothing-fits-singular-gpu",
+    ),
+    pytest.param(
+        FilterCase(placed_pod("H100"), ("h100-down", "h100-cordoned", "h100-idle"), ("h100-idle",),
+                   unresolvable={"h100-down": "gpu-class: node not ready", "h100-cordoned": "gpu-class: node cordoned"}),
+        id="not-ready-and-cordoned",
+    ),
+    pytest.param(
+        FilterCase(placed_pod("A100"), ("mig-a",), (),
+                   unresolvable={"mig-a": "gpu-class: product NVIDIA-A100-SXM4-40GB-MIG-1g.5gb is no GPU type of the catalog"}),
+        id="product-of-no-type",
+    ),
+    pytest.param(
+        FilterCase(placed_pod("L4", gpus=2), ("l4-hand",), ("l4-hand",)),
+        id="hand-labelled-node",
+    ),
+    pytest.param(
+        FilterCase(placed_pod("H100", init_gpus=4), ("h100-busy", "h100-idle"), ("h100-idle",),
+                   failed={"h100-busy": "gpu-class: 2 GPUs free, Pod needs 4"}),
+        id="init-container-needs-its-own",
+    ),
+    pytest.param(
+        FilterCase(placed_pod("H100", containers=[gpu_container("main", 1), gpu_container("helper", 2)]),
+                   ("h100-busy", "h100-idle"), ("h100-idle",),
+                   failed={"h100-busy": "gpu-class: 2 GPUs free, Pod needs 3"}),
+        id="app-containers-add-up",
+    ),
+    pytest.param(
+        FilterCase(placed_pod(""), ("h100-idle", "t4-a"), (),
+                   unresolvable={"h100-idle": "gpu-class: type H100 not in (none)", "t4-a": "gpu-class: type T4 not in (none)"}),
+        id="empty-types-annotation",
+    ),
+    pytest.param(FilterCase(placed_pod("H100"), (), ()), id="no-candidates"),
+]
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("case", FILTER_CASES)
+def test_filter(client: FlaskClient, case: FilterCase, mode: str) -> None:
+    status, result = post(client, "filter", MODES[mode](case.pod, case.nodes))
+    assert status == 200
+    assert set(result) == {"Nodes", "NodeNames", "FailedNodes", "FailedAndUnresolvableNodes", "Error"}
+    assert result["Error"] == ""
+    assert passed_names(result, mode) == list(case.passed)
+    assert result["FailedNodes"] == dict(case.failed)
+    assert result["FailedAndUnresolvableNodes"] == dict(case.unresolvable)
+
+
+@pytest.mark.parametrize("mode, node, reason", [
+    pytest.param("objects", "cpu-a", "gpu-class: not a GPU node", id="objects-cpu-node"),
+    pytest.param("names", "cpu-a", "gpu-class: unknown node (gpu-class has seen no GPU product label on it)",
+                 id="names-cpu-node"),
+])
+def test_filter_non_gpu_node(client: FlaskClient, mode: str, node: str, reason: str) -> None:
+    status, result = post(client, "filter", MODES[mode](placed_pod("H100"), ["h100-idle", node]))
+    assert status == 200
+    assert passed_names(result, mode) == ["h100-idle"]
+    assert result["FailedAndUnresolvableNodes"] == {node: reason}
+
+
+def test_filter_unknown_node_names(client: FlaskClient) -> None:
+    status, result = post(client, "filter", args_by_names(placed_pod("H100"), ["node-that-joined-a-second-ago", "h100-idle"]))
+    assert status == 200
+    assert result["NodeNames"] == ["h100-idle"]
+    assert result["FailedAndUnresolvableNodes"] == {
+        "node-that-joined-a-second-ago": "gpu-class: unknown node (gpu-class has seen no GPU product label on it)"
+    }
+
+
+def test_filter_answers_the_node_objects_it_was_sent(client: FlaskClient) -> None:
+    """Without a node cache the scheduler continues with the Node objects in the answer: they must be the ones sent."""
+    sent = args_by_objects(placed_pod("H100,A100"), ["t4-a", "h100-idle", "a100-part"])
+    _, result = post(client, "filter", sent)
+    assert result["Nodes"] == {"metadata": {}, "items": [sent["Nodes"]["items"][1], sent["Nodes"]["items"][2]]}
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("pod", [
+    pytest.param(scheduler_pod(make_pod(gpu_limit="1")), id="gpu-pod-without-annotations"),
+    pytest.param(scheduler_pod(make_pod({CLASS: "high"}, gpu_limit="1")), id="class-but-not-placed"),
+])
+def test_filter_passes_pods_the_webhook_did_not_place(client: FlaskClient, pod: dict[str, Any], mode: str) -> None:
+    nodes = ["cpu-a", "t4-a", "h100-down", "mig-a"]
+    sent = MODES[mode](pod, nodes)
+    _, result = post(client, "filter", sent)
+    assert passed_names(result, mode) == nodes
+    if mode == "objects":
+        assert result["Nodes"] == sent["Nodes"]
+    assert result["FailedNodes"] == {} and result["FailedAndUnresolvableNodes"] == {} and result["Error"] == ""
+
+
+def test_filter_reads_go_field_names_in_any_case(client: FlaskClient) -> None:
+    """Go's decoder matches keys case-insensitively; extenders written against other tags send `pod`, `nodenames`."""
+    _, result = post(client, "filter", {"pod": placed_pod("H100"), "nodenames": ["h100-idle", "t4-a"]})
+    assert result["NodeNames"] == ["h100-idle"]
+
+
+def test_filter_go_node_list_without_items(client: FlaskClient) -> None:
+    _, result = post(client, "filter", {"Pod": placed_pod("H100"), "Nodes": {"metadata": {}, "items": None}, "NodeNames": None})
+    assert result["Nodes"] == {"metadata": {}, "items": []} and result["Error"] == ""
+
+
+def test_inventory_not_yet_read() -> None:
+    client = make_app(snapshot_of(synced=False)).test_client()
+    status, result = post(client, "filter", args_by_names(placed_pod("H100"), ["h100-idle"]))
+    assert status == 200
+    assert result["Error"].startswith("gpu-class: gpu-class has not yet read the cluster's nodes")
+    status, priorities = post(client, "prioritize", args_by_names(placed_pod("H100"), ["h100-idle"]))
+    assert (status, priorities) == (200, [{"Host": "h100-idle", "Score": 0}])
+    # Pods that are not the extender's business are not held up
+    _, result = post(client, "filter", args_by_names(scheduler_pod(make_pod(gpu_limit="1")), ["h100-idle"]))
+    assert result["NodeNames"] == ["h100-idle"] and result["Error"] == ""
+
+
+# --- prioritize ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ScoreCase:
+    pod: dict[str, Any]
+    scores: Mapping[str, int]  # every node sent, in this order
+
+
+SCORE_CASES = [
+    pytest.param(
+        ScoreCase(placed_pod("H100,A100", class_name="high"),
+                  {"h100-busy": 10, "h100-idle": 10, "a100-part": 5, "t4-a": 0}),
+        id="performance-two-types",
+    ),
+    pytest.param(
+        ScoreCase(placed_pod("A100,A10,L4", class_name="standard"), {"l4-hand": 3, "a10-a": 7, "a100-idle": 10}),
+        id="performance-three-types-weights-like-the-webhook",
+    ),
+    pytest.param(
+        ScoreCase(placed_pod("T4,L4,A10", class_name="economy"), {"a10-a": 3, "l4-hand": 7, "t4-a": 10}),
+        id="cost-slowest-first",
+    ),
+    pytest.param(
+        ScoreCase(placed_pod("A10,L4,T4", class_name="economy"), {"a10-a": 3, "l4-hand": 7, "t4-a": 10}),
+        id="cost-hand-written-annotation-in-speed-order",
+    ),
+    pytest.param(
+        ScoreCase(placed_pod("A100,H100"), {"h100-idle": 5, "a100-part": 10}),
+        id="no-class-follows-annotation",
+    ),
+    pytest.param(
+        ScoreCase(placed_pod("A100,H100", class_name="retired"), {"h100-idle": 5, "a100-part": 10}),
+        id="unknown-class-follows-annotation",
+    ),
+    pytest.param(
+        ScoreCase(placed_pod("A100,L4,T4", class_name="balanced"),
+                  {"a100-idle": 10, "a100-part": 8, "l4-hand": 5, "t4-a": 3}),
+        id="balanced-most-free-first",
+    ),
+    pytest.param(
+        ScoreCase(placed_pod("A100,L4,T4", class_name="packed"),
+                  {"a100-idle": 0, "a100-part": 3, "l4-hand": 7, "t4-a": 10}),
+        id="binpack-fewest-left-first",
+    ),
+    pytest.param(
+        ScoreCase(placed_pod("A100,L4,T4", gpus=2, class_name="packed"),
+                  {"a100-idle": 0, "a100-part": 5, "l4-hand": 10, "t4-a": 0}),
+        id="binpack-node-must-fit",
+    ),
+    pytest.param(
+        ScoreCase(placed_pod("A100,L4", gpus=2, class_name="packed"), {"a100-small": 10, "l4-hand": 10}),
+        id="binpack-exact-fits-tie",
+    ),
+    pytest.param(
+        ScoreCase(placed_pod("H100", class_name="high"), {"h100-down": 0, "h100-cordoned": 0, "cpu-a": 0, "h100-idle": 10}),
+        id="failing-nodes-score-zero",
+    ),
+    pytest.param(
+        ScoreCase(scheduler_pod(make_pod(gpu_limit="1")), {"h100-idle": 0, "t4-a": 0}),
+        id="pod-not-placed-no-opinion",
+    ),
+]
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("case", SCORE_CASES)
+def test_prioritize(client: FlaskClient, case: ScoreCase, mode: str) -> None:
+    status, priorities = post(client, "prioritize", MODES[mode](case.pod, list(case.scores)))
+    assert status == 200
+    assert priorities == [{"Host": n, "Score": s} for n, s in case.scores.items()]
+
+
+def verdicts_from(free: Sequence[int], needs: int) -> list[NodeVerdict]:
+    return [NodeVerdict(f"n{i}", f >= needs, free_gpus=f, type_name="A100") for i, f in enumerate(free)]
+
+
+@given(
+    free=st.lists(st.integers(min_value=0, max_value=16), min_size=1, max_size=12),
+    needs=st.integers(min_value=0, max_value=8),
+    strategy=st.sampled_from(["balanced", "packed"]),
+)
+def test_load_scores_stay_in_range_and_order(free: list[int], needs: int, strategy: str) -> None:
+    verdicts = verdicts_from(free, needs)
+    scores = score_nodes(verdicts, PodNeeds(types=("A100",), gpus=needs, class_name=strategy), CATALOG)
+    fitting = [v for v in verdicts if v.passed]
+    assert all(0 <= s <= MAX_EXTENDER_PRIORITY for s in scores.values())
+    assert all(scores[v.name] == 0 for v in verdicts if not v.passed)
+    if fitting and (strategy == "packed" or max(v.free_gpus for v in fitting) > 0):
+        assert max(scores[v.name] for v in fitting) == MAX_EXTENDER_PRIORITY
+    # balanced: more free never scores lower; binpack: more free never scores higher
+    for a in fitting:
+        for b in fitting:
+            if a.free_gpus > b.free_gpus:
+                assert (scores[a.name] >= scores[b.name]) if strategy == "balanced" else (scores[a.name] <= scores[b.name])
+
+
+# --- bad requests and bad Pods ---------------------------------------------------------------
+
+GOOD_POD = placed_pod("H100")
+
+
+@pytest.mark.parametrize("verb", ["filter", "prioritize"])
+@pytest.mark.parametrize("body, message", [
+    pytest.param(b"", "not JSON", id="empty"),
+    pytest.param(b"{not json", "not JSON", id="not-json"),
+    pytest.param(b"[" * 100_000 + b"]" * 100_000, "not JSON", id="nested-too-deep"),
+    pytest.param(b"[]", "not a JSON object", id="array"),
+    pytest.param(b"null", "not a JSON object", id="null"),
+    pytest.param({"Pod": None, "NodeNames": ["a"]}, "Pod must be", id="pod-null"),
+    pytest.param({"Pod": "train", "NodeNames": ["a"]}, "Pod must be", id="pod-string"),
+    pytest.param({"Pod": GOOD_POD}, "needs Nodes", id="no-nodes"),
+    pytest.param({"Pod": GOOD_POD, "Nodes": None, "NodeNames": None}, "needs Nodes", id="both-null"),
+    pytest.param({"Pod": GOOD_POD, "Nodes": ["a"]}, "Nodes must be", id="nodes-list"),
+    pytest.param({"Pod": GOOD_POD, "Nodes": {"items": {}}}, "Nodes.items", id="items-object"),
+    pytest.param({"Pod": GOOD_POD, "Nodes": {"items": [{"metadata": {}}]}}, "Nodes.items[0]", id="node-without-name"),
+    pytest.param({"Pod": GOOD_POD, "NodeNames": "h100-idle"}, "NodeNames must be", id="names-string"),
+    pytest.param({"Pod": GOOD_POD, "NodeNames": ["h100-idle", 7]}, "NodeNames must be", id="names-not-strings"),
+])
+def test_bad_requests_get_a_json_400(client: FlaskClient, verb: str, body: bytes | dict[str, Any], message: str) -> None:
+    status, error = post(client, verb, body)
+    assert status == 400
+    assert error["error"] == "Bad Request" and message in error["message"]
+
+
+def with_pod(change: Any) -> dict[str, Any]:
+    pod = copy.deepcopy(GOOD_POD)
+    change(pod)
+    return pod
+
+
+@pytest.mark.parametrize("pod, problem", [
+    pytest.param(with_pod(lambda p: p["metadata"]["annotations"].update(team=7)),
+                 "Pod ml/train: metadata.annotations['team'] must be a string", id="annotation-not-string"),
+    pytest.param(with_pod(lambda p: p.update(metadata=["train"])), "Pod ?: metadata must be an object", id="metadata-list"),
+    pytest.param(with_pod(lambda p: p["spec"].update(containers={"name": "main"})),
+                 "Pod ml/train: spec.containers must be a list", id="containers-object"),
+    pytest.param(with_pod(lambda p: p["spec"]["containers"][0].update(resources=[])),
+                 "Pod ml/train: spec.containers[0].resources must be an object", id="resources-list"),
+    pytest.param(with_pod(lambda p: p["spec"]["containers"][0]["resources"].update(limits="4")),
+                 "Pod ml/train: spec.containers[0].resources.limits must be an object", id="limits-string"),
+])
+def test_pod_problems(client: FlaskClient, pod: dict[str, Any], problem: str) -> None:
+    """The scheduler reads a Pod-level failure from `Error` of a 200 (any other status is an extender failure)."""
+    status, result = post(client, "filter", args_by_names(pod, ["h100-idle"]))
+    assert status == 200
+    assert result["Error"] == f"gpu-class: cannot read {problem}"
+    assert result["NodeNames"] is None and result["Nodes"] is None
+    # prioritize has no error field; its errors are ignored anyway: no opinion
+    status, priorities = post(client, "prioritize", args_by_names(pod, ["h100-idle"]))
+    assert (status, priorities) == (200, [{"Host": "h100-idle", "Score": 0}])
+
+
+def test_a_bug_is_a_200_never_a_5xx(monkeypatch: pytest.MonkeyPatch) -> None:
+    import webhook.extender_routes as routes
+
+    def broken(*_: Any) -> Any:
+        raise KeyError("bug")
+
+    monkeypatch.setattr(routes, "filter_nodes", broken)
+    monkeypatch.setattr(routes, "prioritize_nodes", broken)
+    app = Flask("bare")
+    register_extender_routes(app, CATALOG, StaticInventory(snapshot_of()))
+    client = app.test_client()
+    status, result = post(client, "filter", args_by_names(GOOD_POD, ["h100-idle"]))
+    assert status == 200 and result["Error"].startswith("gpu-class: internal error filtering nodes for Pod ml/train")
+    status, priorities = post(client, "prioritize", args_by_names(GOOD_POD, ["h100-idle"]))
+    assert (status, priorities) == (200, [{"Host": "h100-idle", "Score": 0}])
+
+
+# --- admission and scheduling agree --------------------------------------------------------
+
+
+def test_the_pod_admission_placed_is_scheduled_where_admission_allowed() -> None:
+    catalog = make_catalog("schedulerName: gpu-class-scheduler\n")
+    client = make_app(snapshot_of(catalog=catalog), catalog).test_client()
+    pod = make_pod({CLASS: "high", "gpu-class.io/count": "4"})
+    status, review = post(client, "mutate", make_review(pod))
+    assert status == 200 and review["response"]["allowed"] is True
+    import base64
+
+    placed = jsonpatch.apply_patch(pod, json.loads(base64.b64decode(review["response"]["patch"])))
+    assert placed["spec"]["schedulerName"] == scheduler_profile_name()
+    assert placed["metadata"]["annotations"][TYPES] == "H100,A100"
+
+    names = [n["metadata"]["name"] for n in CLUSTER]
+    _, result = post(client, "filter", args_by_names(scheduler_pod(placed), names))
+    assert result["NodeNames"] == ["h100-idle", "a100-idle"]
+    assert result["FailedNodes"] == {"h100-busy": "gpu-class: 2 GPUs free, Pod needs 4",
+                                     "a100-part": "gpu-class: 3 GPUs free, Pod needs 4"}
+    # every node the extender keeps is one the admission's required node affinity admits
+    (term,) = placed["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    for name in result["NodeNames"]:
+        labels = BY_NAME[name]["metadata"]["labels"]
+        assert all(labels.get(e["key"]) in e["values"] for e in term["matchExpressions"]), name
+
+    _, priorities = post(client, "prioritize", args_by_names(scheduler_pod(placed), result["NodeNames"]))
+    assert priorities == [{"Host": "h100-idle", "Score": 10}, {"Host": "a100-idle", "Score": 5}]
+
+
+# --- the real server -----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    tmp = tmp_path_factory.mktemp("extender-server")
+    nodes = write_objects(tmp / "nodes.yaml", CATALOG_NODES)
+    catalog = tmp / "catalog.yaml"
+    catalog.write_text(TEST_CATALOG_YAML)
+    with running_server(tmp, ["--nodes", str(nodes), "--config", str(catalog)]) as srv:
+        yield srv
+
+
+def test_real_server_serves_the_extender(server: Server) -> None:
+    """`gpuclass serve` over TLS, called as kube-scheduler calls it. Needs create_app to register the routes."""
+    pod = placed_pod("H100,A100", gpus=2, class_name="high")
+    conn = server.connection()
+    try:
+        status, result = server.post("/filter", args_by_names(pod, ["h100-a", "a100-a", "t4-a", "cpu-a"]), conn=conn)
+        assert status == 200, result
+        assert result["NodeNames"] == ["h100-a", "a100-a"]
+        assert result["FailedAndUnresolvableNodes"] == {
+            "t4-a": "gpu-class: type T4 not in H100,A100",
+            "cpu-a": "gpu-class: unknown node (gpu-class has seen no GPU product label on it)",
+        }
+        status, priorities = server.post("/prioritize", args_by_names(pod, result["NodeNames"]), conn=conn)
+        assert (status, priorities) == (200, [{"Host": "h100-a", "Score": 10}, {"Host": "a100-a", "Score": 5}])
+        status, error = server.post("/filter", b"{", conn=conn)
+        assert status == 400 and error["message"].startswith("body is not JSON")
+    finally:
+        conn.close()
+
+
+# --- deploy/scheduler ----------------------------------------------------------------------
+
+REPO = Path(__file__).resolve().parent.parent
+SCHEDULER_DIR = REPO / "deploy" / "scheduler"
+NAMESPACE = "gpu-class-system"
+SERVICE_ACCOUNT = "gpu-class-scheduler"
+SUBJECT = {"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": NAMESPACE}
+
+# json tags of k8s.io/kube-scheduler/config/v1 (types.go) and component-base's LeaderElectionConfiguration
+CONFIGURATION_FIELDS = {
+    "apiVersion", "kind", "parallelism", "leaderElection", "clientConnection", "enableProfiling",
+    "enableContentionProfiling", "percentageOfNodesToScore", "percentageOfPlacementsToScore",
+    "podInitialBackoffSeconds", "podMaxBackoffSeconds", "profiles", "extenders", "delayCacheUntilActive",
+}
+PROFILE_FIELDS = {"schedulerName", "percentageOfNodesToScore", "percentageOfPlacementsToScore", "plugins", "pluginConfig"}
+LEADER_ELECTION_FIELDS = {
+    "leaderElect", "leaseDuration", "renewDeadline", "retryPeriod", "resourceLock", "resourceName", "resourceNamespace",
+}
+EXTENDER_FIELDS = {
+    "urlPrefix", "filterVerb", "preemptVerb", "prioritizeVerb", "weight", "bindVerb", "enableHTTPS", "tlsConfig",
+    "httpTimeout", "nodeCacheCapable", "managedResources", "ignorable",
+}
+TLS_FIELDS = {"insecure", "serverName", "certFile", "keyFile", "caFile", "certData", "keyData", "caData"}
+MANAGED_RESOURCE_FIELDS = {"name", "ignoredByScheduler"}
+
+
+def kustomize(directory: Path) -> list[dict[str, Any]]:
+    kubectl = Path(sys.executable).parent / "kubectl"
+    done = subprocess.run([str(kubectl), "kustomize", str(directory)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return [o for o in yaml.safe_load_all(done.stdout) if o]
+
+
+@pytest.fixture(scope="module")
+def rendered() -> list[dict[str, Any]]:
+    return kustomize(SCHEDULER_DIR)
+
+
+def one(objects: Sequence[dict[str, Any]], kind: str, name: str | None = None) -> dict[str, Any]:
+    found = [o for o in objects if o["kind"] == kind and (name is None or o["metadata"]["name"] == name)]
+    assert len(found) == 1, f"expected one {kind} {name or ''}, found {len(found)}"
+    return found[0]
+
+
+def deployment(objects: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    return one(objects, "Deployment", "gpu-class-scheduler")
+
+
+def scheduler_config(objects: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    config_map = one(objects, "ConfigMap")
+    (text,) = config_map["data"].values()
+    config: dict[str, Any] = yaml.safe_load(text)
+    return config
+
+
+def scheduler_profile_name() -> str:
+    config = yaml.safe_load((SCHEDULER_DIR / "config.yaml").read_text())
+    name: str = config["profiles"][0]["schedulerName"]
+    return name
+
+
+@pytest.mark.parametrize("version", sorted({K8S_VERSION, ".".join(kubernetes_validate.latest_version().split(".")[:2])}))
+def test_scheduler_objects_validate(rendered: list[dict[str, Any]], version: str) -> None:
+    problems = []
+    for obj in rendered:
+        try:
+            kubernetes_validate.validate(obj, version, strict=True)
+        except kubernetes_validate.ValidationError as exc:
+            problems.append(f"{obj['kind']} {obj['metadata']['name']}: {list(exc.path)}: {exc.message}")
+    assert problems == []
+
+
+def test_scheduler_configuration_uses_only_fields_kube_scheduler_knows(rendered: list[dict[str, Any]]) -> None:
+    config = scheduler_config(rendered)
+    assert (config["apiVersion"], config["kind"]) == ("kubescheduler.config.k8s.io/v1", "KubeSchedulerConfiguration")
+    assert set(config) <= CONFIGURATION_FIELDS
+    assert set(config["leaderElection"]) <= LEADER_ELECTION_FIELDS
+    for profile in config["profiles"]:
+        assert set(profile) <= PROFILE_FIELDS
+    for extender in config["extenders"]:
+        assert set(extender) <= EXTENDER_FIELDS
+        assert set(extender.get("tlsConfig") or {}) <= TLS_FIELDS
+        for resource in extender.get("managedResources") or []:
+            assert set(resource) <= MANAGED_RESOURCE_FIELDS
+
+
+def test_scheduler_profile_calls_this_extender(rendered: list[dict[str, Any]]) -> None:
+    config = scheduler_config(rendered)
+    assert [p["schedulerName"] for p in config["profiles"]] == ["gpu-class-scheduler"]
+    (extender,) = config["extenders"]
+    # the webhook's Service and port, in the namespace the install overlays use
+    service = one(kustomize(REPO / "deploy" / "base"), "Service", "gpu-class")
+    port = service["spec"]["ports"][0]["port"]
+    assert extender["urlPrefix"] == f"https://{service['metadata']['name']}.{service['metadata']['namespace']}.svc:{port}"
+    routes = {rule.rule for rule in make_app().url_map.iter_rules() if "POST" in (rule.methods or set())}
+    assert {"/" + extender["filterVerb"], "/" + extender["prioritizeVerb"]} <= routes
+    assert "bindVerb" not in extender and "preemptVerb" not in extender
+    assert isinstance(extender["weight"], int) and extender["weight"] > 0  # required with prioritizeVerb
+    assert extender["enableHTTPS"] is True and extender["nodeCacheCapable"] is True
+    assert isinstance(extender["ignorable"], bool)
+    shipped = load_catalog_file(str(REPO / "deploy" / "base" / "catalog.yaml"))
+    assert extender["managedResources"] == [{"name": shipped.gpu_resource, "ignoredByScheduler": False}]
+
+
+def test_scheduler_verifies_the_webhook_certificate(rendered: list[dict[str, Any]]) -> None:
+    """With enableHTTPS and no CA the scheduler silently skips verification: a CA must be configured, from the TLS Secret."""
+    (extender,) = scheduler_config(rendered)["extenders"]
+    tls = extender["tlsConfig"]
+    assert not tls.get("insecure")
+    ca_file = Path(tls["caFile"])
+    pod_spec = deployment(rendered)["spec"]["template"]["spec"]
+    (container,) = pod_spec["containers"]
+    (mount,) = [m for m in container["volumeMounts"] if ca_file.is_relative_to(m["mountPath"])]
+    (volume,) = [v for v in pod_spec["volumes"] if v["name"] == mount["name"]]
+    relative = ca_file.relative_to(mount["mountPath"]).as_posix()
+    secrets = [s["secret"] for s in volume["projected"]["sources"] if "secret" in s]
+    assert [(s["name"], i["key"]) for s in secrets for i in s["items"] if i["path"] == relative] == [("gpu-class-tls", "ca.crt")]
+
+
+def test_scheduler_reads_the_configuration_it_is_given(rendered: list[dict[str, Any]]) -> None:
+    spec = deployment(rendered)["spec"]["template"]["spec"]
+    (container,) = spec["containers"]
+    assert container["image"].startswith("registry.k8s.io/kube-scheduler:v1.")
+    (flag,) = [a for a in container["command"] if a.startswith("--config=")]
+    config_path = Path(flag.removeprefix("--config="))
+    (mount,) = [m for m in container["volumeMounts"] if config_path.is_relative_to(m["mountPath"])]
+    (volume,) = [v for v in spec["volumes"] if v["name"] == mount["name"]]
+    config_map = one(rendered, "ConfigMap")
+    relative = config_path.relative_to(mount["mountPath"]).as_posix()
+    sources = [s["configMap"] for s in volume["projected"]["sources"] if "configMap" in s]
+    assert [(c["name"], i["key"]) for c in sources for i in c["items"] if i["path"] == relative] == [
+        (config_map["metadata"]["name"], "config.yaml")
+    ]
+
+
+def test_scheduler_rbac(rendered: list[dict[str, Any]]) -> None:
+    assert deployment(rendered)["spec"]["template"]["spec"]["serviceAccountName"] == SERVICE_ACCOUNT
+    one(rendered, "ServiceAccount", SERVICE_ACCOUNT)
+    cluster_roles = {b["roleRef"]["name"] for b in rendered if b["kind"] == "ClusterRoleBinding" and SUBJECT in b["subjects"]}
+    assert cluster_roles == {"system:kube-scheduler", "system:volume-scheduler"}
+    roles = {(b["metadata"]["namespace"], b["roleRef"]["name"]) for b in rendered
+             if b["kind"] == "RoleBinding" and SUBJECT in b["subjects"]}
+    assert ("kube-system", "extension-apiserver-authentication-reader") in roles
+
+    # leader election on a lease of its own, which a Role of its own lets it hold
+    election = scheduler_config(rendered)["leaderElection"]
+    assert election["leaderElect"] is True and election["resourceLock"] == "leases"
+    assert election["resourceName"] != "kube-scheduler"
+    lease_namespace, lease = election["resourceNamespace"], election["resourceName"]
+    granted = {
+        (verb, name)
+        for r in rendered
+        if r["kind"] == "Role" and (lease_namespace, r["metadata"]["name"]) in roles
+        for rule in r["rules"]
+        if "coordination.k8s.io" in rule["apiGroups"] and "leases" in rule["resources"]
+        for verb in rule["verbs"]
+        for name in rule.get("resourceNames", [lease])
+    }
+    assert {("get", lease), ("update", lease), ("create", lease)} <= granted
+
+
+def test_scheduler_pods_are_not_webhook_pods(rendered: list[dict[str, Any]]) -> None:
+    """The webhook's Service and PodDisruptionBudget must not select the scheduler's Pods."""
+    labels = deployment(rendered)["spec"]["template"]["metadata"]["labels"]
+    base = kustomize(REPO / "deploy" / "base")
+    service_selector = one(base, "Service", "gpu-class")["spec"]["selector"]
+    pdb_selector = one(base, "PodDisruptionBudget", "gpu-class")["spec"]["selector"]["matchLabels"]
+    for selector in (service_selector, pdb_selector):
+        assert not all(labels.get(k) == v for k, v in selector.items())
