@@ -90,3 +90,17 @@ def test_bad_input_fails_with_a_message(argv: list[str], message: str, capsys: p
 def test_catalog_prints_the_built_in_catalog(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["catalog"]) == 0
     assert "gpuResource: nvidia.com/gpu" in capsys.readouterr().out
+
+
+def test_json_inventory_reads_like_yaml(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from webhook.loading import read_objects
+
+    nodes = read_objects(str(DEMO / "nodes.yaml"))
+    as_json = tmp_path / "nodes.json"
+    as_json.write_text(json.dumps({"apiVersion": "v1", "kind": "NodeList", "items": nodes}))
+    assert read_objects(str(as_json)) == nodes
+    argv = ["explain", str(DEMO / "pod-high.yaml"), "--namespace", "ml-team", "--output", "json"]
+    assert main([*argv, *INVENTORY]) == 0
+    from_yaml = json.loads(capsys.readouterr().out)
+    assert main([*argv, "--nodes", str(as_json), "--nodes", str(DEMO / "namespaces.yaml")]) == 0
+    assert json.loads(capsys.readouterr().out)["types"] == from_yaml["types"]

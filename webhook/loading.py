@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import yaml
 
 from .catalog import Catalog
 from .inventory import Snapshot, build_snapshot
+
+
+# libyaml's loader when PyYAML has it: 5,000 Nodes take seconds instead of a minute
+SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 class InputError(ValueError):
@@ -18,11 +23,13 @@ def read_objects(path: str) -> list[dict[str, Any]]:
     """Objects in a file: a List (`kubectl get -o yaml`), several documents, or both."""
     try:
         with open(path, encoding="utf-8") as fh:
-            documents = list(yaml.safe_load_all(fh))
+            text = fh.read()
+        # `kubectl get -o json` output parses many times faster as JSON than as YAML
+        documents = [json.loads(text)] if text.lstrip().startswith("{") else list(yaml.load_all(text, Loader=SAFE_LOADER))
     except OSError as exc:
         raise InputError(f"cannot read {path}: {exc.strerror}") from None
-    except yaml.YAMLError as exc:
-        raise InputError(f"{path} is not valid YAML: {exc}") from None
+    except (yaml.YAMLError, ValueError) as exc:
+        raise InputError(f"{path} is not valid YAML or JSON: {exc}") from None
     objects: list[dict[str, Any]] = []
     for doc in documents:
         if doc is None:

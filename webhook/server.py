@@ -8,10 +8,12 @@ process that serves from them.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import ssl
 import tempfile
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from flask import Flask
@@ -21,6 +23,7 @@ from . import logs
 from .app import InventorySource, StaticInventory, create_app
 from .catalog import Catalog, load_catalog_file, load_default_catalog
 from .config import ServeConfig
+from .inventory import Snapshot
 from .loading import InputError, load_snapshot
 from .tls import CertReloader
 
@@ -31,34 +34,42 @@ def load_catalog(config: ServeConfig) -> Catalog:
     return load_catalog_file(config.catalog_file) if config.catalog_file else load_default_catalog()
 
 
-def make_inventory(config: ServeConfig, catalog: Catalog) -> InventorySource:
+@dataclass(frozen=True)
+class Loaded:
+    """What the master reads before forking; a file inventory is then shared with the workers by fork."""
+
+    catalog: Catalog
+    snapshot: Snapshot | None  # None: each worker watches the cluster
+
+
+def make_inventory(config: ServeConfig, loaded: Loaded) -> InventorySource:
     from .metrics import InventoryMetrics  # after the multiprocess directory is set
 
-    observer = InventoryMetrics(catalog)
-    if config.nodes_files:
-        snapshot = load_snapshot(config.nodes_files, catalog)
-        observer.published(snapshot)
-        return StaticInventory(snapshot)
+    observer = InventoryMetrics(loaded.catalog)
+    if loaded.snapshot is not None:
+        observer.published(loaded.snapshot)
+        return StaticInventory(loaded.snapshot)
     from .watch import start_live_inventory  # the kubernetes client only where it is used
 
-    return start_live_inventory(catalog, kubeconfig=config.kubeconfig, observer=observer)
+    return start_live_inventory(loaded.catalog, kubeconfig=config.kubeconfig, observer=observer)
 
 
-def build_app(config: ServeConfig) -> Flask:
+def build_app(config: ServeConfig, loaded: Loaded | None = None) -> Flask:
     from .certs import not_valid_after
     from .metrics import observe_certificate
 
-    catalog = load_catalog(config)
+    loaded = loaded or check_config(config)
     with open(config.cert_file, "rb") as fh:
         observe_certificate(not_valid_after(fh.read()).timestamp())
-    return create_app(catalog, make_inventory(config, catalog), max_body_bytes=config.max_body_bytes)
+    return create_app(loaded.catalog, make_inventory(config, loaded), max_body_bytes=config.max_body_bytes)
 
 
-def check_config(config: ServeConfig) -> None:
+def check_config(config: ServeConfig) -> Loaded:
     """Fail at start, in the master, with a message that says what to fix."""
     catalog = load_catalog(config)
+    snapshot = None
     if config.nodes_files:
-        load_snapshot(config.nodes_files, catalog)
+        snapshot = load_snapshot(config.nodes_files, catalog)
     else:
         from .watch import check_kube_config
 
@@ -67,6 +78,7 @@ def check_config(config: ServeConfig) -> None:
         CertReloader(config.cert_file, config.key_file)
     except (OSError, ssl.SSLError) as exc:
         raise InputError(f"cannot use --cert-file {config.cert_file} / --key-file {config.key_file}: {exc}") from None
+    return Loaded(catalog, snapshot)
 
 
 class WebhookServer(BaseApplication):  # type: ignore[misc]
@@ -135,6 +147,6 @@ def prepare_metrics_dir() -> None:
 
 
 def serve(config: ServeConfig) -> None:
-    check_config(config)
+    loaded = check_config(config)
     prepare_metrics_dir()
-    WebhookServer(config).run()
+    WebhookServer(config, functools.partial(build_app, loaded=loaded)).run()
