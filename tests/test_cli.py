@@ -79,6 +79,8 @@ def test_certs_have_the_service_names_and_a_private_key(tmp_path: Path) -> None:
     pytest.param(["serve", "--cert-file", "a", "--key-file", "b", "--workers", "0", "--nodes", "x"], "at least 1",
                  id="zero-workers"),
     pytest.param(["serve", "--cert-file", "a", "--key-file", "b"], "not running in a cluster", id="no-cluster"),
+    pytest.param(["serve", "--cert-file", "a", "--key-file", "b", "--nodes", str(DEMO / "namespaces.yaml")],
+                 "no Node objects", id="serve-inventory-without-nodes"),
     pytest.param(["serve", "--cert-file", "a", "--key-file", "b", "--nodes", str(DEMO / "nodes.yaml")],
                  "cannot use --cert-file a", id="missing-certificate"),
 ])

@@ -81,6 +81,8 @@ class Snapshot:
     synced: bool = True
     nodes: Mapping[str, NodeInfo] = field(default_factory=dict)  # GPU nodes by name
     requested: Mapping[str, int] = field(default_factory=dict)  # GPUs held by bound, unfinished Pods, by node
+    # answers worked out from this snapshot (the planner's), dropped with it; the only mutable part
+    memo: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def groups(self, type_name: str) -> tuple[ProductGroup, ...]:
         return self.groups_by_type.get(type_name, ())
@@ -344,11 +346,10 @@ def _group_order(group: ProductGroup) -> tuple[str, str]:
     return (group.label_key, group.product)
 
 
-def build_snapshot(
-    catalog: Catalog, objects: Iterable[Mapping[str, Any]], *, watch_namespaces: bool | None = None
-) -> Snapshot:
-    """A snapshot from Node (and optionally Namespace) objects, as read from a file."""
-    state = InventoryState(catalog=catalog)
+def reduce_objects(
+    catalog: Catalog, objects: Iterable[Mapping[str, Any]]
+) -> tuple[list[NodeInfo], list[NamespaceInfo]]:
+    """The GPU nodes and the namespaces among Kubernetes objects read from a file."""
     nodes: list[NodeInfo] = []
     namespaces: list[NamespaceInfo] = []
     for obj in objects:
@@ -361,8 +362,23 @@ def build_snapshot(
             ns = namespace_info_from_object(obj)
             if ns is not None:
                 namespaces.append(ns)
+    return nodes, namespaces
+
+
+def fixed_snapshot(
+    catalog: Catalog, nodes: Iterable[NodeInfo], namespaces: list[NamespaceInfo], *, watch_namespaces: bool | None = None
+) -> Snapshot:
+    """A snapshot that will not change; namespaces count as watched when any are given."""
+    state = InventoryState(catalog=catalog, synced=True)
     state.replace_nodes(nodes)
     state.replace_namespaces(namespaces)
     state.watch_namespaces = bool(namespaces) if watch_namespaces is None else watch_namespaces
-    state.synced = True
     return state.publish()
+
+
+def build_snapshot(
+    catalog: Catalog, objects: Iterable[Mapping[str, Any]], *, watch_namespaces: bool | None = None
+) -> Snapshot:
+    """A snapshot from Node (and optionally Namespace) objects, as read from a file."""
+    nodes, namespaces = reduce_objects(catalog, objects)
+    return fixed_snapshot(catalog, nodes, namespaces, watch_namespaces=watch_namespaces)

@@ -130,7 +130,7 @@ def tolerates(toleration: Mapping[str, Any], taint: Taint) -> bool:
 
 def _toleration_ops(spec: Mapping[str, Any], taints: Sequence[Taint]) -> list[PatchOp]:
     existing = spec.get("tolerations") or []
-    missing = [t for t in taints if not any(tolerates(tol, t) for tol in existing if isinstance(tol, Mapping))]
+    missing = [t for t in taints if not any(tolerates(tol, t) for tol in existing if isinstance(tol, dict))]
     # one Exists toleration per key and effect covers every value of that taint
     wanted = dict.fromkeys((t.key, t.effect) for t in missing)
     new = [{"key": key, "operator": "Exists", **({"effect": effect} if effect else {})} for key, effect in wanted]

@@ -94,7 +94,7 @@ def plan(
 
 
 def _plan(pod: Mapping[str, Any], snapshot: Snapshot, catalog: Catalog, namespace: str) -> Decision:
-    if not isinstance(pod, Mapping):
+    if not isinstance(pod, dict):
         raise MalformedPod("the object is not a JSON object")
     annotations = _mapping(pod.get("metadata"), "metadata").get("annotations")
     annotations = _string_map(annotations, "metadata.annotations")
@@ -156,28 +156,31 @@ def _plan(pod: Mapping[str, Any], snapshot: Snapshot, catalog: Catalog, namespac
         return Decision("refused", excluded, class_name=class_name)
 
     pod_gpus = _pod_gpus(pod, containers, index, count_value, catalog.gpu_resource)
-    verdicts = tuple(_verdict(t, snapshot.groups(t), pod_gpus, excluded, catalog) for t in gpu_class.types)
-    valid = [v for v in verdicts if v.valid]
-    warnings = _absent_warning(gpu_class, verdicts)
-
-    if not valid:
-        message = _unsatisfiable_message(gpu_class, pod_gpus, snapshot, catalog, excluded)
+    fit = class_fit(gpu_class, pod_gpus, excluded, snapshot, catalog)
+    if fit.unsatisfiable is not None:
         if catalog.on_unsatisfiable == "admit":
             return Decision(
                 "admitted-unsatisfiable",
-                message,
+                fit.unsatisfiable,
                 class_name=class_name,
-                warnings=warnings + (_short(message),),
-                verdicts=verdicts,
+                warnings=fit.warnings + (_short(fit.unsatisfiable),),
+                verdicts=fit.verdicts,
             )
-        return Decision("refused", message, class_name=class_name, warnings=warnings, verdicts=verdicts)
-
-    ordered = _order(valid, gpu_class, catalog)
-    placement = _placement(
-        ordered, snapshot, catalog, pod_gpus, index=index, container=container, count=count_value,
-        set_limit=set_limit, class_name=class_name, record_class=from_default,
+        return Decision("refused", fit.unsatisfiable, class_name=class_name, warnings=fit.warnings, verdicts=fit.verdicts)
+    placement = Placement(
+        container_index=index,
+        container_name=container["name"],
+        count=count_value,
+        set_limit=set_limit,
+        class_name=class_name,
+        types=fit.types,
+        required=fit.required,
+        preferences=fit.preferences,
+        tolerations=fit.tolerations,
+        scheduler_name=catalog.scheduler_name,
+        record_class=from_default,
     )
-    return Decision("patched", class_name=class_name, placement=placement, warnings=warnings, verdicts=verdicts)
+    return Decision("patched", class_name=class_name, placement=placement, warnings=fit.warnings, verdicts=fit.verdicts)
 
 
 # --- reading the Pod ----------------------------------------------------------------------
@@ -186,13 +189,13 @@ def _plan(pod: Mapping[str, Any], snapshot: Snapshot, catalog: Catalog, namespac
 def _mapping(value: Any, where: str) -> Mapping[str, Any]:
     if value is None:
         return {}
-    if not isinstance(value, Mapping):
+    if not isinstance(value, dict):
         raise MalformedPod(f"{where} must be an object")
     return value
 
 
 def _item(value: Any, where: str) -> Mapping[str, Any]:
-    if not isinstance(value, Mapping):
+    if not isinstance(value, dict):
         raise MalformedPod(f"{where} must be an object")
     return value
 
@@ -219,7 +222,7 @@ def _containers(pod: Mapping[str, Any]) -> Sequence[Mapping[str, Any]]:
     if not containers:
         raise MalformedPod("spec.containers is empty")
     for i, c in enumerate(containers):
-        if not isinstance(c, Mapping) or not isinstance(c.get("name"), str):
+        if not isinstance(c, dict) or not isinstance(c.get("name"), str):
             raise MalformedPod(f"spec.containers[{i}] must be an object with a name")
     return containers
 
@@ -397,19 +400,47 @@ def weights_for(n: int) -> list[int]:
     return [max(100 - i * step, 1) for i in range(n)]
 
 
-def _placement(
-    ordered: Sequence[str],
-    snapshot: Snapshot,
-    catalog: Catalog,
-    pod_gpus: int,
-    *,
-    index: int,
-    container: Mapping[str, Any],
-    count: int,
-    set_limit: bool,
-    class_name: str,
-    record_class: bool,
-) -> Placement:
+@dataclass(frozen=True)
+class ClassFit:
+    """What a class offers a Pod that needs `pod_gpus` on one node, in one inventory snapshot."""
+
+    verdicts: tuple[TypeVerdict, ...]
+    warnings: tuple[str, ...]
+    unsatisfiable: str | None  # the message when no type is valid
+    types: tuple[str, ...] = ()
+    required: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    preferences: tuple[Preference, ...] = ()
+    tolerations: tuple[Taint, ...] = ()
+
+
+MEMO_MAX_ENTRIES = 1024
+
+
+def class_fit(
+    gpu_class: GpuClass, pod_gpus: int, excluded: frozenset[str], snapshot: Snapshot, catalog: Catalog
+) -> ClassFit:
+    """Memoised per snapshot: Pods of one Deployment ask the same question, and the answer only
+    changes when the inventory does (which publishes a new snapshot with an empty memo)."""
+    key = (gpu_class.name, pod_gpus, excluded)
+    fit: ClassFit | None = snapshot.memo.get(key)
+    if fit is None:
+        fit = _class_fit(gpu_class, pod_gpus, excluded, snapshot, catalog)
+        if len(snapshot.memo) >= MEMO_MAX_ENTRIES:
+            snapshot.memo.clear()
+        snapshot.memo[key] = fit
+    return fit
+
+
+def _class_fit(
+    gpu_class: GpuClass, pod_gpus: int, excluded: frozenset[str], snapshot: Snapshot, catalog: Catalog
+) -> ClassFit:
+    verdicts = tuple(_verdict(t, snapshot.groups(t), pod_gpus, excluded, catalog) for t in gpu_class.types)
+    valid = [v for v in verdicts if v.valid]
+    warnings = _absent_warning(gpu_class, verdicts)
+    if not valid:
+        message = _unsatisfiable_message(gpu_class, pod_gpus, snapshot, catalog, excluded)
+        return ClassFit(verdicts, warnings, message)
+    ordered = _order(valid, gpu_class, catalog)
     required: dict[str, set[str]] = {}
     taints: set[Taint] = set()
     preferences: list[Preference] = []
@@ -428,18 +459,14 @@ def _placement(
         for key, products in sorted(per_key.items()):
             required.setdefault(key, set()).update(products)
             preferences.append(Preference(weight, type_name, key, tuple(sorted(products))))
-    return Placement(
-        container_index=index,
-        container_name=container["name"],
-        count=count,
-        set_limit=set_limit,
-        class_name=class_name,
+    return ClassFit(
+        verdicts,
+        warnings,
+        None,
         types=tuple(ordered),
         required=tuple((k, tuple(sorted(v))) for k, v in sorted(required.items())),
         preferences=tuple(preferences),
         tolerations=tuple(sorted(_drop_covered(taints))),
-        scheduler_name=catalog.scheduler_name,
-        record_class=record_class,
     )
 
 

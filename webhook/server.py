@@ -24,7 +24,7 @@ from .app import InventorySource, StaticInventory, create_app
 from .catalog import Catalog, load_catalog_file, load_default_catalog
 from .config import ServeConfig
 from .inventory import Snapshot
-from .loading import InputError, load_snapshot
+from .loading import InputError, load_snapshot_in_child
 from .tls import CertReloader
 
 log = logging.getLogger("gpu_class.server")
@@ -69,7 +69,7 @@ def check_config(config: ServeConfig) -> Loaded:
     catalog = load_catalog(config)
     snapshot = None
     if config.nodes_files:
-        snapshot = load_snapshot(config.nodes_files, catalog)
+        snapshot = load_snapshot_in_child(config.nodes_files, catalog)
     else:
         from .watch import check_kube_config
 

@@ -33,7 +33,9 @@ from kubernetes.watch.watch import iter_resp_lines
 
 from .catalog import Catalog
 from .loading import InputError
-from .inventory import InventoryState, Snapshot, namespace_info_from_object, node_info_from_object, pod_gpu_request
+from .inventory import (
+    InventoryState, NamespaceInfo, NodeInfo, Snapshot, namespace_info_from_object, node_info_from_object, pod_gpu_request,
+)
 
 log = logging.getLogger("gpu_class.watch")
 
@@ -99,7 +101,9 @@ class Reflector:
 
     name: str
     list_call: Callable[..., Any]
-    replace: Callable[[list[dict[str, Any]]], None]
+    # each listed object is reduced as its page arrives, so a relist never holds 150,000 whole Pods
+    reduce: Callable[[dict[str, Any]], Any]
+    replace: Callable[[list[Any]], None]
     apply: Callable[[str, dict[str, Any]], None]
     stop_event: threading.Event
     resource_version: str | None = None
@@ -145,14 +149,15 @@ class Reflector:
         self.observer.contacted(self.name)
 
     def _list(self) -> None:
-        items: list[dict[str, Any]] = []
+        items: list[Any] = []
         token: str | None = None
         while True:
             kwargs: dict[str, Any] = {"limit": LIST_PAGE_SIZE, "_preload_content": False, "_request_timeout": 60}
             if token:
                 kwargs["_continue"] = token
             page = json.loads(self.list_call(**kwargs).data)
-            items.extend(page.get("items") or [])
+            items.extend(r for r in map(self.reduce, page.get("items") or []) if r is not None)
+            del page["items"]
             metadata = page.get("metadata") or {}
             token = metadata.get("continue")
             if not token:
@@ -235,19 +240,20 @@ class LiveInventory:
         self.stop_event = threading.Event()
         self.watch_pods = needs_pod_accounting(catalog) if watch_pods is None else watch_pods
         self.reflectors = [
-            self._reflector("nodes", api.list_node, self._replace_nodes, self._apply_node),
-            self._reflector("namespaces", api.list_namespace, self._replace_namespaces, self._apply_namespace),
+            self._reflector("nodes", api.list_node, self._reduce_node, self._replace_nodes, self._apply_node),
+            self._reflector("namespaces", api.list_namespace, namespace_info_from_object, self._replace_namespaces,
+                            self._apply_namespace),
         ]
         if self.watch_pods:
             # only Pods that hold GPUs can matter: bound and unfinished. A Pod that finishes leaves the
             # selection, and the API server sends it as DELETED.
             list_pods = functools.partial(api.list_pod_for_all_namespaces, field_selector=BOUND_UNFINISHED_PODS)
-            self.reflectors.append(self._reflector("pods", list_pods, self._replace_pods, self._apply_pod))
+            self.reflectors.append(self._reflector("pods", list_pods, self._reduce_pod, self._replace_pods, self._apply_pod))
         self._threads: list[threading.Thread] = []
 
-    def _reflector(self, name: str, list_call: Callable[..., Any], replace: Callable[[list[dict[str, Any]]], None],
-                   apply: Callable[[str, dict[str, Any]], None]) -> Reflector:
-        return Reflector(name, list_call, replace, apply, self.stop_event, observer=self.observer)
+    def _reflector(self, name: str, list_call: Callable[..., Any], reduce: Callable[[dict[str, Any]], Any],
+                   replace: Callable[[list[Any]], None], apply: Callable[[str, dict[str, Any]], None]) -> Reflector:
+        return Reflector(name, list_call, reduce, replace, apply, self.stop_event, observer=self.observer)
 
     def start(self) -> LiveInventory:
         for r in self.reflectors:
@@ -284,8 +290,10 @@ class LiveInventory:
         if changed:
             self.observer.published(self.state.publish())
 
-    def _replace_nodes(self, items: list[dict[str, Any]]) -> None:
-        infos = [i for i in (node_info_from_object({**o, "kind": "Node"}, self.catalog) for o in items) if i is not None]
+    def _reduce_node(self, obj: dict[str, Any]) -> NodeInfo | None:
+        return node_info_from_object(obj, self.catalog)
+
+    def _replace_nodes(self, infos: list[NodeInfo]) -> None:
         with self.state.lock:
             self.state.replace_nodes(infos)
             self._mark_synced("nodes")
@@ -297,8 +305,7 @@ class LiveInventory:
             changed = self.state.upsert_node(info) if info is not None else self.state.remove_node(str(name))
             self._publish_if(changed)
 
-    def _replace_namespaces(self, items: list[dict[str, Any]]) -> None:
-        infos = [i for i in map(namespace_info_from_object, items) if i is not None]
+    def _replace_namespaces(self, infos: list[NamespaceInfo]) -> None:
         with self.state.lock:
             self.state.replace_namespaces(infos)
             self._mark_synced("namespaces")
@@ -311,8 +318,11 @@ class LiveInventory:
             changed = self.state.remove_namespace(info.name) if kind == "DELETED" else self.state.upsert_namespace(info)
             self._publish_if(changed)
 
-    def _replace_pods(self, items: list[dict[str, Any]]) -> None:
-        accounted = [(_pod_key(o), *pod_gpu_request(o, self.catalog.gpu_resource)) for o in items]
+    def _reduce_pod(self, obj: dict[str, Any]) -> tuple[str, str, int] | None:
+        node, gpus = pod_gpu_request(obj, self.catalog.gpu_resource)
+        return (_pod_key(obj), node, gpus) if node and gpus > 0 else None
+
+    def _replace_pods(self, accounted: list[tuple[str, str, int]]) -> None:
         with self.state.lock:
             self.state.replace_pods(accounted)
             self._mark_synced("pods")
