@@ -13,7 +13,7 @@ from werkzeug.exceptions import ClientDisconnected, HTTPException
 from .catalog import Catalog
 from .extender_routes import register_extender_routes
 from .inventory import Snapshot
-from .review import BadReview, Review, build_response, parse_review, review_pod
+from .review import COMPACT, BadReview, Review, build_response, parse_review, review_pod
 
 log = logging.getLogger("gpu_class.admission")
 
@@ -40,7 +40,7 @@ class StaticInventory:
 
 
 def _json(body: Any, status: int = 200) -> Response:
-    return Response(json.dumps(body, separators=(",", ":")), status=status, mimetype="application/json")
+    return Response(COMPACT.encode(body), status=status, mimetype="application/json")
 
 
 def create_app(

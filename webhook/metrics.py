@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import time
+from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client import multiprocess
 from prometheus_client import CONTENT_TYPE_LATEST
@@ -55,15 +56,27 @@ CERT_EXPIRY = Gauge(
 UNKNOWN = "unknown"
 
 
+_children: dict[tuple[Any, ...], Any] = {}
+
+
+def _child(metric: Any, *labels: str) -> Any:
+    """metric.labels(...) takes a lock and builds a key on every call; label sets are few, keep them."""
+    key = (metric, labels)
+    child = _children.get(key)
+    if child is None:
+        child = _children[key] = metric.labels(*labels)
+    return child
+
+
 def observe_admission(review: Review | None, duration_seconds: float, catalog: Catalog, outcome: str | None = None) -> None:
     decision = review.decision if review is not None else None
     if decision is None or decision.class_name is None:
         class_name = "none"
     else:
         class_name = decision.class_name if decision.class_name in catalog.classes else UNKNOWN
-    ADMISSIONS.labels(outcome or (decision.outcome if decision else "error"), class_name).inc()
+    _child(ADMISSIONS, outcome or (decision.outcome if decision else "error"), class_name).inc()
     if decision is not None and decision.placement is not None and decision.placement.types:
-        PREFERRED_TYPE.labels(class_name, decision.placement.types[0]).inc()
+        _child(PREFERRED_TYPE, class_name, decision.placement.types[0]).inc()
     LATENCY.observe(duration_seconds)
 
 

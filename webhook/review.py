@@ -16,6 +16,7 @@ from .inventory import Snapshot
 from .patch import PatchOp, build_patch, build_unplaced_patch
 from .planner import Decision, plan
 
+COMPACT = json.JSONEncoder(separators=(",", ":"))
 API_VERSIONS = ("admission.k8s.io/v1", "admission.k8s.io/v1beta1")
 
 
@@ -132,7 +133,7 @@ def build_response(request: Request, review: Review) -> ReviewResponse:
     response: Response = {"uid": request.uid, "allowed": review.decision.allowed}
     if review.patch:
         response["patchType"] = "JSONPatch"
-        response["patch"] = base64.b64encode(json.dumps(review.patch, separators=(",", ":")).encode()).decode()
+        response["patch"] = base64.b64encode(COMPACT.encode(review.patch).encode()).decode()
     if review.decision.warnings:
         response["warnings"] = list(review.decision.warnings)
     if not review.decision.allowed:
