@@ -222,7 +222,7 @@ class Query:
     fields: tuple[Requirement, ...] = ()
 
     def matches(self, obj: JsonObj | None) -> bool:
-        if obj is None:
+        if obj is None or obj.get("kind") != self.resource.kind:
             return False
         meta = obj.get("metadata", {})
         if self.namespace is not None and meta.get("namespace") != self.namespace:

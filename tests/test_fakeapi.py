@@ -558,3 +558,14 @@ def test_stop_closes_everything_and_leaves_no_threads() -> None:
     with pytest.raises(ConnectionRefusedError):
         socket.create_connection(("127.0.0.1", srv.port), timeout=1).close()
     assert srv.server_errors == []
+
+
+def test_lists_and_watches_return_only_their_own_kind(server: FakeApiServer, v1: kubernetes.client.CoreV1Api) -> None:
+    server.create(make_node("gpu-1"))
+    server.create(make_pod("train", "ml", node="gpu-1"))
+    server.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ml"}})
+    assert [n.metadata.name for n in v1.list_node().items] == ["gpu-1"]
+    assert [p.metadata.name for p in v1.list_pod_for_all_namespaces().items] == ["train"]
+    assert [n.metadata.name for n in v1.list_namespace().items] == ["ml"]
+    events = list(kubernetes.watch.Watch().stream(v1.list_node, resource_version="0", timeout_seconds=1))
+    assert [(e["type"], e["object"].metadata.name) for e in events] == [("ADDED", "gpu-1")]

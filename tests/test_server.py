@@ -146,3 +146,24 @@ def test_a_trickling_body_is_cut_off_and_the_server_keeps_serving(server: Server
     assert reply.startswith(b"HTTP/1.1 408"), reply[:100]
     assert waited < 5  # the read budget (2 s) is well under the webhook timeout
     assert server.get("/healthz")[0] == 200
+
+
+def test_silent_connections_do_not_stop_the_server(tmp_path: Path) -> None:
+    """Clients that connect, shake hands and say nothing are cut off after the first-request deadline."""
+    import socket
+    import time
+
+    nodes = write_objects(tmp_path / "nodes.yaml", CATALOG_NODES)
+    with running_server(tmp_path, ["--nodes", str(nodes), "--threads", "1"], workers=2) as srv:
+        silent = []
+        for _ in range(4):  # more than workers x threads
+            raw = socket.create_connection(("127.0.0.1", srv.port), timeout=10)
+            silent.append(srv.context().wrap_socket(raw, server_hostname="localhost"))
+        started = time.monotonic()
+        status, _ = srv.get("/healthz")
+        assert status == 200
+        assert time.monotonic() - started < 8  # at most a few first-request deadlines (3 s), not forever
+        for tls in silent:
+            tls.settimeout(10)
+            assert tls.recv(1) == b""  # the server closed it
+            tls.close()

@@ -10,6 +10,7 @@ from typing import Any, Protocol
 from flask import Flask, Response, request
 from werkzeug.exceptions import ClientDisconnected, HTTPException
 
+from . import logs
 from .catalog import Catalog
 from .extender_routes import register_extender_routes
 from .inventory import Snapshot
@@ -138,4 +139,4 @@ def _log_request(req: Any, result: Review | None, started: float, outcome: str, 
         "message": message or None,
         "duration_ms": round((time.perf_counter() - started) * 1000, 3),
     }
-    log.info("admission", extra={"fields": record})
+    logs.write_record(log.name, "admission", record)

@@ -40,7 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--key-file", required=True)
     s.add_argument("--bind", default="0.0.0.0:8443", help="HOST:PORT (default 0.0.0.0:8443)")
     s.add_argument("--workers", type=int, default=2)
-    s.add_argument("--threads", type=int, default=4, help="threads per worker")
+    s.add_argument("--threads", type=int, default=1, help="threads per worker (default 1: see bench/RESULTS.md)")
     s.add_argument("--log-level", default="info", choices=logs.LEVELS)
 
     c = sub.add_parser("certs", help="write a CA and a serving certificate (ca.crt, tls.crt, tls.key)")
@@ -213,7 +213,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     serve(
         ServeConfig(
             cert_file=f"{certs_dir}/tls.crt", key_file=f"{certs_dir}/tls.key", bind=args.bind,
-            nodes_files=tuple(nodes), workers=1, threads=4, log_level=args.log_level,
+            nodes_files=tuple(nodes), workers=1, threads=2, log_level=args.log_level,
         )
     )
     return 0

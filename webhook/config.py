@@ -14,7 +14,7 @@ class ServeConfig:
     nodes_files: tuple[str, ...] = ()  # empty: watch the cluster
     kubeconfig: str | None = None  # None: in-cluster service account
     workers: int = 2
-    threads: int = 4
+    threads: int = 1  # measured: one thread per worker has the best tail latency (bench/RESULTS.md)
     log_level: str = "info"
     max_body_bytes: int = 3 * 1024 * 1024
     keepalive_seconds: int = 120  # longer than the API server's idle timeout (90 s), so it closes first

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 from typing import Any
 
@@ -39,6 +40,20 @@ class JsonFormatter(logging.Formatter):
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)
         return _ENCODER.encode(entry)
+
+
+_TIME = JsonFormatter()
+
+
+def write_record(logger: str, msg: str, fields: dict[str, Any]) -> None:
+    """One INFO line written straight to stderr, for the line logged on every admission.
+
+    The logging machinery (a LogRecord, the handler's lock, contended by the worker's threads)
+    cost more than the decision itself; a single os.write of one line under PIPE_BUF is atomic,
+    so lines from several threads never interleave. Callers check the level first.
+    """
+    entry = {"time": _TIME._time(time.time()), "level": "info", "logger": logger, "msg": msg, **fields}
+    os.write(2, (_ENCODER.encode(entry) + "\n").encode())
 
 
 def configure(level: str) -> None:

@@ -9,18 +9,38 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import ssl
 import threading
 import time
+from typing import Any
 
 log = logging.getLogger("gpu_class.tls")
 
 
+class ServerContext(ssl.SSLContext):
+    """Puts a deadline on a new connection's handshake and first request.
+
+    gunicorn's gthread worker gives each new connection a thread, shakes hands and reads the first
+    request there, blocking: a client that connects and then says nothing would hold the thread
+    until it went away, and a few such clients would stop the server. gunicorn wraps every accepted
+    socket through this context, so the deadline is set before anything is read.
+    """
+
+    first_request_timeout_seconds: float = 3.0
+
+    def wrap_socket(self, sock: socket.socket, *args: Any, **kwargs: Any) -> ssl.SSLSocket:
+        sock.settimeout(self.first_request_timeout_seconds)
+        return super().wrap_socket(sock, *args, **kwargs)
+
+
 class CertReloader:
-    def __init__(self, cert_file: str, key_file: str, *, check_interval_seconds: float = 1.0) -> None:
+    def __init__(self, cert_file: str, key_file: str, *, check_interval_seconds: float = 1.0,
+                 first_request_timeout_seconds: float = 3.0) -> None:
         self.cert_file = cert_file
         self.key_file = key_file
         self.check_interval_seconds = check_interval_seconds
+        self.first_request_timeout_seconds = first_request_timeout_seconds
         self._lock = threading.Lock()
         self._stamp = self._file_stamp()
         self._context = self._load()  # a bad pair at start is a misconfiguration: raise
@@ -35,7 +55,8 @@ class CertReloader:
         return tuple(stamps)
 
     def _load(self) -> ssl.SSLContext:
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context = ServerContext(ssl.PROTOCOL_TLS_SERVER)
+        context.first_request_timeout_seconds = self.first_request_timeout_seconds
         context.minimum_version = ssl.TLSVersion.TLSv1_2
         context.load_cert_chain(self.cert_file, self.key_file)
         return context

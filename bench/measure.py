@@ -1,0 +1,240 @@
+"""Load measurements: run the load generator processes against servers, sample the servers' CPU over
+the same window, merge the results.
+
+Servers that are compared are measured in alternating rounds (A, B, A, B, ...) rather than one
+after the other, so drift on a shared machine and the luck of how accept() spreads the connections
+over the workers (it changes at every reconnect) fall on both sides alike.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+from .loadgen import Mode, Outcome, Plan
+from .procs import REPO_ROOT, ServerProcess
+
+@dataclass(frozen=True)
+class LoadSettings:
+    processes: int = 2
+    connections: int = 8  # in all, spread over the processes
+    rounds: int = 3
+    warmup_seconds: float = 0.5  # per round; the servers are primed once before the first round
+    round_seconds: float = 3.0
+    timeout_seconds: float = 15.0
+    start_margin_seconds: float = 0.05  # from "every load generator is connected" to the common start
+
+
+@dataclass(frozen=True)
+class Target:
+    """A server to load and what its answers must contain."""
+
+    server: ServerProcess
+    expect_patch: bool
+
+
+@dataclass(frozen=True)
+class Body:
+    path: Path
+    uid_offset: int
+
+
+@dataclass(frozen=True)
+class RawRun:
+    """One round against one server, before merging."""
+
+    outcomes: tuple[Outcome, ...]
+    server_cpu_seconds: tuple[float, ...]  # master, then each worker
+    connections_per_worker: tuple[int, ...]
+    machine_busy: float  # fraction of all cores' time not idle over the window
+    other_cpu_seconds: float  # busy time neither the server nor the load generator used: a noisy machine
+    workers_restarted: bool
+
+
+@dataclass(frozen=True)
+class LoadResult:
+    server: str
+    mode: Mode
+    rate_per_second: float  # open mode: the offered rate; closed: 0
+    seconds: float  # measured time, all rounds together
+    ok: int
+    errors: dict[str, int]
+    error_samples: tuple[str, ...]
+    reconnects: int
+    late_sends: int
+    throughput_rps: float
+    p50_ms: float
+    p90_ms: float
+    p99_ms: float
+    max_ms: float
+    server_cpu_us_per_request: float
+    client_cpu_us_per_request: float
+    machine_busy: float
+    other_cpu_share: float  # of all cores, used by other processes during the windows (should be ~0)
+    connections_per_worker: tuple[tuple[int, ...], ...]  # per round: how accept() spread them
+    workers_restarted: bool
+    late_starts: int  # load generator processes that were not connected by the common start (window skewed)
+
+    @property
+    def failed(self) -> int:
+        return sum(self.errors.values())
+
+
+def percentile(sorted_values: Sequence[float], fraction: float) -> float:
+    """Nearest-rank percentile of an ascending sequence (0 for an empty one)."""
+    if not sorted_values:
+        return 0.0
+    rank = max(math.ceil(fraction * len(sorted_values)), 1)
+    return sorted_values[rank - 1]
+
+
+CORES = os.cpu_count() or 1
+
+
+def _machine_times() -> tuple[int, int]:
+    """(idle, total) jiffies of all cores, from /proc/stat."""
+    with open("/proc/stat", encoding="ascii") as fh:
+        values = [int(v) for v in fh.readline().split()[1:]]
+    idle = values[3] + (values[4] if len(values) > 4 else 0)  # idle + iowait
+    return idle, sum(values[:8])  # guest time is already inside user time
+
+
+def machine_busy_now(seconds: float = 1.0) -> float:
+    """The share of all cores busy over `seconds`: the bench should start on a quiet machine."""
+    before = _machine_times()
+    time.sleep(seconds)
+    after = _machine_times()
+    return 1.0 - (after[0] - before[0]) / max(after[1] - before[1], 1)
+
+
+QUIET_BUSY = 0.15  # between rounds only idle servers run: more busy than this is someone else's work
+QUIET_WAIT_SECONDS = 30.0
+
+
+def wait_until_quiet() -> float:
+    """Before a round, wait (a bounded time) while other work keeps the machine busy; seconds waited."""
+    started = time.monotonic()
+    while machine_busy_now(0.25) > QUIET_BUSY and time.monotonic() - started < QUIET_WAIT_SECONDS:
+        time.sleep(0.5)
+    return time.monotonic() - started
+
+
+def run_round(target: Target, body: Body, mode: Mode, settings: LoadSettings, workdir: Path,
+              rate_per_second: float = 0.0, warmup_seconds: float | None = None) -> RawRun:
+    server = target.server
+    wait_until_quiet()
+    warmup = settings.warmup_seconds if warmup_seconds is None else warmup_seconds
+    processes: list[subprocess.Popen[bytes]] = []
+    per_process = spread(settings.connections, settings.processes)
+    for index, connections in enumerate(per_process):
+        plan: Plan = {
+            "host": "127.0.0.1", "port": server.port, "server_hostname": "localhost",
+            "ca_file": str(server.ca_file), "body_file": str(body.path), "uid_offset": body.uid_offset,
+            "connections": connections, "process_index": index, "processes": len(per_process),
+            "mode": mode, "rate_per_second": rate_per_second,
+            "warmup_seconds": warmup, "duration_seconds": settings.round_seconds,
+            "expect_patch": target.expect_patch, "timeout_seconds": settings.timeout_seconds,
+        }
+        plan_file = workdir / f"plan-{index}.json"
+        plan_file.write_text(json.dumps(plan))
+        processes.append(subprocess.Popen([sys.executable, "-m", "bench.loadgen", str(plan_file)],
+                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=REPO_ROOT))
+    try:
+        for p in processes:  # each connects and sends one request first
+            assert p.stdout is not None and p.stdin is not None
+            if p.stdout.readline().strip() != b"ready":
+                raise RuntimeError(f"load generator against {server.label} failed to start ({p.wait()})")
+        start_at = time.time() + settings.start_margin_seconds
+        for p in processes:
+            assert p.stdin is not None
+            p.stdin.write(f"{start_at!r}\n".encode())
+            p.stdin.close()
+        window_start = start_at + warmup
+        time.sleep(max(window_start - time.time(), 0.0))
+        cpu_before, machine_before = server.cpu_seconds(), _machine_times()
+        connections_seen = server.connections_per_worker()
+        time.sleep(max(window_start + settings.round_seconds - time.time(), 0.0))
+        cpu_after, machine_after = server.cpu_seconds(), _machine_times()
+        outcomes: list[Outcome] = []
+        for p in processes:
+            assert p.stdout is not None
+            out = p.stdout.read()
+            p.wait(timeout=settings.timeout_seconds + 30)
+            if p.returncode != 0:
+                raise RuntimeError(f"load generator against {server.label} exited with {p.returncode}")
+            outcomes.append(json.loads(out))
+    finally:
+        for p in processes:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    idle = machine_after[0] - machine_before[0]
+    total = max(machine_after[1] - machine_before[1], 1)
+    busy = 1.0 - idle / total
+    server_cpu = tuple(after - before for before, after in zip(cpu_before, cpu_after))
+    client_cpu = sum(o["cpu_seconds"] for o in outcomes)
+    return RawRun(
+        outcomes=tuple(outcomes),
+        server_cpu_seconds=server_cpu,
+        connections_per_worker=tuple(connections_seen),
+        machine_busy=busy,
+        other_cpu_seconds=max(busy * CORES * settings.round_seconds - sum(server_cpu) - client_cpu, 0.0),
+        workers_restarted=not server.workers_unchanged(),
+    )
+
+
+def spread(total: int, parts: int) -> list[int]:
+    parts = max(1, min(parts, total))
+    return [total // parts + (1 if i < total % parts else 0) for i in range(parts)]
+
+
+def prime(targets: Sequence[Target], body: Body, settings: LoadSettings, workdir: Path) -> None:
+    """A short unmeasured run against each server: lazy imports and first-use caches happen here."""
+    short = dataclasses.replace(settings, rounds=1, warmup_seconds=0.0, round_seconds=0.5)
+    for target in targets:
+        run_round(target, body, "closed", short, workdir)
+
+
+def measure(targets: Sequence[Target], body: Body, mode: Mode, settings: LoadSettings, workdir: Path,
+            rate_per_second: float = 0.0) -> list[LoadResult]:
+    """`settings.rounds` rounds, alternating over the targets; one merged result per target."""
+    runs: list[list[RawRun]] = [[] for _ in targets]
+    for _ in range(settings.rounds):
+        for i, target in enumerate(targets):
+            runs[i].append(run_round(target, body, mode, settings, workdir, rate_per_second))
+    return [summarize(t.server.label, mode, rate_per_second, settings, r) for t, r in zip(targets, runs)]
+
+
+def summarize(label: str, mode: Mode, rate: float, settings: LoadSettings, runs: Sequence[RawRun]) -> LoadResult:
+    outcomes = [o for r in runs for o in r.outcomes]
+    latencies = sorted(x for o in outcomes for x in o["latencies_ms"])
+    ok = sum(o["ok"] for o in outcomes)
+    errors: dict[str, int] = {}
+    for o in outcomes:
+        for reason, n in o["errors"].items():
+            errors[reason] = errors.get(reason, 0) + n
+    answered = max(ok + sum(errors.values()), 1)
+    seconds = settings.round_seconds * len(runs)
+    return LoadResult(
+        server=label, mode=mode, rate_per_second=rate, seconds=seconds,
+        ok=ok, errors=errors, error_samples=tuple(s for o in outcomes for s in o["error_samples"])[:5],
+        reconnects=sum(o["reconnects"] for o in outcomes), late_sends=sum(o["late_sends"] for o in outcomes),
+        throughput_rps=ok / seconds,
+        p50_ms=percentile(latencies, 0.50), p90_ms=percentile(latencies, 0.90),
+        p99_ms=percentile(latencies, 0.99), max_ms=latencies[-1] if latencies else 0.0,
+        server_cpu_us_per_request=sum(sum(r.server_cpu_seconds) for r in runs) / answered * 1e6,
+        client_cpu_us_per_request=sum(o["cpu_seconds"] for o in outcomes) / answered * 1e6,
+        machine_busy=sum(r.machine_busy for r in runs) / len(runs),
+        other_cpu_share=sum(r.other_cpu_seconds for r in runs) / (seconds * CORES),
+        connections_per_worker=tuple(r.connections_per_worker for r in runs),
+        workers_restarted=any(r.workers_restarted for r in runs),
+        late_starts=sum(1 for o in outcomes if o["ready_late"]),
+    )

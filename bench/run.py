@@ -1,0 +1,428 @@
+"""The benchmark suite: start the servers, load them as the API server does, judge the targets, write
+bench/RESULTS.md.
+
+    .venv/bin/python -m bench            # the full suite, a few minutes on 2 cores
+    .venv/bin/python -m bench --quick    # a few seconds: 10 nodes, short rounds (the CI smoke test)
+    .venv/bin/python -m bench --live     # also the live inventory's first sync at 5,000 nodes, 150,000 Pods
+
+Measured on the real `gpuclass serve` (gunicorn gthread over TLS), with a baseline on the same
+WebhookServer that allows everything (bench/variant.py); see bench/README.md for the method.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import json
+import os
+import platform
+import shlex
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import yaml
+
+from webhook import certs
+from webhook.config import ServeConfig
+
+from . import report
+from .idle import IdleProbe, probe_with_idle_connections
+from .inventory_cost import LiveSyncCost, SnapshotCost, measure_live_sync, time_build_snapshot
+from .measure import Body, LoadResult, LoadSettings, Target, machine_busy_now, measure, prime
+from .procs import (
+    REPO_ROOT, Memory, ServerProcess, StartupFailed, free_port, gpuclass_serve_command, start_server, variant_command,
+)
+from .workload import build_request_body, make_fleet, make_node_list
+
+DEFAULT_OUTPUT = REPO_ROOT / "bench" / "RESULTS.md"
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """gunicorn settings of one server under test."""
+
+    workers: int
+    threads: int
+    worker_class: str = "gthread"
+
+    @property
+    def name(self) -> str:
+        if self.worker_class == "sync":
+            return f"sync workers={self.workers}"
+        return f"gthread workers={self.workers} threads={self.threads}"
+
+
+_SERVE_DEFAULTS = ServeConfig(cert_file="", key_file="")
+# what `gpuclass serve` defaults to (webhook/config.py): the baseline and the headline run with it
+DEFAULT_CONFIG = ServerConfig(_SERVE_DEFAULTS.workers, _SERVE_DEFAULTS.threads)
+CONFIGS_TO_COMPARE = tuple(c for c in (
+    ServerConfig(2, 4), ServerConfig(2, 2), ServerConfig(2, 1), ServerConfig(3, 1), ServerConfig(4, 2),
+    ServerConfig(1, 8), ServerConfig(2, 1, "sync"),
+) if c != DEFAULT_CONFIG)
+
+
+@dataclass(frozen=True)
+class Options:
+    quick: bool
+    sizes: tuple[int, ...]
+    headline_nodes: int
+    settings: LoadSettings
+    compare_configs: bool
+    live: bool
+    live_nodes: int
+    live_pods: int
+    live_gpu_pods: int
+    output: Path
+    json_output: Path | None
+    workdir: Path
+    startup_timeout_seconds: float
+    snapshot_nodes: int
+    command: str
+
+
+@dataclass(frozen=True)
+class ServerInfo:
+    label: str
+    nodes: int | None  # None: the baseline (no inventory)
+    config: ServerConfig
+    started_with: str  # the command line, shortened
+    startup_seconds: float
+    master_check_seconds: float
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class StartupProblem:
+    label: str
+    nodes: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class SizeResult:
+    nodes: int
+    file_mib: float
+    server: ServerInfo
+    closed: LoadResult
+    worker_memory: tuple[Memory, ...]
+    master_memory: Memory
+
+
+@dataclass(frozen=True)
+class ConfigResult:
+    config: ServerConfig
+    server: ServerInfo
+    closed: LoadResult
+    open: LoadResult
+    worker_memory: tuple[Memory, ...]
+    idle: IdleProbe
+
+
+@dataclass
+class Results:
+    options: Options
+    started: str
+    cores: int
+    python: str
+    versions: dict[str, str]
+    body_bytes: int
+    default_config: ServerConfig
+    busy_before: float  # share of the cores busy just before the run: other work on the machine
+    baseline_closed: LoadResult | None = None
+    mutation_closed: LoadResult | None = None
+    half_rate: float = 0.0
+    baseline_open: LoadResult | None = None
+    mutation_open: LoadResult | None = None
+    servers: list[ServerInfo] = field(default_factory=list)
+    startup_problems: list[StartupProblem] = field(default_factory=list)
+    sizes: list[SizeResult] = field(default_factory=list)
+    configs: list[ConfigResult] = field(default_factory=list)
+    snapshot: SnapshotCost | None = None
+    breakdown: list[tuple[str, float]] = field(default_factory=list)
+    live: LiveSyncCost | None = None
+    wall_seconds: float = 0.0
+
+    def correctness_errors(self) -> int:
+        loads = [self.baseline_closed, self.mutation_closed, self.baseline_open, self.mutation_open]
+        loads += [s.closed for s in self.sizes]
+        loads += [r for c in self.configs for r in (c.closed, c.open)]
+        return sum(r.failed for r in loads if r is not None)
+
+
+class Suite:
+    def __init__(self, options: Options) -> None:
+        self.o = options
+        self.work = options.workdir
+        self.work.mkdir(parents=True, exist_ok=True)
+        self.cert_dir = self._write_certs()
+        request = build_request_body()
+        body_path = self.work / "admission-review.json"
+        body_path.write_bytes(request.data)
+        self.body = Body(body_path, request.uid_offset)
+        self.results = Results(
+            options=options,
+            started=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            cores=os.cpu_count() or 1,
+            python=platform.python_version(),
+            versions=_versions(),
+            body_bytes=len(request.data),
+            default_config=DEFAULT_CONFIG,
+            busy_before=machine_busy_now(),
+        )
+        if self.results.busy_before > 0.1:
+            print(f"bench: the machine is {self.results.busy_before:.0%} busy before the start; results will be "
+                  "disturbed (see the report's notes)", file=sys.stderr)
+        self.servers: list[ServerProcess] = []
+        self.written: set[int] = set()
+
+    def _write_certs(self) -> Path:
+        bundle = certs.generate(["localhost"], ["127.0.0.1"])
+        cert_dir = self.work / "certs"
+        cert_dir.mkdir(exist_ok=True)
+        (cert_dir / "ca.crt").write_bytes(bundle.ca_crt)
+        (cert_dir / "tls.crt").write_bytes(bundle.tls_crt)
+        (cert_dir / "tls.key").write_bytes(bundle.tls_key)
+        return cert_dir
+
+    def close(self) -> None:
+        for server in self.servers:
+            server.stop()
+
+    # ------------------------------------------------------------------ servers
+    def _start(self, label: str, command: list[str], nodes: int | None, config: ServerConfig,
+               note: str = "") -> ServerProcess:
+        port = int(command[command.index("--bind") + 1].rsplit(":", 1)[1])
+        server = start_server(label, command, port=port, ca_file=self.cert_dir / "ca.crt",
+                              log_file=self.work / f"{label}.log", workers=config.workers,
+                              startup_timeout_seconds=self.o.startup_timeout_seconds)
+        self.servers.append(server)
+        shown = " ".join(_shorten(a, self.work) for a in command[1:])
+        self.results.servers.append(ServerInfo(label, nodes, config, shown, server.startup_seconds,
+                                               server.master_check_seconds, note))
+        return server
+
+    def start_baseline(self) -> ServerProcess:
+        port = free_port()
+        command = variant_command(app="baseline", port=port, cert_dir=self.cert_dir, nodes_file=None,
+                                  workers=DEFAULT_CONFIG.workers, threads=DEFAULT_CONFIG.threads)
+        return self._start("baseline", command, None, DEFAULT_CONFIG)
+
+    def nodes_file(self, nodes: int) -> Path:
+        path = self.work / f"nodes-{nodes}.yaml"
+        if nodes not in self.written:  # once per run (the work directory may hold an older fleet)
+            # `kubectl get nodes -o yaml`; libyaml's dumper only to save the bench's time
+            dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+            path.write_text(yaml.dump(make_node_list(make_fleet(nodes)), Dumper=dumper, sort_keys=False))
+            self.written.add(nodes)
+        return path
+
+    def start_mutation(self, nodes: int, config: ServerConfig = DEFAULT_CONFIG) -> ServerProcess | None:
+        """`gpuclass serve --nodes` (sync workers: bench/variant.py); None when it does not start."""
+        label = f"mutation-{nodes}" + ("" if config == DEFAULT_CONFIG else f"-{config.worker_class}-{config.workers}x{config.threads}")
+        nodes_file = self.nodes_file(nodes)
+        port = free_port()
+        try:
+            if config.worker_class == "gthread":
+                command = gpuclass_serve_command(port=port, cert_dir=self.cert_dir, nodes_file=nodes_file,
+                                                 workers=config.workers, threads=config.threads)
+                return self._start(label, command, nodes, config)
+            command = variant_command(app="mutation", port=port, cert_dir=self.cert_dir, nodes_file=nodes_file,
+                                      workers=config.workers, threads=config.threads, worker_class=config.worker_class)
+            return self._start(label, command, nodes, config,
+                               note="bench/variant.py: `gpuclass serve` has no worker class flag")
+        except StartupFailed as exc:
+            self.results.startup_problems.append(StartupProblem(label, nodes, str(exc)))
+            return None
+
+    # ------------------------------------------------------------------ the suite
+    def run(self) -> Results:
+        o, r = self.o, self.results
+        baseline = Target(self.start_baseline(), expect_patch=False)
+        mutation_by_size: dict[int, Target] = {}
+        for nodes in o.sizes:
+            server = self.start_mutation(nodes)
+            if server is not None:
+                mutation_by_size[nodes] = Target(server, expect_patch=True)
+        if not mutation_by_size:
+            return r  # the report shows why (startup problems)
+        headline = mutation_by_size.get(o.headline_nodes) or next(iter(mutation_by_size.values()))
+        if not o.quick:
+            prime([baseline, *mutation_by_size.values()], self.body, o.settings, self.work)
+
+        # 1, 2: peak throughput, then latency at half the baseline's peak
+        r.baseline_closed, r.mutation_closed = measure([baseline, headline], self.body, "closed", o.settings, self.work)
+        r.half_rate = round(r.baseline_closed.throughput_rps / 2, 0)
+        r.baseline_open, r.mutation_open = measure([baseline, headline], self.body, "open", o.settings, self.work,
+                                                   rate_per_second=r.half_rate)
+
+        # 3, 4: cost and memory against cluster size
+        sizes = sorted(mutation_by_size)
+        targets = [mutation_by_size[n] for n in sizes]
+        if len(targets) > 1:
+            closed_by_size = measure(targets, self.body, "closed", o.settings, self.work)
+        else:
+            closed_by_size = [r.mutation_closed]
+        for nodes, target, closed in zip(sizes, targets, closed_by_size):
+            info = next(s for s in r.servers if s.label == target.server.label)
+            r.sizes.append(SizeResult(
+                nodes, self.nodes_file(nodes).stat().st_size / 2**20, info, closed,
+                tuple(target.server.worker_memory()), target.server.master_memory(),
+            ))
+        r.snapshot = time_build_snapshot(o.snapshot_nodes)
+
+        # 6: gunicorn settings, against the smallest inventory (the cost does not depend on it)
+        if o.compare_configs:
+            self._compare_configs(mutation_by_size[sizes[0]])
+        for server in self.servers:
+            server.stop()
+        if not o.quick:
+            r.breakdown = measure_breakdown(self.nodes_file(min(o.sizes)))
+
+        if o.live:
+            r.live = measure_live_sync(self.work, o.live_nodes, o.live_pods, o.live_gpu_pods, timeout_seconds=600)
+        return r
+
+    def _compare_configs(self, default: Target) -> None:
+        o, r = self.o, self.results
+        nodes = next(s.nodes for s in r.sizes if s.server.label == default.server.label)
+        configs = [DEFAULT_CONFIG]
+        targets = [default]
+        for config in CONFIGS_TO_COMPARE:
+            server = self.start_mutation(nodes, config)
+            if server is not None:
+                configs.append(config)
+                targets.append(Target(server, expect_patch=True))
+        others = targets[1:]
+        prime(others, self.body, o.settings, self.work)
+        settings = dataclasses.replace(o.settings, rounds=max(1, o.settings.rounds - 1))
+        closed = measure(targets, self.body, "closed", settings, self.work)
+        opened = measure(targets, self.body, "open", settings, self.work, rate_per_second=r.half_rate)
+        for config, target, c, op in zip(configs, targets, closed, opened):
+            info = next(s for s in r.servers if s.label == target.server.label)
+            memory = tuple(target.server.worker_memory())
+            # last: it may leave threads held until the silent connections close
+            idle = probe_with_idle_connections(target.server.port, target.server.ca_file,
+                                               idle=2 * config.workers * config.threads)
+            r.configs.append(ConfigResult(config, info, c, op, memory, idle))
+        for target in others:
+            target.server.stop()
+
+
+def measure_breakdown(nodes_file: Path) -> list[tuple[str, float]]:
+    """The app's steps timed in a fresh process (bench/breakdown.py)."""
+    out = subprocess.run([sys.executable, "-m", "bench.breakdown", str(nodes_file)], capture_output=True,
+                         cwd=REPO_ROOT, check=True, timeout=300).stdout
+    return [(str(step), float(us)) for step, us in json.loads(out)]
+
+
+def _shorten(arg: str, workdir: Path) -> str:
+    """A command argument as the report shows it: $WORK for the work directory."""
+    if arg.startswith(str(workdir) + "/"):
+        return "$WORK/" + arg[len(str(workdir)) + 1:]
+    return shlex.quote(arg)
+
+
+def _versions() -> dict[str, str]:
+    from importlib.metadata import version
+
+    return {name: version(name) for name in ("gunicorn", "flask", "werkzeug")} | {"openssl": _openssl(),
+                                                                                "code": _code_version()}
+
+
+def _code_version() -> str:
+    """The commit measured, and whether webhook/ had uncommitted changes."""
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                                cwd=REPO_ROOT, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "webhook"], capture_output=True, text=True,
+                               cwd=REPO_ROOT, timeout=10).stdout.strip()
+    except OSError:
+        return "unknown"
+    return (commit or "unknown") + (" with uncommitted changes in webhook/" if dirty else "")
+
+
+def _openssl() -> str:
+    import ssl
+
+    return ssl.OPENSSL_VERSION
+
+
+def parse_args(argv: Sequence[str] | None) -> Options:
+    p = argparse.ArgumentParser(prog="python -m bench", description="Benchmark gpuclass serve (see bench/README.md)")
+    p.add_argument("--quick", action="store_true", help="a few seconds: 10 nodes, one short round (CI smoke test)")
+    p.add_argument("--sizes", default=None, help="GPU node counts, comma separated (default 10,1000,5000)")
+    p.add_argument("--rounds", type=int, default=None, help="alternating rounds per measurement (default 3)")
+    p.add_argument("--round-seconds", type=float, default=None, help="measured seconds per round (default 3)")
+    p.add_argument("--connections", type=int, default=8, help="persistent connections in all (default 8)")
+    p.add_argument("--processes", type=int, default=2, help="load generator processes (default 2)")
+    p.add_argument("--no-configs", action="store_true", help="skip the gunicorn settings comparison")
+    p.add_argument("--live", action="store_true", help="also time the live inventory's first sync (about 2 min)")
+    p.add_argument("--live-nodes", type=int, default=5000)
+    p.add_argument("--live-pods", type=int, default=150_000)
+    p.add_argument("--live-gpu-pods", type=int, default=20_000)
+    p.add_argument("--output", type=Path, default=None, help=f"markdown report (default {DEFAULT_OUTPUT.relative_to(REPO_ROOT)}; "
+                   "--quick: bench/out/quick/RESULTS.md)")
+    p.add_argument("--json", type=Path, default=None, dest="json_output", help="also write the results as JSON")
+    p.add_argument("--workdir", type=Path, default=None, help="certificates, node files, logs (default bench/out/...)")
+    p.add_argument("--startup-timeout", type=float, default=240.0, help="seconds for a server to start (default 240)")
+    args = p.parse_args(argv)
+    quick = bool(args.quick)
+    sizes = tuple(int(s) for s in args.sizes.split(",")) if args.sizes else ((10,) if quick else (10, 1000, 5000))
+    settings = LoadSettings(
+        processes=args.processes, connections=args.connections,
+        rounds=args.rounds or (1 if quick else 3),
+        warmup_seconds=0.2 if quick else 0.5,
+        round_seconds=args.round_seconds or (0.7 if quick else 3.0),
+    )
+    workdir = args.workdir or REPO_ROOT / "bench" / "out" / ("quick" if quick else "run")  # reused: files are rewritten
+    output = args.output or (REPO_ROOT / "bench" / "out" / "quick" / "RESULTS.md" if quick else DEFAULT_OUTPUT)
+    python = os.path.relpath(sys.executable, Path.cwd()) if sys.executable.startswith(str(Path.cwd())) else sys.executable
+    return Options(
+        quick=quick, sizes=sizes, headline_nodes=1000 if 1000 in sizes else sizes[0], settings=settings,
+        compare_configs=not (quick or args.no_configs), live=bool(args.live), live_nodes=args.live_nodes,
+        live_pods=args.live_pods, live_gpu_pods=args.live_gpu_pods, output=output, json_output=args.json_output,
+        workdir=workdir.resolve(), startup_timeout_seconds=args.startup_timeout,
+        snapshot_nodes=max(sizes) if quick else 5000,
+        command=" ".join([python, "-m", "bench", *(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))]),
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    options = parse_args(argv)
+    started = time.monotonic()
+    suite = Suite(options)
+    try:
+        results = suite.run()
+    finally:
+        suite.close()
+    results.wall_seconds = time.monotonic() - started
+    text = report.render(results)
+    print(text)
+    options.output.parent.mkdir(parents=True, exist_ok=True)
+    options.output.write_text(text)
+    if options.json_output is not None:
+        options.json_output.write_text(json.dumps(_jsonable(results), indent=2) + "\n")
+    errors = results.correctness_errors()
+    if errors:
+        print(f"bench: {errors} responses were wrong or missing (see the errors column)", file=sys.stderr)
+    return 1 if errors else 0
+
+
+def _jsonable(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        out = {f.name: _jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        if isinstance(value, LoadResult):
+            out["failed"] = value.failed
+        return out
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, Path):
+        return str(value)
+    return value

@@ -1,0 +1,86 @@
+"""Servers the benchmark compares `gpuclass serve` with, built on the same webhook.server.WebhookServer.
+
+- `--app baseline`: the same gunicorn settings, TLS and Flask, answering every AdmissionReview with
+  allowed: true and no patch. It still parses the body (to echo the uid), so the difference to the
+  real server is the webhook's own work: review parsing, planning, the patch, its log line.
+- `--app mutation`: the real application, started as webhook.server.serve() starts it, for a
+  setting `gpuclass serve` does not expose: the worker class (sync workers).
+
+    python -m bench.variant --app baseline --cert-file F --key-file F --bind 127.0.0.1:PORT
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+from typing import Any, Callable, Sequence
+
+from flask import Flask, Response, request
+
+from webhook.config import ServeConfig
+from webhook.server import WebhookServer, build_app, check_config, prepare_metrics_dir
+
+
+def create_baseline_app(config: ServeConfig) -> Flask:
+    """Allow everything: parse the review, echo its uid, no patch."""
+    app = Flask("gpu_class_baseline")
+    app.config["MAX_CONTENT_LENGTH"] = config.max_body_bytes
+
+    def _json(body: Any, status: int = 200) -> Response:
+        return Response(json.dumps(body, separators=(",", ":")), status=status, mimetype="application/json")
+
+    @app.post("/mutate")
+    def mutate() -> Response:
+        try:
+            review = json.loads(request.get_data(cache=False))
+            uid = review["request"]["uid"]
+            api_version = review["apiVersion"]
+        except (ValueError, KeyError, TypeError) as exc:
+            return _json({"error": "Bad Request", "message": str(exc)}, 400)
+        return _json({"apiVersion": api_version, "kind": "AdmissionReview", "response": {"uid": uid, "allowed": True}})
+
+    @app.get("/healthz")
+    def healthz() -> Response:
+        return _json({"status": "ok"})
+
+    return app
+
+
+class VariantServer(WebhookServer):
+    """WebhookServer with one gunicorn setting changed after the project's own settings."""
+
+    def __init__(self, config: ServeConfig, app_factory: Callable[[ServeConfig], Flask], worker_class: str) -> None:
+        self.worker_class = worker_class
+        super().__init__(config, app_factory=app_factory)
+
+    def load_config(self) -> None:
+        super().load_config()
+        self.cfg.set("worker_class", self.worker_class)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    p = argparse.ArgumentParser(prog="python -m bench.variant", description=__doc__.splitlines()[0])
+    p.add_argument("--app", choices=("baseline", "mutation"), required=True)
+    p.add_argument("--cert-file", required=True)
+    p.add_argument("--key-file", required=True)
+    p.add_argument("--bind", required=True)
+    p.add_argument("--nodes", action="append", default=[])
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--threads", type=int, default=4)
+    p.add_argument("--worker-class", choices=("gthread", "sync"), default="gthread")
+    p.add_argument("--log-level", default="info")
+    args = p.parse_args(argv)
+    config = ServeConfig(
+        cert_file=args.cert_file, key_file=args.key_file, bind=args.bind, nodes_files=tuple(args.nodes),
+        workers=args.workers, threads=args.threads, log_level=args.log_level,
+    )
+    factory: Callable[[ServeConfig], Flask] = create_baseline_app
+    if args.app == "mutation":  # as webhook.server.serve() does
+        factory = functools.partial(build_app, loaded=check_config(config))
+    prepare_metrics_dir()
+    VariantServer(config, factory, args.worker_class).run()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,80 @@
+"""The benchmark suite still runs: `python -m bench --quick` against the real server, with sane numbers.
+
+No speed targets here (a CI machine's speed says nothing); only that both servers answered every
+request correctly and that the numbers are the shape numbers must have.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    tmp = tmp_path_factory.mktemp("bench")
+    run = subprocess.run(
+        [sys.executable, "-m", "bench", "--quick", "--workdir", str(tmp / "work"),
+         "--output", str(tmp / "RESULTS.md"), "--json", str(tmp / "results.json")],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=180,
+    )
+    assert run.returncode == 0, f"bench failed ({run.returncode}):\n{run.stdout[-3000:]}\n{run.stderr[-3000:]}"
+    data: dict[str, Any] = json.loads((tmp / "results.json").read_text())
+    data["markdown"] = (tmp / "RESULTS.md").read_text()
+    return data
+
+
+LOADS = ["baseline_closed", "mutation_closed", "baseline_open", "mutation_open"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("load", LOADS, ids=LOADS)
+def test_every_request_was_answered_correctly(results: dict[str, Any], load: str) -> None:
+    result = results[load]
+    assert result["ok"] > 0
+    assert result["failed"] == 0, result["error_samples"]
+    assert result["errors"] == {}
+    assert not result["workers_restarted"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("load", LOADS, ids=LOADS)
+def test_numbers_have_a_sane_shape(results: dict[str, Any], load: str) -> None:
+    result = results[load]
+    assert result["throughput_rps"] > 0
+    assert 0 < result["p50_ms"] <= result["p90_ms"] <= result["p99_ms"] <= result["max_ms"]
+    assert result["server_cpu_us_per_request"] > 0
+    assert result["client_cpu_us_per_request"] > 0
+    assert 0 < result["machine_busy"] <= 1
+    # the load generator kept 8 connections open to the workers, and reconnected for none of them
+    assert all(sum(per_round) == 8 for per_round in result["connections_per_worker"])
+    assert result["reconnects"] == 0
+
+
+@pytest.mark.slow
+def test_open_loop_offers_half_the_baseline_peak(results: dict[str, Any]) -> None:
+    half = results["half_rate"]
+    assert half == pytest.approx(results["baseline_closed"]["throughput_rps"] / 2, abs=1)
+    for load in ("baseline_open", "mutation_open"):
+        assert results[load]["rate_per_second"] == half
+        # everything offered was answered, give or take the requests in flight at the window's edges
+        assert results[load]["throughput_rps"] == pytest.approx(half, rel=0.25)
+
+
+@pytest.mark.slow
+def test_report_has_the_targets_and_the_environment(results: dict[str, Any]) -> None:
+    text = results["markdown"]
+    assert "## Targets" in text
+    assert text.count("| PASS |") + text.count("| MISS |") >= 2
+    assert f"{results['cores']} cores" in text and f"Python {results['python']}" in text
+    assert "-m bench --quick" in text
+    size = results["sizes"][0]
+    assert size["nodes"] == 10 and all(m["rss_kib"] > 0 for m in size["worker_memory"])
+    assert len(size["worker_memory"]) == 2
