@@ -155,3 +155,10 @@ def test_broken_pods_are_answered(pod: dict[str, Any]) -> None:
 def test_deeply_nested_json_is_a_400() -> None:
     status, answer = post(b'{"a":' * 200_000 + b"1" + b"}" * 200_000)
     assert status in (400, 413) and answer["message"]
+
+
+def test_a_huge_class_name_gives_a_short_message() -> None:
+    body = json.dumps(make_review(make_pod({"gpu-class.io/class": "x" * 100_000}))).encode()
+    status, answer = post(body)
+    assert status == 200 and answer["response"]["allowed"] is False
+    assert len(answer["response"]["status"]["message"]) < 400

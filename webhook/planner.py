@@ -117,21 +117,21 @@ def _plan(pod: Mapping[str, Any], snapshot: Snapshot, catalog: Catalog, namespac
         if class_name not in catalog.classes:
             return Decision(
                 "refused",
-                f"gpu-class: the {source} names class {class_name!r}, which does not exist; "
+                f"gpu-class: the {source} names class {_quoted(class_name)}, which does not exist; "
                 f"an administrator must set it to one of: {', '.join(catalog.classes)}",
             )
     gpu_class = catalog.classes.get(class_name)
     if gpu_class is None:
         return Decision(
             "refused",
-            f"gpu-class: unknown class {class_name!r} in {CLASS_ANNOTATION}; "
+            f"gpu-class: unknown class {_quoted(class_name)} in {CLASS_ANNOTATION}; "
             f"write one of: {', '.join(_allowed(catalog, ns_info))}",
             class_name=class_name,
         )
     if ns_info is not None and ns_info.allowed_classes is not None and class_name not in ns_info.allowed_classes:
         return Decision(
             "refused",
-            f"gpu-class: class {class_name!r} is not allowed in namespace {namespace}; "
+            f"gpu-class: class {_quoted(class_name)} is not allowed in namespace {namespace}; "
             f"allowed classes: {', '.join(ns_info.allowed_classes) or '(none)'}",
             class_name=class_name,
         )
@@ -212,7 +212,7 @@ def _string_map(value: Any, where: str) -> Mapping[str, str]:
     mapping = _mapping(value, where)
     for key, item in mapping.items():
         if not isinstance(item, str):
-            raise MalformedPod(f"{where}[{key!r}] must be a string")
+            raise MalformedPod(f"{where}[{_quoted(key)}] must be a string")
     return mapping
 
 
@@ -280,7 +280,7 @@ def _target_container(
             if c["name"] == wanted:
                 return i, c
         names = ", ".join(c["name"] for c in containers)
-        return f"gpu-class: {CONTAINER_ANNOTATION} names container {wanted!r}, which this Pod does not have; containers: {names}"
+        return f"gpu-class: {CONTAINER_ANNOTATION} names container {_quoted(wanted)}, which this Pod does not have; containers: {names}"
     # a Pod that already asks for GPUs in one container means that one
     for i, c in enumerate(containers):
         if _resource_value(c, "limits", resource, f"spec.containers[{i}]") is not None:
@@ -301,15 +301,15 @@ def _count(annotations: Mapping[str, str], container: Mapping[str, Any], resourc
     wanted_raw = annotations.get(COUNT_ANNOTATION)
     wanted = None if wanted_raw is None else _parse_count(wanted_raw)
     if wanted_raw is not None and wanted is None:
-        return f"gpu-class: {COUNT_ANNOTATION} must be a positive whole number of GPUs (like \"1\" or \"4\"), not {wanted_raw!r}"
+        return f"gpu-class: {COUNT_ANNOTATION} must be a positive whole number of GPUs (like \"1\" or \"4\"), not {_quoted(wanted_raw)}"
     limit_raw = _resource_value(container, "limits", resource, where)
     request_raw = _resource_value(container, "requests", resource, where)
     limit = None if limit_raw is None else _parse_count(limit_raw)
     request = None if request_raw is None else _parse_count(request_raw)
     if limit_raw is not None and limit is None:
-        return f"gpu-class: {where} has {resource} limit {limit_raw!r}; it must be a positive whole number"
+        return f"gpu-class: {where} has {resource} limit {_quoted(limit_raw)}; it must be a positive whole number"
     if request_raw is not None and request is None:
-        return f"gpu-class: {where} has {resource} request {request_raw!r}; it must be a positive whole number"
+        return f"gpu-class: {where} has {resource} request {_quoted(request_raw)}; it must be a positive whole number"
     existing = limit if limit is not None else request
     if limit is not None and request is not None and limit != request:
         return f"gpu-class: {where} requests {request} but limits {limit} of {resource}; they must be equal"
@@ -330,7 +330,7 @@ def _excluded(annotations: Mapping[str, str], catalog: Catalog) -> frozenset[str
     unknown = sorted(n for n in names if n not in catalog.types)
     if unknown:
         return (
-            f"gpu-class: {EXCLUDE_ANNOTATION} names unknown types {', '.join(unknown)}; "
+            f"gpu-class: {EXCLUDE_ANNOTATION} names unknown types {_quoted(', '.join(unknown))[1:-1]}; "
             f"types: {', '.join(catalog.types)}"
         )
     return frozenset(names)
@@ -499,6 +499,12 @@ def _unsatisfiable_message(
         f"Present: {', '.join(present) or 'no GPU nodes'}. "
         f"Ask for fewer GPUs or another class: {', '.join(catalog.classes)}"
     )
+
+
+def _quoted(value: Any) -> str:
+    """A value from the Pod, quoted for a message; annotations can be long, messages should not be."""
+    text = repr(value)
+    return text if len(text) <= 66 else text[:63] + "..."
 
 
 def _short(text: str) -> str:
