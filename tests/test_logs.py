@@ -17,9 +17,13 @@ CATALOG = make_catalog()
 
 @pytest.fixture
 def client():  # type: ignore[no-untyped-def]
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
     logs.configure("info")
     yield create_app(CATALOG, StaticInventory(build_snapshot(CATALOG, CATALOG_NODES))).test_client()
-    logging.getLogger().setLevel(logging.WARNING)
+    # threads of other tests may log later: leave no handler on this test's captured stream
+    root.handlers[:] = handlers
+    root.setLevel(level)
 
 
 @pytest.mark.parametrize("annotations, outcome, klass, types", [
