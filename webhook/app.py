@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from typing import Any, Protocol
@@ -14,7 +13,8 @@ from . import logs
 from .catalog import Catalog
 from .extender_routes import register_extender_routes
 from .inventory import Snapshot
-from .review import COMPACT, BadReview, Review, build_response, parse_review, review_pod
+from .responses import json_response
+from .review import BadReview, Review, build_response, parse_review, review_pod
 
 log = logging.getLogger("gpu_class.admission")
 
@@ -40,10 +40,6 @@ class StaticInventory:
         return True, {"source": "file", "nodes": self._snapshot.node_count}
 
 
-def _json(body: Any, status: int = 200) -> Response:
-    return Response(COMPACT.encode(body), status=status, mimetype="application/json")
-
-
 def create_app(
     catalog: Catalog,
     inventory: InventorySource,
@@ -60,7 +56,7 @@ def create_app(
 
     @app.errorhandler(HTTPException)
     def http_error(exc: HTTPException) -> Response:
-        return _json({"error": exc.name, "message": exc.description}, exc.code or 400)
+        return json_response({"error": exc.name, "message": exc.description}, exc.code or 400)
 
     @app.post("/mutate")
     def mutate() -> Response:
@@ -73,13 +69,13 @@ def create_app(
             body = request.get_data(cache=False)
         except (OSError, ClientDisconnected):  # the read budget ran out (werkzeug reports it as a disconnect)
             metrics.observe_admission(None, time.perf_counter() - started, catalog, "bad-request")
-            return _json({"error": "Request Timeout", "message": f"body not received within {read_budget_seconds}s"}, 408)
+            return json_response({"error": "Request Timeout", "message": f"body not received within {read_budget_seconds}s"}, 408)
         try:
             req = parse_review(body)
         except BadReview as exc:
             metrics.observe_admission(None, time.perf_counter() - started, catalog, "bad-request")
             _log_request(None, None, started, "bad-request", str(exc))
-            return _json({"error": "Bad Request", "message": str(exc)}, 400)
+            return json_response({"error": "Bad Request", "message": str(exc)}, 400)
         try:
             result = review_pod(req, inventory.snapshot(), catalog)
             answer = build_response(req, result)
@@ -89,19 +85,19 @@ def create_app(
             log.exception("admission failed uid=%s", req.uid)
             metrics.observe_admission(None, time.perf_counter() - started, catalog, "error")
             _log_request(req, None, started, "error", "internal error")
-            return _json(_internal_error(req.api_version, req.uid))
+            return json_response(_internal_error(req.api_version, req.uid))
         metrics.observe_admission(result, time.perf_counter() - started, catalog)
         _log_request(req, result, started, result.decision.outcome, result.decision.message)
-        return _json(answer)
+        return json_response(answer)
 
     @app.get("/healthz")
     def healthz() -> Response:
-        return _json({"status": "ok"})
+        return json_response({"status": "ok"})
 
     @app.get("/readyz")
     def readyz() -> Response:
         ready, detail = inventory.readiness()
-        return _json({"ready": ready, **detail}, 200 if ready else 503)
+        return json_response({"ready": ready, **detail}, 200 if ready else 503)
 
     @app.get("/metrics")
     def metrics_endpoint() -> Response:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from flask import Flask, Response, request
 
 from .catalog import Catalog
+from .responses import json_response
 from .extender import (
     BadExtenderArgs,
     ExtenderArgs,
@@ -30,10 +31,6 @@ if TYPE_CHECKING:  # app.py imports this module to register the routes
     from .app import InventorySource
 
 log = logging.getLogger("gpu_class.extender")
-
-
-def _json(body: Any, status: int = 200) -> Response:
-    return Response(json.dumps(body, separators=(",", ":")), status=status, mimetype="application/json")
 
 
 def _read_args(body: bytes) -> ExtenderArgs:
@@ -54,7 +51,7 @@ def register_extender_routes(app: Flask, catalog: Catalog, inventory: InventoryS
             args = _read_args(request.get_data(cache=False))
         except BadExtenderArgs as exc:
             _log("filter", None, started, error=str(exc))
-            return _json({"error": "Bad Request", "message": str(exc)}, 400)
+            return json_response({"error": "Bad Request", "message": str(exc)}, 400)
         try:
             result = filter_nodes(args, inventory.snapshot(), catalog)
         except Exception:
@@ -62,7 +59,7 @@ def register_extender_routes(app: Flask, catalog: Catalog, inventory: InventoryS
             result = filter_error(f"gpu-class: internal error filtering nodes for Pod {args.pod_ref}; see its logs")
         failed = len(result["FailedNodes"]) + len(result["FailedAndUnresolvableNodes"])
         _log("filter", args, started, failed=failed, error=result["Error"] or None)
-        return _json(result)
+        return json_response(result)
 
     @app.post("/prioritize")
     def extender_prioritize() -> Response:
@@ -71,14 +68,14 @@ def register_extender_routes(app: Flask, catalog: Catalog, inventory: InventoryS
             args = _read_args(request.get_data(cache=False))
         except BadExtenderArgs as exc:
             _log("prioritize", None, started, error=str(exc))
-            return _json({"error": "Bad Request", "message": str(exc)}, 400)
+            return json_response({"error": "Bad Request", "message": str(exc)}, 400)
         try:
             priorities = prioritize_nodes(args, inventory.snapshot(), catalog)
         except Exception:
             log.exception("extender prioritize failed pod=%s", args.pod_ref)
             priorities = neutral_priorities(args.candidates)
         _log("prioritize", args, started, scored=sum(1 for p in priorities if p["Score"] > 0))
-        return _json(priorities)
+        return json_response(priorities)
 
 
 def _log(verb: str, args: ExtenderArgs | None, started: float, **fields: Any) -> None:

@@ -16,6 +16,7 @@ from .inventory import Snapshot
 from .patch import PatchOp, build_patch, build_unplaced_patch
 from .planner import Decision, plan
 
+# one encoder for every response: json.dumps with options builds a new one per call
 COMPACT = json.JSONEncoder(separators=(",", ":"))
 API_VERSIONS = ("admission.k8s.io/v1", "admission.k8s.io/v1beta1")
 

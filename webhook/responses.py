@@ -1,0 +1,13 @@
+"""The JSON HTTP response every route answers with."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask import Response
+
+from .review import COMPACT
+
+
+def json_response(body: Any, status: int = 200) -> Response:
+    return Response(COMPACT.encode(body), status=status, mimetype="application/json")
