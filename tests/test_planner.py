@@ -14,7 +14,7 @@ from builders import (
     GPU_TAINT, assert_valid_pod, make_catalog, make_namespace, make_node, make_pod,
 )
 from webhook.catalog import Catalog
-from webhook.inventory import InventoryState, Snapshot, build_snapshot, node_info_from_object
+from webhook.inventory import InventoryState, Snapshot, Taint, build_snapshot, node_info_from_object
 from webhook.patch import build_patch
 from webhook.planner import Decision, plan, weights_for
 
@@ -343,3 +343,27 @@ def test_scheduler_name_is_set_for_gpu_class_pods() -> None:
 @pytest.mark.parametrize("n, expected", [(1, [100]), (2, [100, 50]), (3, [100, 67, 34]), (4, [100, 75, 50, 25])])
 def test_weights_descend_within_api_range(n: int, expected: list[int]) -> None:
     assert weights_for(n) == expected
+
+
+@pytest.mark.parametrize("toleration, taint, expected", [
+    pytest.param({"key": "k", "operator": "Exists"}, Taint("k", "v", "NoSchedule"), True, id="exists-any-effect"),
+    pytest.param({"key": "k", "operator": "Exists", "effect": "NoSchedule"}, Taint("k", "v", "NoExecute"), False,
+                 id="other-effect"),
+    pytest.param({"key": "k", "operator": "Exists", "effect": "NoSchedule"}, Taint("k", "", ""), False,
+                 id="one-effect-does-not-cover-any-effect"),
+    pytest.param({"key": "k", "value": "v"}, Taint("k", "v", "NoSchedule"), True, id="equal-is-the-default-operator"),
+    pytest.param({"key": "k", "operator": "Equal", "value": "w"}, Taint("k", "v", "NoSchedule"), False, id="wrong-value"),
+    pytest.param({"operator": "Exists"}, Taint("k", "v", "NoExecute"), True, id="empty-key-exists-tolerates-all"),
+    pytest.param({"operator": "Equal"}, Taint("k", "v", "NoExecute"), False, id="empty-key-equal-tolerates-nothing"),
+])
+def test_tolerates_follows_kubernetes(toleration: dict[str, str], taint: Taint, expected: bool) -> None:
+    from webhook.patch import tolerates
+
+    assert tolerates(toleration, taint) is expected
+
+
+def test_scalable_pool_gets_an_any_effect_toleration_despite_a_one_effect_one() -> None:
+    pod = make_pod({C: "scalable"}, tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}])
+    snapshot = snapshot_of([])
+    patched = check_patch(pod, plan(pod, snapshot, CATALOG), snapshot, CATALOG)
+    assert patched["spec"]["tolerations"][1:] == [{"key": "nvidia.com/gpu", "operator": "Exists"}]
