@@ -127,3 +127,13 @@ def running_server(tmp: Path, args: Sequence[str], *, cert_dir: Path | None = No
             except subprocess.TimeoutExpired:
                 os.killpg(process.pid, signal.SIGKILL)
                 process.wait()
+
+
+def serving_test_inventory(tmp: Path, *, workers: int = 1) -> contextlib.AbstractContextManager[Server]:
+    """The real server on the test catalog and the small mixed cluster of builders.py."""
+    from builders import CATALOG_NODES, TEST_CATALOG_YAML
+
+    nodes = write_objects(tmp / "nodes.yaml", CATALOG_NODES)
+    catalog = tmp / "catalog.yaml"
+    catalog.write_text(TEST_CATALOG_YAML)
+    return running_server(tmp, ["--nodes", str(nodes), "--config", str(catalog)], workers=workers)

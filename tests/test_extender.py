@@ -29,8 +29,8 @@ from flask.testing import FlaskClient
 from hypothesis import given
 from hypothesis import strategies as st
 
-from builders import CATALOG_NODES, K8S_VERSION, TEST_CATALOG_YAML, make_catalog, make_node, make_pod, make_review
-from servers import Server, running_server, write_objects
+from builders import K8S_VERSION, make_catalog, make_node, make_pod, make_review
+from servers import serving_test_inventory, Server
 from webhook.app import StaticInventory, create_app
 from webhook.catalog import Catalog, load_catalog_file
 from webhook.extender import MAX_EXTENDER_PRIORITY, NodeVerdict, PodNeeds, score_nodes
@@ -525,11 +525,7 @@ def test_the_pod_admission_placed_is_scheduled_where_admission_allowed() -> None
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    tmp = tmp_path_factory.mktemp("extender-server")
-    nodes = write_objects(tmp / "nodes.yaml", CATALOG_NODES)
-    catalog = tmp / "catalog.yaml"
-    catalog.write_text(TEST_CATALOG_YAML)
-    with running_server(tmp, ["--nodes", str(nodes), "--config", str(catalog)]) as srv:
+    with serving_test_inventory(tmp_path_factory.mktemp("extender-server")) as srv:
         yield srv
 
 

@@ -12,16 +12,12 @@ import jsonpatch
 import pytest
 
 from builders import CATALOG_NODES, TEST_CATALOG_YAML, assert_valid_pod, make_pod, make_review
-from servers import Server, running_server, write_objects
+from servers import serving_test_inventory, Server, running_server, write_objects
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    tmp = tmp_path_factory.mktemp("server")
-    nodes = write_objects(tmp / "nodes.yaml", CATALOG_NODES)
-    catalog = tmp / "catalog.yaml"
-    catalog.write_text(TEST_CATALOG_YAML)
-    with running_server(tmp, ["--nodes", str(nodes), "--config", str(catalog)], workers=2) as srv:
+    with serving_test_inventory(tmp_path_factory.mktemp("server"), workers=2) as srv:
         yield srv
 
 

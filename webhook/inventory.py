@@ -162,8 +162,12 @@ def namespace_info_from_object(obj: Mapping[str, Any]) -> NamespaceInfo | None:
 TERMINAL_PHASES = ("Succeeded", "Failed")
 
 
-def pod_gpus(obj: Mapping[str, Any], resource: str) -> int:
-    """GPUs a Pod needs on one node: app containers add up; an init container runs alone."""
+def pod_gpus(obj: Mapping[str, Any], resource: str, target: tuple[int, int] | None = None) -> int:
+    """GPUs a Pod needs on one node: app containers add up; an init container runs alone.
+
+    `target` (container index, GPUs) counts that app container as having those GPUs: the planner
+    asks before its patch has given them.
+    """
     spec = obj.get("spec") or {}
 
     def gpus(container: Any) -> int:
@@ -171,7 +175,7 @@ def pod_gpus(obj: Mapping[str, Any], resource: str) -> int:
         value = (resources.get("limits") or {}).get(resource, (resources.get("requests") or {}).get(resource))
         return parse_gpu_count(value)
 
-    app = sum(gpus(c) for c in spec.get("containers") or [])
+    app = sum(target[1] if target and i == target[0] else gpus(c) for i, c in enumerate(spec.get("containers") or []))
     init = max((gpus(c) for c in spec.get("initContainers") or []), default=0)
     return max(app, init)
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Mapping, Sequence
 
 from .catalog import Catalog, GpuClass
-from .inventory import NamespaceInfo, ProductGroup, Snapshot, Taint
+from .inventory import NamespaceInfo, ProductGroup, Snapshot, Taint, pod_gpus
 
 PREFIX = "gpu-class.io/"
 CLASS_ANNOTATION = PREFIX + "class"
@@ -155,8 +155,8 @@ def _plan(pod: Mapping[str, Any], snapshot: Snapshot, catalog: Catalog, namespac
     if isinstance(excluded, str):
         return Decision("refused", excluded, class_name=class_name)
 
-    pod_gpus = _pod_gpus(pod, containers, index, count_value, catalog.gpu_resource)
-    fit = class_fit(gpu_class, pod_gpus, excluded, snapshot, catalog)
+    gpus_needed = pod_gpus(pod, catalog.gpu_resource, target=(index, count_value))
+    fit = class_fit(gpu_class, gpus_needed, excluded, snapshot, catalog)
     if fit.unsatisfiable is not None:
         if catalog.on_unsatisfiable == "admit":
             return Decision(
@@ -336,29 +336,11 @@ def _excluded(annotations: Mapping[str, str], catalog: Catalog) -> frozenset[str
     return frozenset(names)
 
 
-def _pod_gpus(
-    pod: Mapping[str, Any], containers: Sequence[Mapping[str, Any]], target: int, count: int, resource: str
-) -> int:
-    """GPUs one node must offer: app containers add up; an init container needs its own at most."""
-    total = 0
-    for i, c in enumerate(containers):
-        if i == target:
-            total += count
-        else:
-            total += _parse_count(_resource_value(c, "limits", resource, f"spec.containers[{i}]")) or 0
-    spec = _mapping(pod.get("spec"), "spec")
-    init = [
-        _parse_count(_resource_value(_mapping(c, "spec.initContainers[]"), "limits", resource, "spec.initContainers[]")) or 0
-        for c in _list(spec.get("initContainers"), "spec.initContainers")
-    ]
-    return max([total, *init])
-
-
 # --- deciding -----------------------------------------------------------------------------
 
 
 def _verdict(
-    type_name: str, groups: Sequence[ProductGroup], pod_gpus: int, excluded: frozenset[str], catalog: Catalog
+    type_name: str, groups: Sequence[ProductGroup], gpus_needed: int, excluded: frozenset[str], catalog: Catalog
 ) -> TypeVerdict:
     max_alloc = max((g.max_allocatable for g in groups), default=0)
     free = sum(g.free_gpus for g in groups)
@@ -368,7 +350,7 @@ def _verdict(
         if catalog.types[type_name].scalable:
             return TypeVerdict(type_name, True, "no nodes now; scalable pool", 0, 0)
         return TypeVerdict(type_name, False, "no nodes in the cluster")
-    if any(cap >= pod_gpus for g in groups for cap, _ in g.usable):
+    if any(cap >= gpus_needed for g in groups for cap, _ in g.usable):
         return TypeVerdict(type_name, True, "ok", max_alloc, free)
     if not any(g.usable for g in groups):
         nodes = sum(g.nodes for g in groups)
@@ -379,7 +361,7 @@ def _verdict(
         if cordoned + not_ready == nodes:
             return TypeVerdict(type_name, False, f"all {nodes} nodes cordoned or not ready")
         return TypeVerdict(type_name, False, "no node offers allocatable GPUs")
-    return TypeVerdict(type_name, False, f"too few GPUs: largest allocatable {max_alloc}, Pod needs {pod_gpus}", max_alloc, free)
+    return TypeVerdict(type_name, False, f"too few GPUs: largest allocatable {max_alloc}, Pod needs {gpus_needed}", max_alloc, free)
 
 
 def _order(valid: Sequence[TypeVerdict], gpu_class: GpuClass, catalog: Catalog) -> list[str]:
@@ -402,7 +384,7 @@ def weights_for(n: int) -> list[int]:
 
 @dataclass(frozen=True)
 class ClassFit:
-    """What a class offers a Pod that needs `pod_gpus` on one node, in one inventory snapshot."""
+    """What a class offers a Pod that needs `gpus_needed` on one node, in one inventory snapshot."""
 
     verdicts: tuple[TypeVerdict, ...]
     warnings: tuple[str, ...]
@@ -417,14 +399,14 @@ MEMO_MAX_ENTRIES = 1024
 
 
 def class_fit(
-    gpu_class: GpuClass, pod_gpus: int, excluded: frozenset[str], snapshot: Snapshot, catalog: Catalog
+    gpu_class: GpuClass, gpus_needed: int, excluded: frozenset[str], snapshot: Snapshot, catalog: Catalog
 ) -> ClassFit:
     """Memoised per snapshot: Pods of one Deployment ask the same question, and the answer only
     changes when the inventory does (which publishes a new snapshot with an empty memo)."""
-    key = (gpu_class.name, pod_gpus, excluded)
+    key = (gpu_class.name, gpus_needed, excluded)
     fit: ClassFit | None = snapshot.memo.get(key)
     if fit is None:
-        fit = _class_fit(gpu_class, pod_gpus, excluded, snapshot, catalog)
+        fit = _class_fit(gpu_class, gpus_needed, excluded, snapshot, catalog)
         if len(snapshot.memo) >= MEMO_MAX_ENTRIES:
             snapshot.memo.clear()
         snapshot.memo[key] = fit
@@ -432,13 +414,13 @@ def class_fit(
 
 
 def _class_fit(
-    gpu_class: GpuClass, pod_gpus: int, excluded: frozenset[str], snapshot: Snapshot, catalog: Catalog
+    gpu_class: GpuClass, gpus_needed: int, excluded: frozenset[str], snapshot: Snapshot, catalog: Catalog
 ) -> ClassFit:
-    verdicts = tuple(_verdict(t, snapshot.groups(t), pod_gpus, excluded, catalog) for t in gpu_class.types)
+    verdicts = tuple(_verdict(t, snapshot.groups(t), gpus_needed, excluded, catalog) for t in gpu_class.types)
     valid = [v for v in verdicts if v.valid]
     warnings = _absent_warning(gpu_class, verdicts)
     if not valid:
-        message = _unsatisfiable_message(gpu_class, pod_gpus, snapshot, catalog, excluded)
+        message = _unsatisfiable_message(gpu_class, gpus_needed, snapshot, catalog, excluded)
         return ClassFit(verdicts, warnings, message)
     ordered = _order(valid, gpu_class, catalog)
     required: dict[str, set[str]] = {}
@@ -448,7 +430,7 @@ def _class_fit(
         per_key: dict[str, set[str]] = {}
         groups = snapshot.groups(type_name)
         for g in groups:
-            fitting = [t for cap, t in g.usable if cap >= pod_gpus]
+            fitting = [t for cap, t in g.usable if cap >= gpus_needed]
             if fitting:
                 per_key.setdefault(g.label_key, set()).add(g.product)
                 for node_taints in fitting:
@@ -484,7 +466,7 @@ def _absent_warning(gpu_class: GpuClass, verdicts: Sequence[TypeVerdict]) -> tup
 
 
 def _unsatisfiable_message(
-    gpu_class: GpuClass, pod_gpus: int, snapshot: Snapshot, catalog: Catalog, excluded: frozenset[str]
+    gpu_class: GpuClass, gpus_needed: int, snapshot: Snapshot, catalog: Catalog, excluded: frozenset[str]
 ) -> str:
     present = []
     for type_name in catalog.types:
@@ -494,7 +476,7 @@ def _unsatisfiable_message(
             present.append(f"{type_name} (largest allocatable {largest})")
     excluded_note = f", excluding {', '.join(sorted(excluded))}" if excluded else ""
     return (
-        f"gpu-class: no ready, schedulable node offers {pod_gpus} GPU(s) of class {gpu_class.name} "
+        f"gpu-class: no ready, schedulable node offers {gpus_needed} GPU(s) of class {gpu_class.name} "
         f"(types {', '.join(gpu_class.types)}{excluded_note}). "
         f"Present: {', '.join(present) or 'no GPU nodes'}. "
         f"Ask for fewer GPUs or another class: {', '.join(catalog.classes)}"
