@@ -1,6 +1,19 @@
-"""`python -m bench`: run the benchmark suite (options: `python -m bench --help`)."""
+"""`python -m bench`: run the benchmark suite (options: `python -m bench --help`).
+
+`python -m bench apiserver` and `python -m bench placement` measure on the real control plane instead
+(bench/apiserver.py, bench/placement.py).
+"""
 
 import sys
+
+if sys.argv[1:2] == ["apiserver"]:
+    from bench.apiserver import main as apiserver_main
+
+    sys.exit(apiserver_main(sys.argv[2:]))
+if sys.argv[1:2] == ["placement"]:
+    from bench.placement import main as placement_main
+
+    sys.exit(placement_main(sys.argv[2:]))
 
 from bench.run import main
 

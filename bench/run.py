@@ -32,6 +32,7 @@ from webhook.config import ServeConfig
 
 from . import report
 from .idle import IdleProbe, probe_with_idle_connections
+from .sections import carry_sections
 from .inventory_cost import LiveSyncCost, SnapshotCost, measure_live_sync, time_build_snapshot
 from .measure import Body, LoadResult, LoadSettings, Target, machine_busy_now, measure, prime
 from .procs import (
@@ -404,7 +405,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     text = report.render(results)
     print(text)
     options.output.parent.mkdir(parents=True, exist_ok=True)
-    options.output.write_text(text)
+    old = options.output.read_text() if options.output.exists() else ""
+    options.output.write_text(carry_sections(old, text))
     if options.json_output is not None:
         options.json_output.write_text(json.dumps(_jsonable(results), indent=2) + "\n")
     errors = results.correctness_errors()

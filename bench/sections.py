@@ -1,0 +1,38 @@
+"""Sections of bench/RESULTS.md that separate benchmarks own, kept when another one rewrites the file.
+
+A section is the text between `<!-- begin NAME -->` and `<!-- end NAME -->`. The main suite
+writes the whole file and carries the sections over; `python -m bench apiserver` (and the like)
+replace only their own section.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+
+def _pattern(name: str) -> re.Pattern[str]:
+    return re.compile(rf"<!-- begin {re.escape(name)} -->\n.*?<!-- end {re.escape(name)} -->\n", re.S)
+
+
+def _block(name: str, body: str) -> str:
+    return f"<!-- begin {name} -->\n{body.rstrip()}\n<!-- end {name} -->\n"
+
+
+def write_section(path: Path, name: str, body: str) -> None:
+    """Replace section `name` of the file with `body`, or append it."""
+    text = path.read_text() if path.exists() else ""
+    block = _block(name, body)
+    if _pattern(name).search(text):
+        text = _pattern(name).sub(lambda _: block, text)
+    else:
+        text = text.rstrip("\n") + ("\n\n" if text else "") + block
+    path.write_text(text)
+
+
+def carry_sections(old: str, new: str) -> str:
+    """`new`, followed by every section of `old` that `new` does not have."""
+    for match in re.finditer(r"<!-- begin (\S+) -->\n.*?<!-- end \1 -->\n", old, re.S):
+        if not _pattern(match.group(1)).search(new):
+            new = new.rstrip("\n") + "\n\n" + match.group(0)
+    return new

@@ -1,0 +1,75 @@
+"""The end-to-end tier: one real control plane per test session (tests/e2e/local-cluster), a namespace per test.
+
+Set GPUCLASS_E2E_DIR to put the cluster's directory (logs, kubeconfig) there rather than in a
+temporary directory, and GPUCLASS_E2E_KEEP=1 to leave the cluster running after the session (a
+second run then reuses it: `tests/e2e/local-cluster down DIR` stops it).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Iterator
+
+import kubernetes
+import pytest
+
+import local_cluster
+from fleet import CPU_NODES, FLEET
+from kubeobjects import create_node, delete_nodes, force_delete_pods, make_namespace
+
+
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[local_cluster.Cluster]:
+    directory = Path(os.environ.get("GPUCLASS_E2E_DIR") or tmp_path_factory.mktemp("cluster"))
+    try:
+        c = local_cluster.up(directory, log=lambda line: print(line, flush=True))
+    except local_cluster.ClusterError as e:
+        local_cluster.down(directory)
+        pytest.fail(f"the local control plane did not come up: {e}", pytrace=False)
+    try:
+        yield c
+    finally:
+        if not os.environ.get("GPUCLASS_E2E_KEEP"):
+            local_cluster.down(directory)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    here = Path(__file__).parent
+    for item in items:
+        if here in Path(item.fspath).parents:
+            item.add_marker(pytest.mark.e2e)
+
+
+@pytest.fixture(scope="session")
+def api_client(cluster: local_cluster.Cluster) -> kubernetes.client.ApiClient:
+    return kubernetes.config.new_client_from_config(config_file=str(cluster.kubeconfig))
+
+
+@pytest.fixture(scope="session")
+def core(api_client: kubernetes.client.ApiClient) -> kubernetes.client.CoreV1Api:
+    return kubernetes.client.CoreV1Api(api_client)
+
+
+@pytest.fixture
+def namespace(core: kubernetes.client.CoreV1Api) -> Iterator[str]:
+    """An opted-in namespace of the test's own, deleted afterwards with what it holds."""
+    name = make_namespace(core, "e2e", labels={"gpu-class.io/inject": "enabled"})
+    yield name
+    force_delete_pods(core, name)
+    core.delete_namespace(name)
+
+
+
+
+@pytest.fixture(scope="session")
+def fleet(core: kubernetes.client.CoreV1Api) -> Iterator[None]:
+    """The shared GPU nodes (fleet.py) and a CPU-only node, for the whole session."""
+    names = [n.name for n in FLEET] + list(CPU_NODES)
+    delete_nodes(core, names)
+    for n in FLEET:
+        create_node(core, n.name, {**n.labels, "topology.kubernetes.io/zone": n.zone}, gpus=n.gpus, taints=n.taints)
+    for name in CPU_NODES:
+        create_node(core, name, {"topology.kubernetes.io/zone": "zone-a"}, taints=())
+    yield
+    delete_nodes(core, names)

@@ -1,0 +1,230 @@
+"""Nodes, Pods and namespaces against the real API server, and waiting on what the cluster does with them."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import http.server
+import json
+import ssl
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Callable, Iterator, Mapping, Sequence
+
+import kubernetes
+import pytest
+import yaml
+from kubernetes.client.exceptions import ApiException
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+NOT_READY_TAINT = {"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}
+CLASS = "gpu-class.io/class"
+TYPES = "gpu-class.io/types"
+
+
+def wait_for(what: str, probe: Callable[[], Any], seconds: float = 30.0, interval: float = 0.2) -> Any:
+    """Poll until probe() returns something truthy; fail naming what was awaited and the last value."""
+    deadline = time.monotonic() + seconds
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = probe()
+        if last:
+            return last
+        time.sleep(interval)
+    pytest.fail(f"timed out after {seconds:.0f} s waiting for {what} (last: {last!r})", pytrace=False)
+
+
+def make_namespace(core: kubernetes.client.CoreV1Api, prefix: str, *, labels: Mapping[str, str] | None = None,
+                   annotations: Mapping[str, str] | None = None) -> str:
+    name = f"{prefix}-{uuid.uuid4().hex[:6]}"
+    core.create_namespace({"metadata": {"name": name, "labels": dict(labels or {}),
+                                        "annotations": dict(annotations or {})}})
+    # The ServiceAccount admission plugin refuses Pods until the controller
+    # manager has made the namespace's default ServiceAccount.
+    wait_for(f"default ServiceAccount in {name}",
+             lambda: _exists(lambda: core.read_namespaced_service_account("default", name)))
+    return name
+
+
+def _exists(read: Callable[[], Any]) -> bool:
+    try:
+        read()
+        return True
+    except ApiException as e:
+        if e.status == 404:
+            return False
+        raise
+
+
+# --- Nodes without kubelets ---------------------------------------------------
+
+def fixture_labels(file_name: str) -> dict[str, str]:
+    """The GPU Feature Discovery labels of a real node, from tests/fixtures/nodes."""
+    doc = yaml.safe_load((FIXTURES / "nodes" / file_name).read_text())
+    return dict(doc["metadata"]["labels"])
+
+
+def create_node(core: kubernetes.client.CoreV1Api, name: str, labels: Mapping[str, str], *,
+                gpus: int = 0, resource: str = "nvidia.com/gpu", cpu: str = "64", memory: str = "512Gi",
+                taints: Sequence[Mapping[str, str]] = (GPU_TAINT,), ready: bool = True,
+                extra_allocatable: Mapping[str, str] | None = None) -> None:
+    """A Node as the API holds it: labels and taints in the object, capacity and Ready in its status."""
+    core.create_node({
+        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
+                                              **labels}},
+    })
+    # The API server's TaintNodesByCondition admission taints every new Node
+    # not-ready; the node lifecycle controller (off here: no kubelets) would
+    # lift it once the Node is Ready. Writing the taints takes its place.
+    core.patch_node(name, {"spec": {"taints": [dict(t) for t in taints] if ready else
+                                    [*map(dict, taints), NOT_READY_TAINT]}})
+    allocatable = {"cpu": cpu, "memory": memory, "pods": "110", **({resource: str(gpus)} if gpus else {}),
+                   **(extra_allocatable or {})}
+    set_node_status(core, name, allocatable=allocatable, ready=ready)
+
+
+def set_node_status(core: kubernetes.client.CoreV1Api, name: str, *, allocatable: Mapping[str, str] | None = None,
+                    ready: bool = True) -> None:
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    status: dict[str, Any] = {"conditions": [{
+        "type": "Ready", "status": "True" if ready else "False", "reason": "E2E",
+        "lastHeartbeatTime": now, "lastTransitionTime": now}]}
+    if allocatable is not None:
+        status["capacity"] = dict(allocatable)
+        status["allocatable"] = dict(allocatable)
+    core.patch_node_status(name, {"status": status})
+
+
+def delete_nodes(core: kubernetes.client.CoreV1Api, names: Sequence[str]) -> None:
+    for name in names:
+        try:
+            core.delete_node(name)
+        except ApiException as e:
+            if e.status != 404:
+                raise
+
+
+# --- Pods ---------------------------------------------------------------------
+
+def make_pod(name: str, *, gpu_class: str | None = None, gpus: int | None = 1, scheduler: str | None = None,
+             affinity: Mapping[str, Any] | None = None, annotations: Mapping[str, str] | None = None,
+             cpu: str = "100m") -> dict[str, Any]:
+    limits = {"nvidia.com/gpu": str(gpus)} if gpus is not None else {}
+    pod: dict[str, Any] = {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "annotations": {**({CLASS: gpu_class} if gpu_class else {}),
+                                                   **(annotations or {})}},
+        "spec": {"restartPolicy": "Never", "terminationGracePeriodSeconds": 0,
+                 "containers": [{"name": "main", "image": "registry.example/cuda:12",
+                                 "resources": {"limits": limits, "requests": {"cpu": cpu}}}]},
+    }
+    if scheduler:
+        pod["spec"]["schedulerName"] = scheduler
+    if affinity:
+        pod["spec"]["affinity"] = dict(affinity)
+    return pod
+
+
+def read_pod(core: kubernetes.client.CoreV1Api, namespace: str, name: str) -> dict[str, Any]:
+    response = core.read_namespaced_pod(name, namespace, _preload_content=False)
+    return json.loads(response.data)
+
+
+def wait_bound(core: kubernetes.client.CoreV1Api, namespace: str, name: str, seconds: float = 30.0) -> str:
+    """The node the scheduler bound the Pod to."""
+    return str(wait_for(f"pod {namespace}/{name} bound",
+                        lambda: read_pod(core, namespace, name)["spec"].get("nodeName"), seconds))
+
+
+def node_label(core: kubernetes.client.CoreV1Api, node: str, key: str) -> str | None:
+    labels = core.read_node(node).metadata.labels or {}
+    return labels.get(key)
+
+
+def dry_run_create(core: kubernetes.client.CoreV1Api, namespace: str, pod: Mapping[str, Any]) -> dict[str, Any]:
+    """The Pod as the API server would store it, after admission (nothing is stored)."""
+    response = core.create_namespaced_pod(namespace, dict(pod), dry_run="All", _preload_content=False)
+    return json.loads(response.data)
+
+
+def force_delete_pods(core: kubernetes.client.CoreV1Api, namespace: str) -> None:
+    """Delete now: with no kubelet to confirm, a graceful delete of a bound Pod would never finish."""
+    core.delete_collection_namespaced_pod(namespace, grace_period_seconds=0)
+
+
+def admission_records(log_file: Path, namespace: str, pod: str) -> list[dict[str, Any]]:
+    """gpu-class's one-line-per-admission log records for a Pod."""
+    records = []
+    for line in log_file.read_text(errors="replace").splitlines():
+        if not line.startswith("{"):
+            continue
+        record = json.loads(line)
+        if record.get("msg") == "admission" and record.get("namespace") == namespace and record.get("pod") == pod:
+            records.append(record)
+    return records
+
+
+@contextlib.contextmanager
+def second_mutator(cluster: Any, namespace: str) -> Iterator[list[str]]:
+    """Another mutating webhook, called after gpu-class, that labels every Pod in `namespace`.
+
+    Yields the names of the Pods it was asked about. It serves with the gpu-class test
+    certificate (issued for 127.0.0.1), so the same caBundle trusts it.
+    """
+    calls: list[str] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+            review = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            request = review["request"]
+            calls.append(request["object"]["metadata"].get("name", ""))
+            patch = [{"op": "add", "path": "/metadata/labels", "value": {"second-mutator": "was-here"}}]
+            body = json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": {
+                "uid": request["uid"], "allowed": True, "patchType": "JSONPatch",
+                "patch": base64.b64encode(json.dumps(patch).encode()).decode()}}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    webhook_dir = cluster.dir / "webhook"
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(str(webhook_dir / "tls.crt"), str(webhook_dir / "tls.key"))
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    name = f"zz-e2e-second-mutator-{namespace}"  # sorts after gpu-class.io: called after it
+    config = {
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
+        "metadata": {"name": name},
+        "webhooks": [{
+            "name": "second.e2e.test", "admissionReviewVersions": ["v1"], "sideEffects": "None",
+            "clientConfig": {"url": f"https://127.0.0.1:{server.server_address[1]}/",
+                             "caBundle": base64.b64encode((webhook_dir / "ca.crt").read_bytes()).decode()},
+            "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}],
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
+            "failurePolicy": "Fail", "reinvocationPolicy": "Never", "timeoutSeconds": 5,
+        }],
+    }
+    cluster.kubectl("apply", "-f", "-", input_text=json.dumps(config))
+    try:
+        core = kubernetes.client.CoreV1Api(kubernetes.config.new_client_from_config(config_file=str(cluster.kubeconfig)))
+        probe = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "second-mutator-probe"},
+                 "spec": {"containers": [{"name": "c", "image": "busybox"}]}}
+        # The API server picks up a new webhook configuration within a second or so.
+        wait_for("the second mutating webhook to be called",
+                 lambda: (dry_run_create(core, namespace, probe)["metadata"].get("labels") or {}).get("second-mutator"))
+        calls.clear()
+        yield calls
+    finally:
+        cluster.kubectl("delete", "mutatingwebhookconfiguration", name, "--ignore-not-found")
+        server.shutdown()
+        server.server_close()

