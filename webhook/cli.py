@@ -10,12 +10,12 @@ import uuid
 from pathlib import Path
 from typing import Any, Sequence
 
-from . import certs, logs
-from .catalog import CatalogError, default_catalog_text
-from .config import ServeConfig
-from .loading import InputError, load_snapshot, read_pod
-from .review import Request, review_pod
-from .server import load_catalog, serve
+from .cluster.loading import InputError, load_snapshot, read_pod
+from .core.catalog import CatalogError, default_catalog_text
+from .core.review import Request, review_pod
+from .serving import certs, logs
+from .serving.config import ServeConfig
+from .serving.server import load_catalog, serve
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEMO_DIR = REPO_ROOT / "deploy" / "demo"
@@ -178,7 +178,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
         sub_resource="", namespace=namespace, object=review["request"]["object"], name=review["request"]["name"],
     )
     result = review_pod(req, snapshot, catalog)
-    from .explain import explain_json, explain_text  # formatting lives apart from the decision
+    from .core.explain import explain_json, explain_text  # formatting lives apart from the decision
 
     if args.output == "json":
         print(json.dumps(explain_json(result, namespace, pod), indent=2))
@@ -220,7 +220,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_label_node(args: argparse.Namespace) -> int:
-    from .labeller import main_label_node
+    from .cluster.labeller import main_label_node
 
     logs.configure(args.log_level)
     return main_label_node(args)

@@ -3,7 +3,7 @@ done by a DaemonSet on clusters without GPU Feature Discovery.
 
 Two halves, kept apart:
 
-* Pure decision (no I/O): GPUs from ``webhook.nvidia_smi`` -> ``summarise_gpus`` -> ``build_desired_labels``
+* Pure decision (no I/O): GPUs from ``webhook.core.nvidia_smi`` -> ``summarise_gpus`` -> ``build_desired_labels``
   -> ``build_label_patch`` (a JSON merge patch holding only this labeller's keys, or None when the node
   already carries the right values).
 * Thin I/O: ``run_nvidia_smi`` (subprocess with a timeout), ``label_node_once`` (GET the Node, PATCH it),
@@ -31,7 +31,7 @@ Decisions (see ``summarise_gpus``):
   the node has none); the error is logged and the next try is one interval later.
 
 Importing this module needs the standard library only; ``kubernetes`` is imported when an API client is
-built, so ``python -m webhook.labeller --once --dry-run`` works on a machine with just Python.
+built, so ``python -m webhook.cluster.labeller --once --dry-run`` works on a machine with just Python.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Literal, TextIO, TypedDict
 
-from webhook.nvidia_smi import (
+from ..core.nvidia_smi import (
     FALLBACK_QUERY_COMMAND,
     QUERY_COMMAND,
     Gpu,
@@ -522,7 +522,7 @@ def _api_for_dry_run(kubeconfig: str | None) -> CoreV1Api | None:
 
 
 def add_label_node_arguments(parser: argparse.ArgumentParser) -> None:
-    """The ``label-node`` options, for the ``gpuclass`` CLI and ``python -m webhook.labeller``."""
+    """The ``label-node`` options, for the ``gpuclass`` CLI and ``python -m webhook.cluster.labeller``."""
     parser.add_argument("--node", default=None, help="node to label (default: env NODE_NAME)")
     parser.add_argument(
         "--interval-seconds",
@@ -581,8 +581,8 @@ def main_label_node(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m webhook.labeller``: the same options as ``gpuclass label-node``, stdlib only for dry runs."""
-    parser = argparse.ArgumentParser(prog="python -m webhook.labeller", description="Label this node with its GPU model, count and memory.")
+    """``python -m webhook.cluster.labeller``: the same options as ``gpuclass label-node``, stdlib only for dry runs."""
+    parser = argparse.ArgumentParser(prog="python -m webhook.cluster.labeller", description="Label this node with its GPU model, count and memory.")
     add_label_node_arguments(parser)
     return main_label_node(parser.parse_args(argv))
 
