@@ -1,6 +1,6 @@
 """The `gpuclass` command: serve, certs, explain, review, demo, catalog, label-node; the one argument parser.
 
-The top of the import layers (cli > serving > cluster > core).
+The top of the import layers (cli > serving > cluster > core, checked by tests/test_architecture.py).
 Each command imports what it runs when it runs: `label-node` needs only the standard library, so
 `python -S -m webhook.cli label-node --once --dry-run` works on a node with just Python.
 """

@@ -5,6 +5,6 @@ files (`loading`), and the node labeller's nvidia-smi run, Node read and merge p
 What any of it means is decided in `webhook.core`; this package only fetches and writes.
 
 `source` is the interface: the inventory protocol and the file and live inventories. `webhook.serving`
-imports `source` and no other module of this package, so the
+imports `source` and no other module of this package (checked by tests/test_architecture.py), so the
 serving side does not depend on how the cluster is read.
 """

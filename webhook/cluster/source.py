@@ -6,7 +6,8 @@ workers fork (`read_file_snapshot` + `StaticInventory`), and the live one each w
 fork (`start_live_inventory`, list+watch in `watch.py`). The kubernetes client is imported only
 when a live inventory is asked for, so a server on a file inventory never loads it.
 
-`webhook.serving` imports no other cluster module; whatever it needs from them is named here.
+The import contract in setup.cfg keeps `webhook.serving` from importing the other cluster modules;
+whatever serving needs from them is named here.
 """
 
 from __future__ import annotations

@@ -8,5 +8,6 @@ A module belongs here when it decides something and can be tested with plain val
 Not here: sockets, subprocesses, the Kubernetes API, watches, and the libraries that do those (flask,
 werkzeug, gunicorn, kubernetes, prometheus_client). The one file a core module opens is a catalog
 (`catalog.load_catalog_file`), read where it is validated so that errors carry the file and line.
-`webhook.core` imports no other webhook layer.
+`webhook.core` imports no other webhook layer; tests/test_architecture.py checks both with
+import-linter (contracts in setup.cfg).
 """

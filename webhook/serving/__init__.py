@@ -6,5 +6,5 @@ metrics, JSON logs, the frozen serving configuration, and certificate generation
 about serving, not about placement; `gpuclass certs` and the certificate-expiry metric use it).
 Routes translate HTTP to `webhook.core` calls and back, nothing more.
 
-It reaches the cluster side only through `webhook.cluster.source`.
+It reaches the cluster side only through `webhook.cluster.source` (checked by tests/test_architecture.py).
 """
