@@ -2,7 +2,7 @@
 
 No gunicorn, no TLS, no other threads: this is the app's own CPU per step, to compare with the
 server's CPU per request measured under load. Run in its own process by bench/run.py (the
-Prometheus multiprocess directory must be set before webhook.metrics is imported):
+Prometheus multiprocess directory must be set before webhook.serving.metrics is imported):
 
     python -m bench.breakdown NODES.yaml     # prints JSON: [[step, microseconds], ...]
 """
@@ -34,14 +34,15 @@ def measure_steps(nodes_file: str) -> list[Step]:
     os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", tempfile.mkdtemp(prefix="bench-metrics-"))
     from werkzeug.test import EnvironBuilder
 
-    from webhook import app as webhook_app
-    from webhook import logs, metrics
-    from webhook.app import StaticInventory, create_app
-    from webhook.catalog import load_default_catalog
-    from webhook.config import ServeConfig
-    from webhook.loading import load_snapshot
-    from webhook.planner import plan
-    from webhook.review import build_response, parse_review, review_pod
+    from webhook.serving import app as webhook_app
+    from webhook.serving import logs, metrics
+    from webhook.cluster.source import StaticInventory
+    from webhook.serving.app import create_app
+    from webhook.core.catalog import load_default_catalog
+    from webhook.serving.config import ServeConfig
+    from webhook.cluster.loading import load_snapshot
+    from webhook.core.planner import plan
+    from webhook.core.review import build_response, parse_review, review_pod
 
     from .variant import create_baseline_app
 

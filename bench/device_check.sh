@@ -7,9 +7,9 @@
 #   1. records nvidia-smi's raw outputs in every shape the parser accepts: the
 #      labeller's own query (with and without header and units), `-L`, the
 #      plain table, and `--help-query-gpu` (to confirm the field names exist);
-#   2. parses each with webhook.nvidia_smi (standard library only) and checks
+#   2. parses each with webhook.core.nvidia_smi (standard library only) and checks
 #      that every shape yields the same GPU names and the same labels;
-#   3. runs `python -S -m webhook.labeller --once --dry-run --node test-node`:
+#   3. runs `python -S -m webhook.cli label-node --once --dry-run --node test-node`:
 #      the real nvidia-smi, no site-packages at all, no cluster; the JSON merge
 #      patch it prints is what the DaemonSet would apply;
 #   4. installs the package into a fresh venv when it can (wheels in .whl/,
@@ -83,8 +83,8 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, sys.argv[2])
-from webhook.labeller import build_desired_labels, summarise_gpus  # noqa: E402
-from webhook.nvidia_smi import parse_nvidia_smi_output  # noqa: E402
+from webhook.core.labels import build_desired_labels, summarise_gpus  # noqa: E402
+from webhook.core.nvidia_smi import parse_nvidia_smi_output  # noqa: E402
 
 out = Path(sys.argv[1])
 results, ok = {}, True
@@ -123,7 +123,7 @@ else
 fi
 
 # 3. the labeller's dry run, standard library only, against the real nvidia-smi
-if capture labeller_dry_run_stdlib env -u KUBECONFIG HOME="$OUT" "$PYTHON" -S -m webhook.labeller --once --dry-run --node test-node; then
+if capture labeller_dry_run_stdlib env -u KUBECONFIG HOME="$OUT" "$PYTHON" -S -m webhook.cli label-node --once --dry-run --node test-node; then
   note "dry-run patch (stdlib only): $(tr -d ' \n' <"$OUT/labeller_dry_run_stdlib.stdout")"
 else
   FAILED=1

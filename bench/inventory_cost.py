@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from webhook.catalog import load_default_catalog
-from webhook.inventory import build_snapshot
+from webhook.core.catalog import load_default_catalog
+from webhook.core.inventory import build_snapshot
 
 from .procs import REPO_ROOT
 from .workload import make_fleet

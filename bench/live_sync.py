@@ -58,8 +58,8 @@ def serve_fake(nodes: int, pods: int, gpu_pods: int, kubeconfig: Path) -> None:
 def sync(kubeconfig: Path, timeout_seconds: float) -> dict[str, Any]:
     import kubernetes
 
-    from webhook.catalog import load_default_catalog
-    from webhook.watch import LiveInventory, check_kube_config
+    from webhook.core.catalog import load_default_catalog
+    from webhook.cluster.watch import LiveInventory, check_kube_config
 
     catalog = load_default_catalog()
     api = kubernetes.client.CoreV1Api(kubernetes.client.ApiClient(check_kube_config(str(kubeconfig))))

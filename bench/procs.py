@@ -250,7 +250,7 @@ def gpuclass_serve_command(*, port: int, cert_dir: Path, nodes_file: Path, worke
 
 def variant_command(*, app: str, port: int, cert_dir: Path, nodes_file: Path | None, workers: int, threads: int,
                     worker_class: str = "gthread", log_level: str = "info") -> list[str]:
-    """A bench variant on webhook.server.WebhookServer (see bench/variant.py)."""
+    """A bench variant on webhook.serving.server.WebhookServer (see bench/variant.py)."""
     command = [
         sys.executable, "-m", "bench.variant", "--app", app,
         "--cert-file", str(cert_dir / "tls.crt"), "--key-file", str(cert_dir / "tls.key"),

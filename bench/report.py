@@ -168,7 +168,7 @@ def render(r: Results) -> str:
     if r.snapshot or r.live:
         parts += ["", "## Building the inventory", ""]
         if r.snapshot:
-            parts.append(f"- `webhook.inventory.build_snapshot` over {r.snapshot.nodes:,} parsed Node objects: "
+            parts.append(f"- `webhook.core.inventory.build_snapshot` over {r.snapshot.nodes:,} parsed Node objects: "
                          f"{r.snapshot.build_snapshot_seconds * 1000:,.0f} ms ({r.snapshot.product_groups} product groups). "
                          "Reading the node file is the expensive part: see `master check` above.")
         if r.live:
@@ -231,7 +231,7 @@ def _live_line(r: Results) -> str:
         return f"- Live inventory first sync: failed: {live.error}"
     x = live.result
     return (
-        f"- Live inventory (`webhook.watch.LiveInventory` against tests/fakeapi.py in another process, "
+        f"- Live inventory (`webhook.cluster.watch.LiveInventory` against tests/fakeapi.py in another process, "
         f"{live.nodes:,} Nodes, {live.pods:,} Pods of which about {live.gpu_pods:,} hold GPUs): first sync "
         f"{'in' if x['synced'] else 'NOT within'} {x['sync_seconds']:.1f} s wall, {x['cpu_seconds']:.1f} s of the "
         f"syncing process's CPU (the rest is the fake serving the lists; filling it took {live.populate_seconds:.0f} s). "

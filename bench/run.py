@@ -27,8 +27,8 @@ from typing import Any, Sequence
 
 import yaml
 
-from webhook import certs
-from webhook.config import ServeConfig
+from webhook.serving import certs
+from webhook.serving.config import ServeConfig
 
 from . import report
 from .idle import IdleProbe, probe_with_idle_connections

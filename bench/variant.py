@@ -1,9 +1,9 @@
-"""Servers the benchmark compares `gpuclass serve` with, built on the same webhook.server.WebhookServer.
+"""Servers the benchmark compares `gpuclass serve` with, built on the same webhook.serving.server.WebhookServer.
 
 - `--app baseline`: the same gunicorn settings, TLS and Flask, answering every AdmissionReview with
   allowed: true and no patch. It still parses the body (to echo the uid), so the difference to the
   real server is the webhook's own work: review parsing, planning, the patch, its log line.
-- `--app mutation`: the real application, started as webhook.server.serve() starts it, for a
+- `--app mutation`: the real application, started as webhook.serving.server.serve() starts it, for a
   setting `gpuclass serve` does not expose: the worker class (sync workers).
 
     python -m bench.variant --app baseline --cert-file F --key-file F --bind 127.0.0.1:PORT
@@ -18,8 +18,8 @@ from typing import Any, Callable, Sequence
 
 from flask import Flask, Response, request
 
-from webhook.config import ServeConfig
-from webhook.server import WebhookServer, build_app, check_config, prepare_metrics_dir
+from webhook.serving.config import ServeConfig
+from webhook.serving.server import WebhookServer, build_app, check_config, prepare_metrics_dir
 
 
 def create_baseline_app(config: ServeConfig) -> Flask:
@@ -76,7 +76,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         workers=args.workers, threads=args.threads, log_level=args.log_level,
     )
     factory: Callable[[ServeConfig], Flask] = create_baseline_app
-    if args.app == "mutation":  # as webhook.server.serve() does
+    if args.app == "mutation":  # as webhook.serving.server.serve() does
         factory = functools.partial(build_app, loaded=check_config(config))
     prepare_metrics_dir()
     VariantServer(config, factory, args.worker_class).run()

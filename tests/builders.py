@@ -7,7 +7,7 @@ from typing import Any, Iterable, Mapping
 
 import kubernetes_validate
 
-from webhook.catalog import Catalog, load_catalog_text
+from webhook.core.catalog import Catalog, load_catalog_text
 
 # the oldest Kubernetes minor still supported upstream when this was written; schemas ship with kubernetes-validate
 K8S_VERSION = "1.35"

@@ -18,7 +18,7 @@ from typing import Any, Iterator, Sequence
 
 import yaml
 
-from webhook import certs
+from webhook.serving import certs
 
 
 def free_port() -> int:

@@ -95,7 +95,7 @@ def test_catalog_prints_the_built_in_catalog(capsys: pytest.CaptureFixture[str])
 
 
 def test_json_inventory_reads_like_yaml(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from webhook.loading import read_objects
+    from webhook.cluster.loading import read_objects
 
     nodes = read_objects(str(DEMO / "nodes.yaml"))
     as_json = tmp_path / "nodes.json"

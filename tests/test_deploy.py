@@ -985,7 +985,7 @@ def test_gpu_resource_matches_the_catalog(renders: Renders) -> None:
 def test_shipped_catalog_loads(renders: Renders) -> None:
     """The ConfigMap's catalog is one the server accepts at startup."""
     # Imported here: a broken webhook package fails this test, not every manifest check.
-    from webhook.catalog import load_catalog_text
+    from webhook.core.catalog import load_catalog_text
 
     objects = objects_of(renders, BASE)
     deployment = webhook_deployment(objects)

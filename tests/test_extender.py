@@ -31,11 +31,12 @@ from hypothesis import strategies as st
 
 from builders import K8S_VERSION, make_catalog, make_node, make_pod, make_review
 from servers import serving_test_inventory, Server
-from webhook.app import StaticInventory, create_app
-from webhook.catalog import Catalog, load_catalog_file
-from webhook.extender import MAX_EXTENDER_PRIORITY, NodeVerdict, PodNeeds, score_nodes
-from webhook.extender_routes import register_extender_routes
-from webhook.inventory import InventoryState, Snapshot, node_info_from_object
+from webhook.cluster.source import StaticInventory
+from webhook.serving.app import create_app
+from webhook.core.catalog import Catalog, load_catalog_file
+from webhook.core.extender import MAX_EXTENDER_PRIORITY, NodeVerdict, PodNeeds, score_nodes
+from webhook.serving.extender_routes import register_extender_routes
+from webhook.core.inventory import InventoryState, Snapshot, node_info_from_object
 
 CATALOG = make_catalog()
 TYPES = "gpu-class.io/types"
@@ -474,7 +475,7 @@ def test_pod_problems(client: FlaskClient, pod: dict[str, Any], problem: str) ->
 
 
 def test_a_bug_is_a_200_never_a_5xx(monkeypatch: pytest.MonkeyPatch) -> None:
-    import webhook.extender_routes as routes
+    import webhook.serving.extender_routes as routes
 
     def broken(*_: Any) -> Any:
         raise KeyError("bug")

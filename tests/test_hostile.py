@@ -14,8 +14,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from builders import CATALOG_NODES, make_catalog, make_pod, make_review
-from webhook.app import StaticInventory, create_app
-from webhook.inventory import build_snapshot
+from webhook.cluster.source import StaticInventory
+from webhook.serving.app import create_app
+from webhook.core.inventory import build_snapshot
 
 CATALOG = make_catalog()
 APP = create_app(CATALOG, StaticInventory(build_snapshot(CATALOG, CATALOG_NODES)), max_body_bytes=256 * 1024)

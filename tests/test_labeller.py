@@ -1,4 +1,4 @@
-"""Tests for webhook.labeller: the pure label decision and patch, nvidia-smi execution, and the
+"""Tests for the node labeller (webhook.core.labels, webhook.cluster.labeller): the pure label decision and patch, nvidia-smi execution, and the
 node round trip against the fake API server (real kubernetes client over loopback HTTP)."""
 
 from __future__ import annotations
@@ -20,28 +20,30 @@ from hypothesis import strategies as st
 from kubernetes.client import CoreV1Api
 
 from fakeapi import FakeApiServer, merge_patch
-from webhook.labeller import (
+from webhook.cluster.labeller import (
+    MERGE_PATCH_CONTENT_TYPE,
+    NvidiaSmiError,
+    main_label_node,
+    run_label_node,
+    run_nvidia_smi,
+)
+from webhook.core.labels import (
     GPU_COUNT_LABEL,
     GPU_MEMORY_LABEL,
     GPU_MIG_ENABLED_LABEL,
     GPU_MODELS_MIXED_LABEL,
     GPU_TYPE_LABEL,
-    MERGE_PATCH_CONTENT_TYPE,
     OWNED_LABELS,
     NodeGpuSummary,
-    NvidiaSmiError,
     build_desired_labels,
     build_full_label_patch,
     build_label_patch,
     gpu_model_label_value,
     is_valid_label_value,
-    main_label_node,
-    run_label_node,
-    run_nvidia_smi,
     sanitise_label_value,
     summarise_gpus,
 )
-from webhook.nvidia_smi import Gpu, MigMode, parse_nvidia_smi_output
+from webhook.core.nvidia_smi import Gpu, MigMode, parse_nvidia_smi_output
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).parent / "fixtures" / "nvidia-smi"
@@ -245,7 +247,7 @@ def test_desired_labels_from_recorded_outputs(name: str, labels: dict[str, str])
     ],
 )
 def test_gpu_type_values_are_what_the_built_in_catalog_matches(name: str, catalog_type: str) -> None:
-    from webhook.catalog import load_default_catalog
+    from webhook.core.catalog import load_default_catalog
 
     value = gpu_model_label_value(name)
     assert value is not None
@@ -654,10 +656,10 @@ def test_main_loop_stops_on_sigterm_and_restores_handlers(
 
 
 def run_module_stdlib_only(args: list[str], path_dir: Path, home: Path) -> subprocess.CompletedProcess[str]:
-    """`python -S -m webhook.labeller ...`: no site-packages, so only the standard library is importable."""
+    """`python -S -m webhook.cli label-node ...`: no site-packages, so only the standard library is importable."""
     env = {"PATH": f"{path_dir}{os.pathsep}/usr/bin:/bin", "HOME": str(home)}
     return subprocess.run(
-        [sys.executable, "-S", "-m", "webhook.labeller", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=60
+        [sys.executable, "-S", "-m", "webhook.cli", "label-node", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=60
     )
 
 

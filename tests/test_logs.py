@@ -8,9 +8,10 @@ import logging
 import pytest
 
 from builders import CATALOG_NODES, make_catalog, make_pod, make_review
-from webhook import logs
-from webhook.app import StaticInventory, create_app
-from webhook.inventory import build_snapshot
+from webhook.serving import logs
+from webhook.cluster.source import StaticInventory
+from webhook.serving.app import create_app
+from webhook.core.inventory import build_snapshot
 
 CATALOG = make_catalog()
 

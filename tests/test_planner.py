@@ -13,10 +13,10 @@ import pytest
 from builders import (
     GPU_TAINT, assert_valid_pod, make_catalog, make_namespace, make_node, make_pod,
 )
-from webhook.catalog import Catalog
-from webhook.inventory import InventoryState, Snapshot, Taint, build_snapshot, node_info_from_object
-from webhook.patch import build_patch
-from webhook.planner import Decision, plan, weights_for
+from webhook.core.catalog import Catalog
+from webhook.core.inventory import InventoryState, Snapshot, Taint, build_snapshot, node_info_from_object
+from webhook.core.patch import build_patch
+from webhook.core.planner import Decision, plan, weights_for
 
 CATALOG = make_catalog()
 
@@ -357,7 +357,7 @@ def test_weights_descend_within_api_range(n: int, expected: list[int]) -> None:
     pytest.param({"operator": "Equal"}, Taint("k", "v", "NoExecute"), False, id="empty-key-equal-tolerates-nothing"),
 ])
 def test_tolerates_follows_kubernetes(toleration: dict[str, str], taint: Taint, expected: bool) -> None:
-    from webhook.patch import tolerates
+    from webhook.core.patch import tolerates
 
     assert tolerates(toleration, taint) is expected
 

@@ -10,8 +10,8 @@ import jsonpatch
 import pytest
 
 from builders import CATALOG_NODES, assert_valid_pod, make_catalog, make_pod, make_review
-from webhook.inventory import build_snapshot
-from webhook.review import BadReview, build_response, parse_review, review_pod
+from webhook.core.inventory import build_snapshot
+from webhook.core.review import BadReview, build_response, parse_review, review_pod
 
 CATALOG = make_catalog()
 SNAPSHOT = build_snapshot(CATALOG, CATALOG_NODES)

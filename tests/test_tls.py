@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from servers import write_certs
-from webhook.tls import CertReloader
+from webhook.serving.tls import CertReloader
 
 
 def test_minimum_tls_version_is_1_2(tmp_path: Path) -> None:

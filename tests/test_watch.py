@@ -14,9 +14,9 @@ import pytest
 from builders import make_catalog, make_namespace, make_node, make_pod, make_review
 from fakeapi import FakeApiServer
 from servers import running_server
-from webhook.inventory import pod_gpu_request
-from webhook.planner import plan
-from webhook.watch import BOUND_UNFINISHED_PODS, LiveInventory
+from webhook.core.inventory import pod_gpu_request
+from webhook.core.planner import plan
+from webhook.cluster.watch import BOUND_UNFINISHED_PODS, LiveInventory
 
 CATALOG = make_catalog()
 

@@ -1,4 +1,9 @@
-"""The `gpuclass` command: serve, certs, explain, review, demo, catalog, label-node."""
+"""The `gpuclass` command: serve, certs, explain, review, demo, catalog, label-node; the one argument parser.
+
+The top of the import layers (cli > serving > cluster > core, checked by tests/test_architecture.py).
+Each command imports what it runs when it runs: `label-node` needs only the standard library, so
+`python -S -m webhook.cli label-node --once --dry-run` works on a node with just Python.
+"""
 
 from __future__ import annotations
 
@@ -10,12 +15,7 @@ import uuid
 from pathlib import Path
 from typing import Any, Sequence
 
-from . import certs, logs
-from .catalog import CatalogError, default_catalog_text
-from .config import ServeConfig
-from .loading import InputError, load_snapshot, read_pod
-from .review import Request, review_pod
-from .server import load_catalog, serve
+from .serving import logs  # the standard library only
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEMO_DIR = REPO_ROOT / "deploy" / "demo"
@@ -80,6 +80,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command == "label-node":  # raises neither error below, and must not need PyYAML to catch them
+        return cmd_label_node(args)
+    from .cluster.loading import InputError
+    from .core.catalog import CatalogError
+
     try:
         return int(COMMANDS[args.command](args) or 0)
     except (CatalogError, InputError) as exc:
@@ -88,6 +93,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    from .cluster.loading import InputError
+    from .serving.config import ServeConfig
+    from .serving.server import serve
+
     if args.workers < 1 or args.threads < 1:
         raise InputError("--workers and --threads must be at least 1")
     serve(
@@ -107,6 +116,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def write_certs(out: str, dns: list[str], ips: list[str], days: int = 365) -> None:
+    from .serving import certs
+
     bundle = certs.generate(dns, ips, valid_days=days)
     os.makedirs(out, exist_ok=True)
     for name, data, mode in (
@@ -122,6 +133,9 @@ def write_certs(out: str, dns: list[str], ips: list[str], days: int = 365) -> No
 
 
 def cmd_certs(args: argparse.Namespace) -> int:
+    from .cluster.loading import InputError
+    from .serving import certs
+
     dns = certs.service_dns_names(args.service, args.namespace) + list(args.dns)
     try:
         write_certs(args.out, dns, list(args.ip), args.days)
@@ -160,12 +174,20 @@ def _pod_namespace(pod: dict[str, Any], given: str | None) -> str:
 
 
 def cmd_review(args: argparse.Namespace) -> int:
+    from .cluster.loading import read_pod
+
     pod = read_pod(args.pod)
     print(json.dumps(admission_request(pod, _pod_namespace(pod, args.namespace))))
     return 0
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
+    from .cluster.loading import InputError, load_snapshot, read_pod
+    from .core.explain import explain_json, explain_text
+    from .core.review import Request, review_pod
+    from .serving.config import ServeConfig
+    from .serving.server import load_catalog
+
     if not args.nodes:
         raise InputError("explain needs --nodes NODES.yaml (the cluster to explain against)")
     catalog = load_catalog(ServeConfig("", "", catalog_file=args.catalog_file))
@@ -178,8 +200,6 @@ def cmd_explain(args: argparse.Namespace) -> int:
         sub_resource="", namespace=namespace, object=review["request"]["object"], name=review["request"]["name"],
     )
     result = review_pod(req, snapshot, catalog)
-    from .explain import explain_json, explain_text  # formatting lives apart from the decision
-
     if args.output == "json":
         print(json.dumps(explain_json(result, namespace, pod), indent=2))
     else:
@@ -188,11 +208,17 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
 
 def cmd_catalog(_args: argparse.Namespace) -> int:
+    from .core.catalog import default_catalog_text
+
     sys.stdout.write(default_catalog_text())
     return 0
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    from .cluster.loading import InputError
+    from .serving.config import ServeConfig
+    from .serving.server import serve
+
     nodes = [str(DEMO_DIR / "nodes.yaml"), str(DEMO_DIR / "namespaces.yaml")]
     for path in nodes:
         if not os.path.exists(path):
@@ -220,7 +246,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_label_node(args: argparse.Namespace) -> int:
-    from .labeller import main_label_node
+    from .cluster.labeller import main_label_node
 
     logs.configure(args.log_level)
     return main_label_node(args)

@@ -4,40 +4,19 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Protocol
+from typing import Any
 
 from flask import Flask, Response, request
 from werkzeug.exceptions import ClientDisconnected, HTTPException
 
+from ..cluster.source import InventorySource
+from ..core.catalog import Catalog
+from ..core.review import BadReview, Review, build_response, parse_review, review_pod
 from . import logs
-from .catalog import Catalog
 from .extender_routes import register_extender_routes
-from .inventory import Snapshot
 from .responses import json_response
-from .review import BadReview, Review, build_response, parse_review, review_pod
 
 log = logging.getLogger("gpu_class.admission")
-
-
-class InventorySource(Protocol):
-    """Where snapshots come from: a file read once, or the live watch."""
-
-    def snapshot(self) -> Snapshot: ...
-
-    def readiness(self) -> tuple[bool, dict[str, Any]]: ...
-
-
-class StaticInventory:
-    """An inventory fixed at start (read from a file)."""
-
-    def __init__(self, snapshot: Snapshot) -> None:
-        self._snapshot = snapshot
-
-    def snapshot(self) -> Snapshot:
-        return self._snapshot
-
-    def readiness(self) -> tuple[bool, dict[str, Any]]:
-        return True, {"source": "file", "nodes": self._snapshot.node_count}
 
 
 def create_app(

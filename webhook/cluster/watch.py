@@ -31,9 +31,9 @@ import kubernetes
 from kubernetes.client.exceptions import ApiException
 from kubernetes.watch.watch import iter_resp_lines
 
-from .catalog import Catalog
+from ..core.catalog import Catalog
 from .loading import InputError
-from .inventory import (
+from ..core.inventory import (
     InventoryState, NamespaceInfo, NodeInfo, Snapshot, namespace_info_from_object, node_info_from_object, pod_gpu_request,
 )
 

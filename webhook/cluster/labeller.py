@@ -1,37 +1,17 @@
-"""The node labeller (``gpuclass label-node``): the manual ``kubectl label nodes <node> gpu-type=<model>``
+"""The node labeller's I/O (``gpuclass label-node``): the manual ``kubectl label nodes <node> gpu-type=<model>``
 done by a DaemonSet on clusters without GPU Feature Discovery.
 
-Two halves, kept apart:
+What the labels are and when they change is decided in ``webhook.core.labels`` (pure); this module runs
+``nvidia-smi`` (``run_nvidia_smi``, a subprocess with a timeout), reads and patches the Node
+(``label_node_once``), repeats that with backoff (``run_label_node``) and is what the CLI calls
+(``main_label_node``). The command line itself is ``webhook.cli``'s: there is one parser.
 
-* Pure decision (no I/O): GPUs from ``webhook.nvidia_smi`` -> ``summarise_gpus`` -> ``build_desired_labels``
-  -> ``build_label_patch`` (a JSON merge patch holding only this labeller's keys, or None when the node
-  already carries the right values).
-* Thin I/O: ``run_nvidia_smi`` (subprocess with a timeout), ``label_node_once`` (GET the Node, PATCH it),
-  ``run_label_node`` (the periodic loop with backoff) and ``main_label_node`` (what the CLI calls).
-
-Labels written (and only these; every other label is left alone):
-
-``gpu-type``                       GFD-style model of the node's whole GPUs, e.g. ``NVIDIA-A100-SXM4-80GB``.
-                                   Absent when the whole GPUs are of several models, or there are none.
-``gpu-class.io/gpu-count``         number of whole (non-MIG) GPUs.
-``gpu-class.io/gpu-memory-mib``    the smallest memory.total among the whole GPUs (MiB).
-``gpu-class.io/gpu-models-mixed``  ``"true"`` when the whole GPUs are of more than one model.
-``gpu-class.io/gpu-mig-enabled``   ``"true"`` when at least one GPU has MIG mode enabled.
-
-Decisions (see ``summarise_gpus``):
-
-* Mixed models: no ``gpu-type``. The webhook places a Pod by ``gpu-type``, and the device plugin hands out
-  any free GPU of the node, so naming the majority model would let a Pod that asked for that model land on
-  the other one. A node left out of class placement is visible and safe; a wrong placement is silent.
-* MIG: a GPU with MIG enabled is offered as slices, not as a whole GPU, so it does not count towards
-  ``gpu-type``/``gpu-count``/``gpu-memory-mib``. A node whose GPUs are all MIG-partitioned gets no
-  ``gpu-type``: it does not offer the whole GPU a class promises.
-* nvidia-smi missing, failing, timing out or printing nothing usable: labels are left as they are
-  (the DaemonSet only runs on GPU nodes, so "no GPU visible" means the container cannot see them, not that
-  the node has none); the error is logged and the next try is one interval later.
+nvidia-smi missing, failing, timing out or printing nothing usable: labels are left as they are (the
+DaemonSet only runs on GPU nodes, so "no GPU visible" means the container cannot see them, not that the
+node has none); the error is logged and the next try is one interval later.
 
 Importing this module needs the standard library only; ``kubernetes`` is imported when an API client is
-built, so ``python -m webhook.labeller --once --dry-run`` works on a machine with just Python.
+built, so ``python -S -m webhook.cli label-node --once --dry-run`` works on a machine with just Python.
 """
 
 from __future__ import annotations
@@ -40,16 +20,21 @@ import argparse
 import json
 import logging
 import os
-import re
 import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final, Literal, TextIO, TypedDict
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Final, Literal, TextIO
 
-from webhook.nvidia_smi import (
+from ..core.labels import (
+    NodeLabelPatch,
+    build_desired_labels,
+    build_full_label_patch,
+    build_label_patch,
+    summarise_gpus,
+)
+from ..core.nvidia_smi import (
     FALLBACK_QUERY_COMMAND,
     QUERY_COMMAND,
     Gpu,
@@ -62,48 +47,18 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_INTERVAL_SECONDS",
-    "GPU_COUNT_LABEL",
-    "GPU_MEMORY_LABEL",
-    "GPU_MIG_ENABLED_LABEL",
-    "GPU_MODELS_MIXED_LABEL",
-    "GPU_TYPE_LABEL",
-    "OWNED_LABELS",
+    "MERGE_PATCH_CONTENT_TYPE",
     "LabellerError",
     "NodeApiError",
-    "NodeGpuSummary",
-    "NodeLabelPatch",
     "NvidiaSmiError",
-    "add_label_node_arguments",
     "build_core_v1_api",
-    "build_desired_labels",
-    "build_full_label_patch",
-    "build_label_patch",
-    "gpu_model_label_value",
-    "is_valid_label_value",
     "label_node_once",
-    "main",
     "main_label_node",
     "run_label_node",
     "run_nvidia_smi",
-    "sanitise_label_value",
-    "summarise_gpus",
 ]
 
 logger = logging.getLogger("gpuclass.labeller")
-
-GPU_TYPE_LABEL: Final = "gpu-type"
-GPU_COUNT_LABEL: Final = "gpu-class.io/gpu-count"
-GPU_MEMORY_LABEL: Final = "gpu-class.io/gpu-memory-mib"
-GPU_MODELS_MIXED_LABEL: Final = "gpu-class.io/gpu-models-mixed"
-GPU_MIG_ENABLED_LABEL: Final = "gpu-class.io/gpu-mig-enabled"
-#: The keys this labeller sets and removes. Running it on a node hands ``gpu-type`` over to it.
-OWNED_LABELS: Final[tuple[str, ...]] = (
-    GPU_TYPE_LABEL,
-    GPU_COUNT_LABEL,
-    GPU_MEMORY_LABEL,
-    GPU_MODELS_MIXED_LABEL,
-    GPU_MIG_ENABLED_LABEL,
-)
 
 DEFAULT_INTERVAL_SECONDS: Final = 300.0
 NVIDIA_SMI_TIMEOUT_SECONDS: Final = 30.0
@@ -111,173 +66,6 @@ API_TIMEOUT_SECONDS: Final = 30.0
 # First retry after an API failure; doubles per consecutive failure, capped at the interval.
 API_BACKOFF_BASE_SECONDS: Final = 5.0
 MERGE_PATCH_CONTENT_TYPE: Final = "application/merge-patch+json"
-
-_LABEL_VALUE_MAX_CHARS: Final = 63
-_LABEL_VALUE = re.compile(r"^(?:[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?)?$")
-_NOT_LABEL_CHAR = re.compile(r"[^A-Za-z0-9._-]")
-_NOT_ALNUM_EDGES = re.compile(r"^[^A-Za-z0-9]+|[^A-Za-z0-9]+$")
-
-
-# --------------------------------------------------------------------------------------------
-# Pure decision
-# --------------------------------------------------------------------------------------------
-
-
-def is_valid_label_value(value: str) -> bool:
-    """Kubernetes label value rules: at most 63 chars of [A-Za-z0-9._-], alphanumeric at both ends."""
-    return len(value) <= _LABEL_VALUE_MAX_CHARS and _LABEL_VALUE.match(value) is not None
-
-
-def sanitise_label_value(raw: str) -> str | None:
-    """Make ``raw`` a valid label value, or None when nothing usable is left.
-
-    Every character outside [A-Za-z0-9._-] becomes "-", the value is cut to 63 characters, and
-    non-alphanumeric characters are dropped from both ends. Valid input comes back unchanged.
-    """
-    value = _NOT_ALNUM_EDGES.sub("", _NOT_LABEL_CHAR.sub("-", raw))
-    value = _NOT_ALNUM_EDGES.sub("", value[:_LABEL_VALUE_MAX_CHARS])
-    return value or None
-
-
-def gpu_model_label_value(name: str) -> str | None:
-    """The ``gpu-type`` value for an nvidia-smi GPU name, as GPU Feature Discovery spells products.
-
-    GFD replaces each space with "-" ("NVIDIA A100-SXM4-80GB" -> "NVIDIA-A100-SXM4-80GB") and keeps the
-    rest, including the "NVIDIA " prefix that newer drivers print and older ones omit, so the value
-    matches the ``nvidia.com/gpu.product`` label GFD would set on the same node. Anything still invalid
-    as a label value is then sanitised (``sanitise_label_value``).
-    """
-    return sanitise_label_value(name.strip().replace(" ", "-"))
-
-
-@dataclass(frozen=True)
-class NodeGpuSummary:
-    """What the labeller concluded about one node's GPUs."""
-
-    #: The single model of all whole GPUs, as a label value; None when mixed, unknown or no whole GPU.
-    gpu_type: str | None
-    #: GPUs offered whole (MIG mode not enabled).
-    whole_gpu_count: int
-    #: Smallest memory.total among whole GPUs; None when there is none or one of them did not say.
-    min_memory_mib: int | None
-    #: Distinct model label values among whole GPUs, sorted.
-    models: tuple[str, ...]
-    #: GPUs with MIG mode enabled (offered as slices, excluded from the counts above).
-    mig_gpu_count: int
-    #: Human-readable reasons for what was left out, for the log.
-    notes: tuple[str, ...] = ()
-
-    @property
-    def models_mixed(self) -> bool:
-        return len(self.models) > 1
-
-
-def summarise_gpus(gpus: Sequence[Gpu]) -> NodeGpuSummary:
-    """Decide the node's GPU type, count and memory from its GPUs (rules in the module docstring)."""
-    whole = [gpu for gpu in gpus if gpu.mig_mode != "enabled"]
-    mig_gpu_count = len(gpus) - len(whole)
-    notes: list[str] = []
-    models: set[str] = set()
-    unnamed = 0
-    for gpu in whole:
-        model = gpu_model_label_value(gpu.name)
-        if model is None:
-            unnamed += 1
-        else:
-            models.add(model)
-    gpu_type: str | None = None
-    if len(models) > 1:
-        notes.append(
-            f"whole GPUs of {len(models)} models ({', '.join(sorted(models))}): "
-            f"{GPU_TYPE_LABEL} not set, a Pod could be given any of them"
-        )
-    elif unnamed:
-        notes.append(f"{unnamed} GPU name(s) give no valid label value: {GPU_TYPE_LABEL} not set")
-    elif models:
-        gpu_type = next(iter(models))
-    if mig_gpu_count:
-        notes.append(
-            f"{mig_gpu_count} GPU(s) with MIG enabled are offered as slices, not counted as whole GPUs"
-            + ("" if whole else f"; no whole GPU: {GPU_TYPE_LABEL} not set")
-        )
-    memories = [gpu.memory_mib for gpu in whole]
-    min_memory_mib: int | None = None
-    if memories and all(memory is not None for memory in memories):
-        min_memory_mib = min(memory for memory in memories if memory is not None)
-    elif memories:
-        notes.append(f"memory.total unknown for some GPU: {GPU_MEMORY_LABEL} not set")
-    return NodeGpuSummary(
-        gpu_type=gpu_type,
-        whole_gpu_count=len(whole),
-        min_memory_mib=min_memory_mib,
-        models=tuple(sorted(models)),
-        mig_gpu_count=mig_gpu_count,
-        notes=tuple(notes),
-    )
-
-
-def build_desired_labels(summary: NodeGpuSummary) -> dict[str, str]:
-    """The owned labels the node should carry; an owned key missing here should be absent on the node."""
-    labels: dict[str, str] = {}
-    if summary.gpu_type is not None:
-        labels[GPU_TYPE_LABEL] = summary.gpu_type
-    if summary.whole_gpu_count > 0:
-        labels[GPU_COUNT_LABEL] = str(summary.whole_gpu_count)
-        if summary.min_memory_mib is not None:
-            labels[GPU_MEMORY_LABEL] = str(summary.min_memory_mib)
-    if summary.models_mixed:
-        labels[GPU_MODELS_MIXED_LABEL] = "true"
-    if summary.mig_gpu_count > 0:
-        labels[GPU_MIG_ENABLED_LABEL] = "true"
-    return labels
-
-
-class NodeLabelPatchMetadata(TypedDict):
-    labels: dict[str, str | None]
-
-
-class NodeLabelPatch(TypedDict):
-    """A JSON merge patch (RFC 7386) on a Node: a value sets a label, null removes it."""
-
-    metadata: NodeLabelPatchMetadata
-
-
-def _check_owned(desired: Mapping[str, str]) -> None:
-    foreign = sorted(set(desired) - set(OWNED_LABELS))
-    if foreign:
-        raise ValueError(f"labels {foreign} are not the labeller's own: it never writes them")
-
-
-def build_label_patch(current: Mapping[str, str], desired: Mapping[str, str]) -> NodeLabelPatch | None:
-    """The merge patch that takes ``current`` to ``desired`` on the owned keys only; None if none is needed.
-
-    Owned keys present in ``current`` but not in ``desired`` are set to null (removed); keys that are not
-    owned are never named in the patch, whatever ``current`` holds.
-    """
-    _check_owned(desired)
-    changes: dict[str, str | None] = {}
-    for key in OWNED_LABELS:
-        wanted = desired.get(key)
-        if current.get(key) != wanted:
-            changes[key] = wanted
-    if not changes:
-        return None
-    return {"metadata": {"labels": changes}}
-
-
-def build_full_label_patch(desired: Mapping[str, str]) -> NodeLabelPatch:
-    """The patch for a node whose labels are unknown: every owned key, null where not desired.
-
-    Applying it to any node gives the same owned labels (removing an absent label is a no-op); the
-    dry run without a cluster prints it.
-    """
-    _check_owned(desired)
-    return {"metadata": {"labels": {key: desired.get(key) for key in OWNED_LABELS}}}
-
-
-# --------------------------------------------------------------------------------------------
-# I/O: nvidia-smi, the Node, the loop
-# --------------------------------------------------------------------------------------------
 
 
 class LabellerError(Exception):
@@ -521,20 +309,6 @@ def _api_for_dry_run(kubeconfig: str | None) -> CoreV1Api | None:
     return None
 
 
-def add_label_node_arguments(parser: argparse.ArgumentParser) -> None:
-    """The ``label-node`` options, for the ``gpuclass`` CLI and ``python -m webhook.labeller``."""
-    parser.add_argument("--node", default=None, help="node to label (default: env NODE_NAME)")
-    parser.add_argument(
-        "--interval-seconds",
-        type=float,
-        default=DEFAULT_INTERVAL_SECONDS,
-        help=f"seconds between rounds (default {DEFAULT_INTERVAL_SECONDS:g})",
-    )
-    parser.add_argument("--once", action="store_true", help="one round; exit status 1 if it failed")
-    parser.add_argument("--dry-run", action="store_true", help="print the JSON merge patch; change nothing")
-    parser.add_argument("--kubeconfig", default=None, help="kubeconfig (default: in-cluster, then ~/.kube/config)")
-
-
 def main_label_node(args: argparse.Namespace) -> int:
     """Entry point for ``gpuclass label-node``: reads node, interval_seconds, once, dry_run, kubeconfig."""
     if not logging.getLogger().handlers:
@@ -578,14 +352,3 @@ def main_label_node(args: argparse.Namespace) -> int:
     finally:
         for signum, handler in previous_handlers.items():
             signal.signal(signum, handler)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m webhook.labeller``: the same options as ``gpuclass label-node``, stdlib only for dry runs."""
-    parser = argparse.ArgumentParser(prog="python -m webhook.labeller", description="Label this node with its GPU model, count and memory.")
-    add_label_node_arguments(parser)
-    return main_label_node(parser.parse_args(argv))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -11,13 +11,13 @@ from __future__ import annotations
 import json
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from flask import Flask, Response, request
 
-from .catalog import Catalog
-from .responses import json_response
-from .extender import (
+from ..cluster.source import InventorySource
+from ..core.catalog import Catalog
+from ..core.extender import (
     BadExtenderArgs,
     ExtenderArgs,
     filter_error,
@@ -26,9 +26,7 @@ from .extender import (
     parse_extender_args,
     prioritize_nodes,
 )
-
-if TYPE_CHECKING:  # app.py imports this module to register the routes
-    from .app import InventorySource
+from .responses import json_response
 
 log = logging.getLogger("gpu_class.extender")
 

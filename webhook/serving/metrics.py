@@ -15,9 +15,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client import multiprocess
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from .catalog import Catalog
-from .inventory import Snapshot
-from .review import Review
+from ..core.catalog import Catalog
+from ..core.inventory import Snapshot
+from ..core.review import Review
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 

@@ -6,7 +6,7 @@ from typing import Any
 
 from flask import Response
 
-from .review import COMPACT
+from ..core.review import COMPACT
 
 
 def json_response(body: Any, status: int = 200) -> Response:

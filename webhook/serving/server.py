@@ -19,12 +19,14 @@ from typing import Any, Callable
 from flask import Flask
 from gunicorn.app.base import BaseApplication
 
+from ..cluster.source import (
+    InputError, InventorySource, StaticInventory, check_live_config, read_file_snapshot, start_live_inventory,
+)
+from ..core.catalog import Catalog, load_catalog_file, load_default_catalog
+from ..core.inventory import Snapshot
 from . import logs
-from .app import InventorySource, StaticInventory, create_app
-from .catalog import Catalog, load_catalog_file, load_default_catalog
+from .app import create_app
 from .config import ServeConfig
-from .inventory import Snapshot
-from .loading import InputError, load_snapshot_in_child
 from .tls import CertReloader
 
 log = logging.getLogger("gpu_class.server")
@@ -49,8 +51,6 @@ def make_inventory(config: ServeConfig, loaded: Loaded) -> InventorySource:
     if loaded.snapshot is not None:
         observer.published(loaded.snapshot)
         return StaticInventory(loaded.snapshot)
-    from .watch import start_live_inventory  # the kubernetes client only where it is used
-
     return start_live_inventory(loaded.catalog, kubeconfig=config.kubeconfig, observer=observer)
 
 
@@ -69,11 +69,9 @@ def check_config(config: ServeConfig) -> Loaded:
     catalog = load_catalog(config)
     snapshot = None
     if config.nodes_files:
-        snapshot = load_snapshot_in_child(config.nodes_files, catalog)
+        snapshot = read_file_snapshot(config.nodes_files, catalog)
     else:
-        from .watch import check_kube_config
-
-        check_kube_config(config.kubeconfig)
+        check_live_config(config.kubeconfig)
     try:
         CertReloader(config.cert_file, config.key_file)
     except (OSError, ssl.SSLError) as exc:

@@ -8,8 +8,8 @@ from typing import Any
 
 import yaml
 
-from .catalog import Catalog
-from .inventory import NamespaceInfo, NodeInfo, Snapshot, fixed_snapshot, reduce_objects
+from ..core.catalog import Catalog
+from ..core.inventory import NamespaceInfo, NodeInfo, Snapshot, fixed_snapshot, reduce_objects
 
 
 # libyaml's loader when PyYAML has it: 5,000 Nodes take seconds instead of a minute

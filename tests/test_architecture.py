@@ -1,0 +1,65 @@
+"""The import contract of webhook/ (setup.cfg, [importlinter]): layers, a pure core, one way from serving to
+the cluster, no cycles. A broken contract fails here with import-linter's own report of the offending imports."""
+
+from __future__ import annotations
+
+import configparser
+import pkgutil
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import webhook
+import webhook.cluster
+
+REPO = Path(__file__).resolve().parent.parent
+SETUP_CFG = REPO / "setup.cfg"
+INTERFACE = "webhook.cluster.source"
+
+
+def lint_imports() -> Path:
+    script = Path(sys.executable).parent / "lint-imports"
+    if script.exists():
+        return script
+    found = shutil.which("lint-imports")
+    if found is None:
+        pytest.fail("lint-imports is not installed: pip install -e '.[test]'", pytrace=False)
+    return Path(found)
+
+
+def contract(name: str) -> configparser.SectionProxy:
+    config = configparser.ConfigParser()
+    config.read(SETUP_CFG)
+    return config[f"importlinter:contract:{name}"]
+
+
+def listed(section: configparser.SectionProxy, key: str) -> set[str]:
+    return {line.strip() for line in section[key].splitlines() if line.strip()}
+
+
+def test_import_contracts_are_kept() -> None:
+    result = subprocess.run(
+        [str(lint_imports()), str(SETUP_CFG), "--no-cache"],
+        cwd=REPO, capture_output=True, text=True, timeout=120,
+    )
+    if result.returncode != 0:
+        pytest.fail(f"import contract broken (setup.cfg, [importlinter]):\n{result.stdout}{result.stderr}", pytrace=False)
+
+
+def test_serving_contract_forbids_every_cluster_module_but_the_interface() -> None:
+    # the contract names modules, so a new cluster module would be open to serving unless listed
+    modules = {m.name for m in pkgutil.walk_packages(webhook.cluster.__path__, prefix="webhook.cluster.")}
+    assert INTERFACE in modules
+    forbidden = listed(contract("serving-through-source"), "forbidden_modules")
+    missing = sorted(modules - {INTERFACE} - forbidden)
+    assert not missing, f"add {missing} to forbidden_modules of [importlinter:contract:serving-through-source] in setup.cfg"
+    assert INTERFACE not in forbidden
+
+
+def test_layers_name_every_subpackage() -> None:
+    top = {m.name for m in pkgutil.iter_modules(webhook.__path__)}
+    layers = listed(contract("layers"), "layers")
+    assert top == layers, f"webhook/ holds {sorted(top)}; the layers contract names {sorted(layers)}"

@@ -1,0 +1,10 @@
+"""The cluster side: Kubernetes and file I/O that feeds the core.
+
+Here: the list/watch reflectors that keep the live inventory (`watch`), reading Node, Namespace and Pod
+files (`loading`), and the node labeller's nvidia-smi run, Node read and merge patch (`labeller`).
+What any of it means is decided in `webhook.core`; this package only fetches and writes.
+
+`source` is the interface: the inventory protocol and the file and live inventories. `webhook.serving`
+imports `source` and no other module of this package (checked by tests/test_architecture.py), so the
+serving side does not depend on how the cluster is read.
+"""

@@ -1,0 +1,73 @@
+"""Where the serving side gets its inventory: the one module of `webhook.cluster` it may import.
+
+An inventory is anything with `snapshot()` (the immutable view admissions read) and `readiness()`
+(what /readyz reports). There are two: a fixed one read from Node files in the master before the
+workers fork (`read_file_snapshot` + `StaticInventory`), and the live one each worker starts after
+fork (`start_live_inventory`, list+watch in `watch.py`). The kubernetes client is imported only
+when a live inventory is asked for, so a server on a file inventory never loads it.
+
+The import contract in setup.cfg keeps `webhook.serving` from importing the other cluster modules;
+whatever serving needs from them is named here.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Protocol
+
+from ..core.catalog import Catalog
+from ..core.inventory import Snapshot
+from .loading import InputError, load_snapshot_in_child
+
+if TYPE_CHECKING:
+    from .watch import InventoryObserver
+
+__all__ = [
+    "InputError",
+    "InventorySource",
+    "StaticInventory",
+    "check_live_config",
+    "read_file_snapshot",
+    "start_live_inventory",
+]
+
+
+class InventorySource(Protocol):
+    """Where snapshots come from: a file read once, or the live watch."""
+
+    def snapshot(self) -> Snapshot: ...
+
+    def readiness(self) -> tuple[bool, dict[str, Any]]: ...
+
+
+class StaticInventory:
+    """An inventory fixed at start (read from a file)."""
+
+    def __init__(self, snapshot: Snapshot) -> None:
+        self._snapshot = snapshot
+
+    def snapshot(self) -> Snapshot:
+        return self._snapshot
+
+    def readiness(self) -> tuple[bool, dict[str, Any]]:
+        return True, {"source": "file", "nodes": self._snapshot.node_count}
+
+
+def read_file_snapshot(paths: tuple[str, ...], catalog: Catalog) -> Snapshot:
+    """A fixed inventory from Node (and Namespace) files, parsed in a child process (see loading.py)."""
+    return load_snapshot_in_child(paths, catalog)
+
+
+def check_live_config(kubeconfig: str | None) -> None:
+    """Raise InputError unless the cluster can be reached: `kubeconfig`, else the in-cluster account."""
+    from .watch import check_kube_config  # the kubernetes client only where it is used
+
+    check_kube_config(kubeconfig)
+
+
+def start_live_inventory(
+    catalog: Catalog, *, kubeconfig: str | None, observer: InventoryObserver | None = None
+) -> InventorySource:
+    """List, then watch, the cluster in this process; returns once synced or after the sync wait."""
+    from . import watch  # the kubernetes client only where it is used
+
+    return watch.start_live_inventory(catalog, kubeconfig=kubeconfig, observer=observer)

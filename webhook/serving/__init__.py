@@ -1,0 +1,10 @@
+"""The serving side: HTTP in and out of the decision.
+
+Here: the Flask app and its routes (admission `/mutate`, the scheduler extender's `/filter` and
+`/prioritize`, `/healthz`, `/readyz`, `/metrics`), gunicorn over TLS (`server`, `tls`), Prometheus
+metrics, JSON logs, the frozen serving configuration, and certificate generation (`certs`: pure, but
+about serving, not about placement; `gpuclass certs` and the certificate-expiry metric use it).
+Routes translate HTTP to `webhook.core` calls and back, nothing more.
+
+It reaches the cluster side only through `webhook.cluster.source` (checked by tests/test_architecture.py).
+"""
