@@ -184,9 +184,35 @@ class FilterCase:
 
 FILTER_CASES = [
     pytest.param(
-        FilterCase(placed_pod("H100,A100", class_name="high"), ("h100-idle", "a100-part", "t4-a"), ("h100-idle", "a100-part"),
-                   unresolvable={"t4-a": "gpu-class: type T4 not in H100,A100"}),
-        id="type-not-in-annotation-unresolvable",
+        FilterCase(placed_pod("H100,A100", class_name="high"), ("h100-idle", "a100-part", "t4-a"), ("h100-idle",),
+                   unresolvable={"t4-a": "gpu-class: type T4 not in H100,A100",
+                                 "a100-part": "gpu-class: performance: a node of the preferred type H100 can take it"}),
+        id="type-not-in-annotation-unresolvable-and-best-type-kept",
+    ),
+    pytest.param(
+        FilterCase(placed_pod("H100,A100", class_name="high", gpus=4), ("h100-busy", "a100-part", "a100-idle"),
+                   ("a100-idle",),
+                   failed={"h100-busy": "gpu-class: 2 GPUs free, Pod needs 4",
+                           "a100-part": "gpu-class: 3 GPUs free, Pod needs 4"}),
+        id="performance-falls-back-when-the-best-type-is-full",
+    ),
+    pytest.param(
+        FilterCase(placed_pod("T4,L4", class_name="economy"), ("l4-hand", "t4-a"), ("t4-a",),
+                   unresolvable={"l4-hand": "gpu-class: cost: a node of the preferred type T4 can take it"}),
+        id="cost-keeps-the-cheapest-type",
+    ),
+    pytest.param(
+        # free GPUs by type over usable nodes: A100 3+4+2, L4 2, T4 1
+        FilterCase(placed_pod("A100,L4,T4", class_name="balanced"), ("t4-a", "l4-hand", "a100-small"), ("a100-small",),
+                   unresolvable={"t4-a": "gpu-class: balanced: type A100 has the most free GPUs (9)",
+                                 "l4-hand": "gpu-class: balanced: type A100 has the most free GPUs (9)"}),
+        id="balanced-keeps-the-type-with-most-free-gpus",
+    ),
+    pytest.param(
+        FilterCase(placed_pod("A100,L4,T4", class_name="packed"), ("a100-idle", "a100-small", "t4-a"), ("t4-a",),
+                   unresolvable={"a100-idle": "gpu-class: binpack: a fuller node (0 GPUs left) can take it",
+                                 "a100-small": "gpu-class: binpack: a fuller node (0 GPUs left) can take it"}),
+        id="binpack-keeps-the-fullest-node",
     ),
     pytest.param(
         FilterCase(placed_pod("A100"), ("a10-a", "a100-idle"), ("a100-idle",),
@@ -278,7 +304,7 @@ def test_filter_unknown_node_names(client: FlaskClient) -> None:
 
 def test_filter_answers_the_node_objects_it_was_sent(client: FlaskClient) -> None:
     """Without a node cache the scheduler continues with the Node objects in the answer: they must be the ones sent."""
-    sent = args_by_objects(placed_pod("H100,A100"), ["t4-a", "h100-idle", "a100-part"])
+    sent = args_by_objects(placed_pod("A100"), ["t4-a", "a100-idle", "a100-part"])
     _, result = post(client, "filter", sent)
     assert result["Nodes"] == {"metadata": {}, "items": [sent["Nodes"]["items"][1], sent["Nodes"]["items"][2]]}
 
@@ -333,27 +359,27 @@ class ScoreCase:
 SCORE_CASES = [
     pytest.param(
         ScoreCase(placed_pod("H100,A100", class_name="high"),
-                  {"h100-busy": 10, "h100-idle": 10, "a100-part": 5, "t4-a": 0}),
+                  {"h100-busy": 10, "h100-idle": 10, "a100-part": 3, "t4-a": 0}),
         id="performance-two-types",
     ),
     pytest.param(
-        ScoreCase(placed_pod("A100,A10,L4", class_name="standard"), {"l4-hand": 3, "a10-a": 7, "a100-idle": 10}),
+        ScoreCase(placed_pod("A100,A10,L4", class_name="standard"), {"l4-hand": 1, "a10-a": 3, "a100-idle": 10}),
         id="performance-three-types-weights-like-the-webhook",
     ),
     pytest.param(
-        ScoreCase(placed_pod("T4,L4,A10", class_name="economy"), {"a10-a": 3, "l4-hand": 7, "t4-a": 10}),
+        ScoreCase(placed_pod("T4,L4,A10", class_name="economy"), {"a10-a": 1, "l4-hand": 3, "t4-a": 10}),
         id="cost-slowest-first",
     ),
     pytest.param(
-        ScoreCase(placed_pod("A10,L4,T4", class_name="economy"), {"a10-a": 3, "l4-hand": 7, "t4-a": 10}),
+        ScoreCase(placed_pod("A10,L4,T4", class_name="economy"), {"a10-a": 1, "l4-hand": 3, "t4-a": 10}),
         id="cost-hand-written-annotation-in-speed-order",
     ),
     pytest.param(
-        ScoreCase(placed_pod("A100,H100"), {"h100-idle": 5, "a100-part": 10}),
+        ScoreCase(placed_pod("A100,H100"), {"h100-idle": 3, "a100-part": 10}),
         id="no-class-follows-annotation",
     ),
     pytest.param(
-        ScoreCase(placed_pod("A100,H100", class_name="retired"), {"h100-idle": 5, "a100-part": 10}),
+        ScoreCase(placed_pod("A100,H100", class_name="retired"), {"h100-idle": 3, "a100-part": 10}),
         id="unknown-class-follows-annotation",
     ),
     pytest.param(
@@ -508,17 +534,20 @@ def test_the_pod_admission_placed_is_scheduled_where_admission_allowed() -> None
 
     names = [n["metadata"]["name"] for n in CLUSTER]
     _, result = post(client, "filter", args_by_names(scheduler_pod(placed), names))
-    assert result["NodeNames"] == ["h100-idle", "a100-idle"]
+    # performance: of the nodes that can hold it, only those of the fastest type stay
+    assert result["NodeNames"] == ["h100-idle"]
     assert result["FailedNodes"] == {"h100-busy": "gpu-class: 2 GPUs free, Pod needs 4",
                                      "a100-part": "gpu-class: 3 GPUs free, Pod needs 4"}
+    assert result["FailedAndUnresolvableNodes"]["a100-idle"] == (
+        "gpu-class: performance: a node of the preferred type H100 can take it")
     # every node the extender keeps is one the admission's required node affinity admits
     (term,) = placed["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
     for name in result["NodeNames"]:
         labels = BY_NAME[name]["metadata"]["labels"]
         assert all(labels.get(e["key"]) in e["values"] for e in term["matchExpressions"]), name
 
-    _, priorities = post(client, "prioritize", args_by_names(scheduler_pod(placed), result["NodeNames"]))
-    assert priorities == [{"Host": "h100-idle", "Score": 10}, {"Host": "a100-idle", "Score": 5}]
+    _, priorities = post(client, "prioritize", args_by_names(scheduler_pod(placed), ["h100-idle", "a100-idle"]))
+    assert priorities == [{"Host": "h100-idle", "Score": 10}, {"Host": "a100-idle", "Score": 3}]
 
 
 # --- the real server -----------------------------------------------------------------------
@@ -537,13 +566,14 @@ def test_real_server_serves_the_extender(server: Server) -> None:
     try:
         status, result = server.post("/filter", args_by_names(pod, ["h100-a", "a100-a", "t4-a", "cpu-a"]), conn=conn)
         assert status == 200, result
-        assert result["NodeNames"] == ["h100-a", "a100-a"]
+        assert result["NodeNames"] == ["h100-a"]
         assert result["FailedAndUnresolvableNodes"] == {
+            "a100-a": "gpu-class: performance: a node of the preferred type H100 can take it",
             "t4-a": "gpu-class: type T4 not in H100,A100",
             "cpu-a": "gpu-class: unknown node (gpu-class has seen no GPU product label on it)",
         }
-        status, priorities = server.post("/prioritize", args_by_names(pod, result["NodeNames"]), conn=conn)
-        assert (status, priorities) == (200, [{"Host": "h100-a", "Score": 10}, {"Host": "a100-a", "Score": 5}])
+        status, priorities = server.post("/prioritize", args_by_names(pod, ["h100-a", "a100-a"]), conn=conn)
+        assert (status, priorities) == (200, [{"Host": "h100-a", "Score": 10}, {"Host": "a100-a", "Score": 3}])
         status, error = server.post("/filter", b"{", conn=conn)
         assert status == 400 and error["message"].startswith("body is not JSON")
     finally:

@@ -340,7 +340,12 @@ def test_scheduler_name_is_set_for_gpu_class_pods() -> None:
     assert patched["spec"]["schedulerName"] == "volcano"
 
 
-@pytest.mark.parametrize("n, expected", [(1, [100]), (2, [100, 50]), (3, [100, 67, 34]), (4, [100, 75, 50, 25])])
+@pytest.mark.parametrize("n, expected", [
+    pytest.param(1, [100], id="one"),
+    pytest.param(2, [100, 25], id="two"),
+    pytest.param(4, [100, 25, 6, 2], id="four"),
+    pytest.param(7, [100, 25, 6, 2, 1, 1, 1], id="tail-at-one"),
+])
 def test_weights_descend_within_api_range(n: int, expected: list[int]) -> None:
     assert weights_for(n) == expected
 

@@ -3,7 +3,8 @@
 Admission happens before scheduling, so the webhook can only state preferences (node affinity by GPU
 type). A scheduler profile that calls this extender (deploy/scheduler) decides with the live load at
 scheduling time: `filter` drops nodes whose GPU type the Pod was not given, or that lack the free
-GPUs; `prioritize` scores the rest by the class's strategy.
+GPUs, and of the rest keeps those the class's strategy promises (keep_promised); `prioritize`
+scores them by the strategy.
 
 Wire format: the Go types of k8s.io/kube-scheduler/extender/v1 carry no json tags, so encoding/json
 writes the Go field names (`Pod`, `Nodes`, `NodeNames`, `FailedNodes`, `FailedAndUnresolvableNodes`,
@@ -247,11 +248,59 @@ def filter_nodes(args: ExtenderArgs, snapshot: Snapshot, catalog: Catalog) -> Ex
         return _filter_answer(args, [*args.candidates, *args.node_names], {}, {})
     if not snapshot.synced:
         return filter_error(f"gpu-class: {NOT_SYNCED}; retry")
-    verdicts = judge_nodes(args, needs, snapshot, catalog)
+    verdicts = keep_promised(judge_nodes(args, needs, snapshot, catalog), needs, snapshot, catalog)
     passed = [v.name for v in verdicts if v.passed]
     failed = {v.name: v.reason for v in verdicts if not v.passed and v.resolvable}
     unresolvable = {v.name: v.reason for v in verdicts if not v.passed and not v.resolvable}
     return _filter_answer(args, passed, failed, unresolvable)
+
+
+def type_free_gpus(snapshot: Snapshot) -> dict[str, int]:
+    """Free GPUs per type over its ready, schedulable nodes: what `balanced` balances."""
+    free: dict[str, int] = {}
+    for name, info in snapshot.nodes.items():
+        if info.type_name and info.ready and not info.unschedulable:
+            left = max(info.allocatable_gpus - snapshot.requested.get(name, 0), 0)
+            free[info.type_name] = free.get(info.type_name, 0) + left
+    return free
+
+
+def keep_promised(verdicts: Sequence[NodeVerdict], needs: PodNeeds, snapshot: Snapshot,
+                  catalog: Catalog) -> list[NodeVerdict]:
+    """Of the nodes that could take the Pod, only those its class's strategy promises now.
+
+    Scores alone lose to the scheduler's own (least-allocated, topology spread): a half-full H100
+    node next to an empty L40S one can send a `performance` Pod to the L40S. The scheduler calls
+    `filter` with the nodes that passed its own filters (CPU, memory, taints, affinity), so keeping
+    the promised ones among them cannot strand the Pod: at least one stays when any could run it.
+
+    - performance, cost, annotation: the nodes of the best type (by type_order) that has one;
+    - balanced: the nodes of the type with the most free GPUs, among the types that have one;
+    - binpack: the fullest nodes: fewest GPUs left after placing the Pod.
+    """
+    fitting = [v for v in verdicts if v.passed]
+    if not fitting:
+        return list(verdicts)
+    ordering = ordering_for(needs, catalog)
+    if ordering == "binpack":
+        fewest = min(v.free_gpus for v in fitting)
+        keep = {v.name for v in fitting if v.free_gpus == fewest}
+        why = f"gpu-class: binpack: a fuller node ({fewest - needs.gpus} GPUs left) can take it"
+    elif ordering == "balanced":
+        free = type_free_gpus(snapshot)
+        most = max(free.get(v.type_name or "", 0) for v in fitting)
+        best = next(v.type_name for v in fitting if free.get(v.type_name or "", 0) == most)
+        keep = {v.name for v in fitting if free.get(v.type_name or "", 0) == most}
+        why = f"gpu-class: balanced: type {best} has the most free GPUs ({most})"
+    else:
+        present = {v.type_name for v in fitting}
+        best = next((t for t in type_order(needs, catalog, ordering) if t in present), None)
+        keep = {v.name for v in fitting if v.type_name == best}
+        why = f"gpu-class: {ordering}: a node of the preferred type {best} can take it"
+    # Unresolvable: preempting Pods on a node the strategy passes over would not help.
+    return [v if not v.passed or v.name in keep else NodeVerdict(v.name, False, why, free_gpus=v.free_gpus,
+                                                                  type_name=v.type_name)
+            for v in verdicts]
 
 
 def _filter_answer(
