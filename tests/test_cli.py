@@ -74,7 +74,6 @@ def test_certs_have_the_service_names_and_a_private_key(tmp_path: Path) -> None:
                  id="missing-pod-file"),
     pytest.param(["explain", str(DEMO / "pod-high.yaml"), "--nodes", str(DEMO / "namespaces.yaml")], "no Node objects",
                  id="no-nodes"),
-    pytest.param(["explain", str(DEMO / "pod-high.yaml")], "needs --nodes", id="nodes-not-given"),
     pytest.param(["certs", "--out", "/tmp/x", "--ip", "not-an-ip"], "does not appear to be an IPv4 or IPv6", id="bad-ip"),
     pytest.param(["serve", "--cert-file", "a", "--key-file", "b", "--workers", "0", "--nodes", "x"], "at least 1",
                  id="zero-workers"),

@@ -274,6 +274,12 @@ class LiveInventory:
     def snapshot(self) -> Snapshot:
         return self.state.snapshot
 
+    def read_once(self) -> Snapshot:
+        """One list of each resource and no watch, reduced as the watch reduces: the view of a one-shot command."""
+        for r in self.reflectors:
+            r._list()  # errors propagate: run() would retry them, a one-shot reader reports them
+        return self.state.snapshot
+
     def readiness(self) -> tuple[bool, dict[str, Any]]:
         now = time.monotonic()
         ready = all(r.synced for r in self.reflectors)
