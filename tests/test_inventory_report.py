@@ -67,7 +67,7 @@ def test_only_types_with_nodes_fastest_first_and_unknown_products_with_their_key
         {"labelKey": "gpu-type", "product": "A100-SXM4-40GB-MIG-1g.5gb", "nodes": 1},
         {"labelKey": "nvidia.com/gpu.product", "product": "NVIDIA-GeForce-RTX-5090", "nodes": 2},
     ]
-    assert "add it to a type's `products` in the catalog" in render_table(report)
+    assert "Unknown products: no type claims them; add a whole-GPU product to a type's `products`" in render_table(report)
 
 
 @pytest.mark.parametrize("class_name, nodes, used, types, max_gpus", [

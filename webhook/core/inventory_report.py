@@ -72,10 +72,7 @@ class InventoryReport(TypedDict):
     classes: list[ClassReport]
 
 
-UNKNOWN_PRODUCT_HINT = (
-    "no catalog type claims these products; if one is a whole GPU, add it to a type's `products` "
-    "in the catalog (`gpuclass catalog > catalog.yaml`, then --config catalog.yaml)"
-)
+UNKNOWN_PRODUCT_HINT = "no type claims them; add a whole-GPU product to a type's `products` (--config; see `gpuclass catalog`)"
 
 
 def _resource(catalog: Catalog, type_name: str) -> str:
