@@ -186,9 +186,22 @@ def test_api_refusals_and_missing_pods_are_one_line(api: FakeApiServer, kubeconf
     assert "the API server answered 403 Forbidden" in err, err
 
 
-def test_nodes_and_a_cluster_together_are_refused(kubeconfig: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["inventory", "--nodes", str(DEMO / "nodes.yaml"), "--kubeconfig", str(kubeconfig)]) == 2
-    assert "not both" in capsys.readouterr().err
+@pytest.mark.parametrize("argv, message", [
+    pytest.param(["inventory", "--nodes", str(DEMO / "nodes.yaml"), "--kubeconfig", "{kc}"], "not both",
+                 id="inventory-files-and-cluster"),
+    pytest.param(["explain", "pod/running", "--nodes", str(DEMO / "nodes.yaml")], "pod/running is read from the cluster",
+                 id="existing-pod-with-files"),
+])
+def test_files_and_the_cluster_do_not_mix(kubeconfig: Path, capsys: pytest.CaptureFixture[str], argv: list[str],
+                                          message: str) -> None:
+    assert main([a.replace("{kc}", str(kubeconfig)) for a in argv]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_kubectl_namespace_flag_on_a_cluster_wide_command_is_ignored(kubeconfig: Path,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    assert kubectl_main(["-n", "ml", "inventory", "--kubeconfig", str(kubeconfig), "-o", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["types"][0]["name"] == "H100"
 
 
 @pytest.mark.parametrize("argv", [

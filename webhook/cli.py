@@ -115,6 +115,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "gpuclass") -> int:
 
 
 KUBECTL_PLUGIN = "kubectl gpu-class"
+NAMESPACED_COMMANDS = ("explain", "review")
 
 
 def kubectl_main(argv: Sequence[str] | None = None) -> int:
@@ -125,6 +126,8 @@ def kubectl_main(argv: Sequence[str] | None = None) -> int:
     globals_parser.add_argument("--context")
     globals_parser.add_argument("-n", "--namespace")
     given, rest = globals_parser.parse_known_args(list(sys.argv[1:] if argv is None else argv))
+    if rest and rest[0] not in NAMESPACED_COMMANDS:
+        given.namespace = None  # kubectl habit: `-n` on a cluster-wide command changes nothing
     flags = [f"--{k}={v}" for k, v in vars(given).items() if v is not None]
     if not rest or rest[0].startswith("-"):  # no subcommand (or --help): let the parser say what exists
         return main([*rest, *flags], prog=KUBECTL_PLUGIN)
@@ -300,9 +303,12 @@ def _explain_file_pod(args: argparse.Namespace, pod: dict[str, Any], namespace: 
 
 
 def _explain_existing(args: argparse.Namespace, name: str, catalog: Catalog) -> int:
+    from .cluster.loading import InputError
     from .cluster.query import read_pod, read_snapshot
     from .core.pod_report import build_pod_report, can_run_now, render_pod_json, render_pod_text
 
+    if args.nodes:
+        raise InputError(f"{args.pod} is read from the cluster, with the cluster's inventory: drop --nodes")
     connection = _connect(args)
     namespace = args.namespace or connection.namespace or "default"
     pod = read_pod(connection.api, namespace, name)
