@@ -17,6 +17,7 @@ from typing import Any, Iterator
 
 import kubernetes
 import pytest
+import yaml
 
 import local_cluster
 from kubeobjects import GPU_TAINT, create_node, delete_nodes, make_namespace, make_pod, read_pod, wait_bound
@@ -122,3 +123,20 @@ def test_explain_an_existing_pod_and_a_pod_file_against_the_cluster(
         assert placed["outcome"] == "patched" and placed["placement"]["order"] == [TYPE]
     finally:
         core.delete_namespace(restricted)
+
+
+def test_a_missing_context_or_an_api_server_that_is_gone_is_one_line(cluster: local_cluster.Cluster,
+                                                                     tmp_path: Path) -> None:
+    gone = tmp_path / "gone.kubeconfig"
+    port = local_cluster.free_port()  # nothing listens there
+    config = yaml.safe_load(cluster.kubeconfig.read_text())
+    config["clusters"][0]["cluster"]["server"] = f"https://127.0.0.1:{port}"
+    gone.write_text(yaml.safe_dump(config))
+    for args, message in (
+        ([f"--kubeconfig={cluster.kubeconfig}", "--context=nope"], "no context 'nope'; contexts: e2e"),
+        ([f"--kubeconfig={gone}"], f"cannot reach the API server at https://127.0.0.1:{port}: Connection refused"),
+    ):
+        proc = subprocess.run([local_cluster.gpuclass_path(), "inventory", *args], capture_output=True, text=True,
+                              timeout=60)
+        assert proc.returncode == 2 and proc.stdout == ""
+        assert len(proc.stderr.splitlines()) == 1 and message in proc.stderr, proc.stderr
