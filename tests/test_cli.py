@@ -74,7 +74,6 @@ def test_certs_have_the_service_names_and_a_private_key(tmp_path: Path) -> None:
                  id="missing-pod-file"),
     pytest.param(["explain", str(DEMO / "pod-high.yaml"), "--nodes", str(DEMO / "namespaces.yaml")], "no Node objects",
                  id="no-nodes"),
-    pytest.param(["explain", str(DEMO / "pod-high.yaml")], "needs --nodes", id="nodes-not-given"),
     pytest.param(["certs", "--out", "/tmp/x", "--ip", "not-an-ip"], "does not appear to be an IPv4 or IPv6", id="bad-ip"),
     pytest.param(["serve", "--cert-file", "a", "--key-file", "b", "--workers", "0", "--nodes", "x"], "at least 1",
                  id="zero-workers"),
@@ -106,3 +105,18 @@ def test_json_inventory_reads_like_yaml(tmp_path: Path, capsys: pytest.CaptureFi
     from_yaml = json.loads(capsys.readouterr().out)
     assert main([*argv, "--nodes", str(as_json), "--nodes", str(DEMO / "namespaces.yaml")]) == 0
     assert json.loads(capsys.readouterr().out)["types"] == from_yaml["types"]
+
+
+README = Path(__file__).parent.parent / "README.md"
+
+
+def test_readme_starts_with_the_demo_command_alone() -> None:
+    first_block = README.read_text().split("```")[1]
+    assert first_block.splitlines()[1:] == [
+        "python3 -m venv .venv && .venv/bin/pip install -q -e '.[test]' && .venv/bin/gpuclass demo"]
+
+
+def test_readme_shows_what_inventory_prints_on_the_demo(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["inventory", *INVENTORY]) == 0
+    printed = capsys.readouterr().out
+    assert f"```\n{printed}```\n" in README.read_text(), "paste `gpuclass inventory` on the demo into README.md again"

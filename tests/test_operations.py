@@ -80,6 +80,66 @@ def test_metrics_add_up_across_workers(tmp_path: Path) -> None:
             assert samples[("gpu_class_certificate_expiry_timestamp_seconds", ())] > time.time() + 300 * 86400
 
 
+def series(samples: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: str) -> dict[tuple[str, ...], float]:
+    """One metric's samples by their label values, in the order the metric declares its labels."""
+    order = {"gpu_class_admission_requests_total": ("outcome", "class"),
+             "gpu_class_admission_preferred_type_total": ("class", "type"),
+             "gpu_class_watch_restarts_total": ("resource", "reason")}[name]
+    return {tuple(dict(labels)[k] for k in order): v for (n, labels), v in samples.items() if n == name}
+
+
+def test_labelled_series_known_at_start_are_exported_at_zero(tmp_path: Path) -> None:
+    from builders import make_catalog
+    from webhook.serving.metrics import admission_label_sets, preferred_type_label_sets
+
+    catalog = make_catalog()
+    nodes = write_objects(tmp_path / "nodes.yaml", CATALOG_NODES)
+    with running_server(tmp_path, ["--nodes", str(nodes), "--config", str(catalog_file(tmp_path))], workers=2) as server:
+        assert len(worker_pids(server.process.pid, 2)) == 2
+        before = scrape(server)
+        admissions = series(before, "gpu_class_admission_requests_total")
+        preferred = series(before, "gpu_class_admission_preferred_type_total")
+        assert set(admissions) == set(admission_label_sets(catalog)) and set(admissions.values()) == {0.0}
+        assert set(preferred) == set(preferred_type_label_sets(catalog)) and set(preferred.values()) == {0.0}
+        for labels in [("patched", "high"), ("refused", "high"), ("refused", "unknown"), ("refused", "none"),
+                       ("out-of-scope", "none"), ("bad-request", "none"), ("error", "none")]:
+            assert admissions[labels] == 0, labels
+        assert ("admitted-unsatisfiable", "high") not in admissions  # the test catalog denies instead
+        assert preferred[("high", "H200")] == 0 and preferred[("economy", "T4")] == 0
+        assert series(before, "gpu_class_watch_restarts_total") == {}  # a file inventory watches nothing
+
+        server.post("/mutate", make_review(make_pod({"gpu-class.io/class": "high"})))
+        server.post("/mutate", make_review(make_pod({"gpu-class.io/class": "turbo"})))
+        server.post("/mutate", make_review(make_pod()))
+        server.post("/mutate", b"nonsense")
+        after = scrape(server)
+        # the first increment of each is visible as a step from 0, and no series appeared that was not there
+        changed = {k: v for k, v in series(after, "gpu_class_admission_requests_total").items() if v != admissions[k]}
+        assert changed == {("patched", "high"): 1, ("refused", "unknown"): 1, ("out-of-scope", "none"): 1,
+                           ("bad-request", "none"): 1}
+        assert set(series(after, "gpu_class_admission_preferred_type_total")) == set(preferred)
+        assert series(after, "gpu_class_admission_preferred_type_total")[("high", "H100")] == 1
+
+
+def test_watch_restart_series_are_exported_at_zero(tmp_path: Path) -> None:
+    with FakeApiServer(bookmark_interval_seconds=0.5) as api:
+        api.create(make_namespace("ml"))
+        api.create(make_node("h100-a", "NVIDIA-H100-80GB-HBM3", gpus=8))
+        kubeconfig = api.kubeconfig(tmp_path / "kubeconfig")
+        args = ["--kubeconfig", str(kubeconfig), "--config", str(catalog_file(tmp_path))]
+        with running_server(tmp_path, args, workers=1) as server:
+            assert api.wait_for_watches(3, timeout_seconds=20)  # the test catalog's strategies need Pods too
+            restarts = series(scrape(server), "gpu_class_watch_restarts_total")
+            assert restarts == {(resource, reason): 0.0 for resource in ("nodes", "namespaces", "pods")
+                                for reason in ("timeout", "expired", "error")}
+            api.drop_watches()
+            deadline = time.monotonic() + 10
+            while sum(series(scrape(server), "gpu_class_watch_restarts_total").values()) < 3:
+                assert time.monotonic() < deadline, "the dropped watches were not counted as restarts"
+                time.sleep(0.1)
+            assert set(series(scrape(server), "gpu_class_watch_restarts_total")) == set(restarts)
+
+
 def rotate(cert_dir: Path, new: Path) -> None:
     """Replace key and certificate as a Secret volume update does: both at once, by renaming."""
     for name in ("tls.key", "tls.crt"):

@@ -1,4 +1,6 @@
-"""The `gpuclass` command: serve, certs, explain, review, demo, catalog, label-node; the one argument parser.
+"""The `gpuclass` command: serve, certs, inventory, explain, review, demo, catalog, label-node; the one argument parser.
+
+Installed twice: as `gpuclass`, and as `kubectl-gpu_class` so that kubectl runs it as `kubectl gpu-class`.
 
 The top of the import layers (cli > serving > cluster > core, checked by tests/test_architecture.py).
 Each command imports what it runs when it runs: `label-node` needs only the standard library, so
@@ -13,10 +15,16 @@ import os
 import sys
 import uuid
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from .serving import logs  # the standard library only
 
+if TYPE_CHECKING:
+    from .cluster.query import Connection
+    from .core.catalog import Catalog
+    from .core.inventory import Snapshot
+
+OUTPUTS = ("table", "wide", "json")  # core.inventory_report.OUTPUTS, without importing PyYAML for label-node
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEMO_DIR = REPO_ROOT / "deploy" / "demo"
 
@@ -29,8 +37,13 @@ def _add_inventory_args(p: argparse.ArgumentParser) -> None:
     )
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="gpuclass", description="GPU-type-aware placement for Kubernetes Pods")
+def _add_cluster_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--kubeconfig", help="kubeconfig of the cluster to ask (default: $KUBECONFIG, else ~/.kube/config)")
+    p.add_argument("--context", help="kubeconfig context (default: the current context)")
+
+
+def build_parser(prog: str = "gpuclass") -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog, description="GPU-type-aware placement for Kubernetes Pods")
     sub = parser.add_subparsers(dest="command", required=True)
 
     s = sub.add_parser("serve", help="run the admission webhook over TLS")
@@ -51,11 +64,20 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--ip", action="append", default=[], help="IP address SAN (repeatable)")
     c.add_argument("--days", type=int, default=365, help="serving certificate validity")
 
-    e = sub.add_parser("explain", help="what the webhook would do for a Pod, and why")
-    e.add_argument("pod", metavar="POD.yaml")
+    i = sub.add_parser("inventory", help="GPU types, nodes and free GPUs of the cluster, and what each class can place now")
+    _add_inventory_args(i)
+    _add_cluster_args(i)
+    i.add_argument("-o", "--output", choices=OUTPUTS, default="table")
+
+    e = sub.add_parser(
+        "explain", help="what the webhook would do for a Pod (POD.yaml), or what it did for one that exists (pod/NAME)"
+    )
+    e.add_argument("pod", metavar="POD.yaml|pod/NAME")
     _add_inventory_args(e)
-    e.add_argument("--namespace", default=None, help="namespace of the Pod (default: its metadata.namespace or default)")
-    e.add_argument("--output", choices=("text", "json"), default="text")
+    _add_cluster_args(e)
+    e.add_argument("-n", "--namespace", default=None,
+                   help="namespace of the Pod (default: its metadata.namespace, else the context's, else default)")
+    e.add_argument("-o", "--output", choices=("text", "json"), default="text")
 
     r = sub.add_parser("review", help="print an AdmissionReview for a Pod, as the API server would send it")
     r.add_argument("pod", metavar="POD.yaml")
@@ -78,8 +100,8 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def main(argv: Sequence[str] | None = None, prog: str = "gpuclass") -> int:
+    args = build_parser(prog).parse_args(argv)
     if args.command == "label-node":  # raises neither error below, and must not need PyYAML to catch them
         return cmd_label_node(args)
     from .cluster.loading import InputError
@@ -88,8 +110,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(COMMANDS[args.command](args) or 0)
     except (CatalogError, InputError) as exc:
-        print(f"gpuclass: {exc}", file=sys.stderr)
+        print(f"{prog}: {exc}", file=sys.stderr)
         return 2
+
+
+KUBECTL_PLUGIN = "kubectl gpu-class"
+NAMESPACED_COMMANDS = ("explain", "review")
+
+
+def kubectl_main(argv: Sequence[str] | None = None) -> int:
+    """`kubectl gpu-class ...`: kubectl hands a plugin every argument after its name, with kubectl's own flags
+    (--kubeconfig, --context, -n) wherever the user typed them, also before the subcommand."""
+    globals_parser = argparse.ArgumentParser(add_help=False)
+    globals_parser.add_argument("--kubeconfig")
+    globals_parser.add_argument("--context")
+    globals_parser.add_argument("-n", "--namespace")
+    given, rest = globals_parser.parse_known_args(list(sys.argv[1:] if argv is None else argv))
+    if rest and rest[0] not in NAMESPACED_COMMANDS:
+        given.namespace = None  # kubectl habit: `-n` on a cluster-wide command changes nothing
+    flags = [f"--{k}={v}" for k, v in vars(given).items() if v is not None]
+    if not rest or rest[0].startswith("-"):  # no subcommand (or --help): let the parser say what exists
+        return main([*rest, *flags], prog=KUBECTL_PLUGIN)
+    return main([rest[0], *flags, *rest[1:]], prog=KUBECTL_PLUGIN)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -181,19 +223,72 @@ def cmd_review(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_explain(args: argparse.Namespace) -> int:
-    from .cluster.loading import InputError, load_snapshot, read_pod
-    from .core.explain import explain_json, explain_text
-    from .core.review import Request, review_pod
+def _catalog(args: argparse.Namespace) -> Catalog:
     from .serving.config import ServeConfig
     from .serving.server import load_catalog
 
-    if not args.nodes:
-        raise InputError("explain needs --nodes NODES.yaml (the cluster to explain against)")
-    catalog = load_catalog(ServeConfig("", "", catalog_file=args.catalog_file))
-    snapshot = load_snapshot(tuple(args.nodes), catalog)
+    return load_catalog(ServeConfig("", "", catalog_file=args.catalog_file))
+
+
+def _connect(args: argparse.Namespace) -> Connection:
+    from .cluster.loading import InputError
+    from .cluster.query import connect
+
+    if args.nodes:
+        raise InputError("give --nodes (a file inventory) or --kubeconfig/--context (the cluster), not both")
+    return connect(args.kubeconfig, args.context)
+
+
+def _inventory(args: argparse.Namespace, catalog: Catalog) -> tuple[Snapshot, Connection | None]:
+    """The file inventory of --nodes, else one read of the cluster (and the connection, to read more)."""
+    from .cluster.loading import load_snapshot
+    from .cluster.query import read_snapshot
+
+    if args.nodes and not (args.kubeconfig or args.context):
+        return load_snapshot(tuple(args.nodes), catalog), None
+    connection = _connect(args)
+    return read_snapshot(connection.api, catalog), connection
+
+
+def cmd_inventory(args: argparse.Namespace) -> int:
+    from .core.inventory_report import build_report, render
+
+    catalog = _catalog(args)
+    snapshot, _ = _inventory(args, catalog)
+    print(render(build_report(snapshot, catalog), args.output))
+    return 0
+
+
+POD_PREFIXES = ("pod/", "pods/", "po/")
+
+
+def _existing_pod_name(arg: str) -> str | None:
+    """NAME of `pod/NAME`, kubectl's way to name an object; a file of that path is still a file."""
+    prefix = next((p for p in POD_PREFIXES if arg.startswith(p)), None)
+    return arg[len(prefix):] if prefix and not os.path.exists(arg) and "/" not in arg[len(prefix):] else None
+
+
+def cmd_explain(args: argparse.Namespace) -> int:
+    from .cluster.loading import InputError, read_pod
+
+    catalog = _catalog(args)
+    name = _existing_pod_name(args.pod)
+    if name is not None:
+        return _explain_existing(args, name, catalog)
     pod = read_pod(args.pod)
-    namespace = _pod_namespace(pod, args.namespace)
+    snapshot, connection = _inventory(args, catalog)
+    namespace = args.namespace or (pod.get("metadata") or {}).get("namespace") or (connection and connection.namespace)
+    namespace = str(namespace or "default")
+    if connection is not None and snapshot.namespace(namespace) is None:
+        raise InputError(f"namespace {namespace} does not exist in the cluster; give -n NAMESPACE")
+    return _explain_file_pod(args, pod, namespace, snapshot, catalog)
+
+
+def _explain_file_pod(args: argparse.Namespace, pod: dict[str, Any], namespace: str, snapshot: Snapshot,
+                      catalog: Catalog) -> int:
+    from .core.explain import explain_json, explain_text
+    from .core.review import Request, review_pod
+
     review = admission_request(pod, namespace)
     req = Request(
         api_version="admission.k8s.io/v1", uid=review["request"]["uid"], operation="CREATE", kind="Pod", group="",
@@ -205,6 +300,21 @@ def cmd_explain(args: argparse.Namespace) -> int:
     else:
         print(explain_text(result, namespace, pod, catalog))
     return 0 if result.decision.allowed else 1
+
+
+def _explain_existing(args: argparse.Namespace, name: str, catalog: Catalog) -> int:
+    from .cluster.loading import InputError
+    from .cluster.query import read_pod, read_snapshot
+    from .core.pod_report import build_pod_report, can_run_now, render_pod_json, render_pod_text
+
+    if args.nodes:
+        raise InputError(f"{args.pod} is read from the cluster, with the cluster's inventory: drop --nodes")
+    connection = _connect(args)
+    namespace = args.namespace or connection.namespace or "default"
+    pod = read_pod(connection.api, namespace, name)
+    report = build_pod_report(pod, read_snapshot(connection.api, catalog), catalog)
+    print(render_pod_json(report) if args.output == "json" else render_pod_text(report))
+    return 0 if can_run_now(report) else 1
 
 
 def cmd_catalog(_args: argparse.Namespace) -> int:
@@ -255,6 +365,7 @@ def cmd_label_node(args: argparse.Namespace) -> int:
 COMMANDS = {
     "serve": cmd_serve,
     "certs": cmd_certs,
+    "inventory": cmd_inventory,
     "explain": cmd_explain,
     "review": cmd_review,
     "demo": cmd_demo,

@@ -25,7 +25,7 @@ import random
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Mapping, Protocol
+from typing import Any, Callable, Iterator, Literal, Mapping, Protocol, get_args
 
 import kubernetes
 from kubernetes.client.exceptions import ApiException
@@ -45,6 +45,8 @@ BACKOFF_SECONDS = (0.5, 30.0)
 SYNC_WAIT_SECONDS = 15
 BOUND_UNFINISHED_PODS = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
 SERVICE_ACCOUNT_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+RestartReason = Literal["timeout", "expired", "error"]
+RESTART_REASONS: tuple[RestartReason, ...] = get_args(RestartReason)
 
 
 class Expired(Exception):
@@ -77,6 +79,9 @@ def check_kube_config(kubeconfig: str | None) -> kubernetes.client.Configuration
 class InventoryObserver(Protocol):
     """Told about watch restarts, contact with the API, and each published snapshot (for metrics)."""
 
+    def watching(self, resources: tuple[str, ...], reasons: tuple[str, ...]) -> None:
+        """Before the first list: the resources watched and every reason a watch can restart for."""
+
     def restarted(self, resource: str, reason: str) -> None: ...
 
     def contacted(self, resource: str) -> None: ...
@@ -85,6 +90,9 @@ class InventoryObserver(Protocol):
 
 
 class NoObserver:
+    def watching(self, resources: tuple[str, ...], reasons: tuple[str, ...]) -> None:
+        pass
+
     def restarted(self, resource: str, reason: str) -> None:
         pass
 
@@ -140,7 +148,7 @@ class Reflector:
                 self.stop_event.wait(self._backoff * random.uniform(0.5, 1.0))
                 self._backoff = min(self._backoff * 2, BACKOFF_SECONDS[1])
 
-    def _restarted(self, reason: str) -> None:
+    def _restarted(self, reason: RestartReason) -> None:
         self.restarts += 1
         self.observer.restarted(self.name, reason)
 
@@ -256,6 +264,7 @@ class LiveInventory:
         return Reflector(name, list_call, reduce, replace, apply, self.stop_event, observer=self.observer)
 
     def start(self) -> LiveInventory:
+        self.observer.watching(tuple(r.name for r in self.reflectors), RESTART_REASONS)
         for r in self.reflectors:
             thread = threading.Thread(target=r.run, name=f"gpu-class-watch-{r.name}", daemon=True)
             thread.start()
@@ -272,6 +281,12 @@ class LiveInventory:
         return self.readiness()[0]
 
     def snapshot(self) -> Snapshot:
+        return self.state.snapshot
+
+    def read_once(self) -> Snapshot:
+        """One list of each resource and no watch, reduced as the watch reduces: the view of a one-shot command."""
+        for r in self.reflectors:
+            r._list()  # errors propagate: run() would retry them, a one-shot reader reports them
         return self.state.snapshot
 
     def readiness(self) -> tuple[bool, dict[str, Any]]:

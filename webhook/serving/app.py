@@ -29,6 +29,7 @@ def create_app(
     # imported here, not at the top: under gunicorn the multiprocess directory must be set first
     from . import metrics
 
+    metrics.start_admission_series(catalog)
     app = Flask("gpu_class")
     # the API server caps objects near 3 MiB; more than that is not an AdmissionReview it sent
     app.config["MAX_CONTENT_LENGTH"] = max_body_bytes

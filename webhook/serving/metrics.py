@@ -4,19 +4,26 @@ Under gunicorn, PROMETHEUS_MULTIPROC_DIR is set by the server before this module
 each worker writes its values to files there that /metrics aggregates; without it (tests, explain)
 the default in-process registry is used. Label values come from the catalog only, never from an
 annotation as written, so a Pod cannot add series.
+
+Every labelled series whose labels are known at start is created at 0 then (admissions by outcome and
+class, preferred types by class, watch restarts by resource and reason): a series that first appears
+with its first increment hides that increment from rate() and increase(). In multiprocess mode
+creating the child writes its 0 to the worker's file, so /metrics shows it from the first scrape.
 """
 
 from __future__ import annotations
 
 import os
 import time
-from typing import Any
+from typing import Any, get_args
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client import multiprocess
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from ..core.catalog import Catalog
 from ..core.inventory import Snapshot
+from ..core.planner import Outcome
 from ..core.review import Review
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
@@ -54,6 +61,8 @@ CERT_EXPIRY = Gauge(
 )
 
 UNKNOWN = "unknown"
+NO_CLASS = "none"
+REQUEST_FAILURES = ("bad-request", "error")  # answered without a decision, so without a class
 
 
 _children: dict[tuple[Any, ...], Any] = {}
@@ -71,13 +80,33 @@ def _child(metric: Any, *labels: str) -> Any:
 def observe_admission(review: Review | None, duration_seconds: float, catalog: Catalog, outcome: str | None = None) -> None:
     decision = review.decision if review is not None else None
     if decision is None or decision.class_name is None:
-        class_name = "none"
+        class_name = NO_CLASS
     else:
         class_name = decision.class_name if decision.class_name in catalog.classes else UNKNOWN
     _child(ADMISSIONS, outcome or (decision.outcome if decision else "error"), class_name).inc()
     if decision is not None and decision.placement is not None and decision.placement.types:
         _child(PREFERRED_TYPE, class_name, decision.placement.types[0]).inc()
     LATENCY.observe(duration_seconds)
+
+
+def admission_label_sets(catalog: Catalog) -> list[tuple[str, str]]:
+    """Every (outcome, class) observe_admission can record with this catalog."""
+    no_class = [o for o in get_args(Outcome) if o != "patched" and o != "admitted-unsatisfiable"]
+    labels = [(o, NO_CLASS) for o in [*no_class, *REQUEST_FAILURES]] + [("refused", UNKNOWN)]
+    # a decision with a class is never out of scope; admitted-unsatisfiable needs onUnsatisfiable: admit
+    with_class = ["patched", "refused", *(["admitted-unsatisfiable"] if catalog.on_unsatisfiable == "admit" else [])]
+    return labels + [(o, c) for c in catalog.classes for o in with_class]
+
+
+def preferred_type_label_sets(catalog: Catalog) -> list[tuple[str, str]]:
+    return [(c.name, t) for c in catalog.classes.values() for t in c.types]
+
+
+def start_admission_series(catalog: Catalog) -> None:
+    for labels in admission_label_sets(catalog):
+        _child(ADMISSIONS, *labels)
+    for labels in preferred_type_label_sets(catalog):
+        _child(PREFERRED_TYPE, *labels)
 
 
 def observe_inventory(snapshot: Snapshot, catalog: Catalog) -> None:
@@ -94,7 +123,7 @@ def observe_inventory(snapshot: Snapshot, catalog: Catalog) -> None:
 
 
 def observe_watch_restart(resource: str, reason: str) -> None:
-    WATCH_RESTARTS.labels(resource, reason).inc()
+    _child(WATCH_RESTARTS, resource, reason).inc()
 
 
 def observe_contact(resource: str) -> None:
@@ -110,6 +139,11 @@ class InventoryMetrics:
 
     def __init__(self, catalog: Catalog) -> None:
         self.catalog = catalog
+
+    def watching(self, resources: tuple[str, ...], reasons: tuple[str, ...]) -> None:
+        for resource in resources:
+            for reason in reasons:
+                _child(WATCH_RESTARTS, resource, reason)
 
     def restarted(self, resource: str, reason: str) -> None:
         observe_watch_restart(resource, reason)

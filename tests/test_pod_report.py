@@ -1,0 +1,77 @@
+"""`gpuclass explain pod/NAME`: what gpu-class decided for an existing Pod, where it ran, and where it could run now."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from builders import make_node, make_pod
+from test_inventory_report import A100, CATALOG, H100, snapshot_of
+from webhook.core.pod_report import build_pod_report, can_run_now, render_pod_text
+
+NODES = [make_node("h100-a", H100, gpus=8), make_node("a100-a", A100, gpus=4),
+         make_node("a100-b", A100, gpus=4, unschedulable=True), make_node("cpu-a"),
+         make_node("rtx", "NVIDIA-GeForce-RTX-5090", gpus=1)]
+
+
+def existing_pod(types: str | None = "H100,A100", *, node: str | None = None, phase: str = "Pending",
+                 gpus: str = "2") -> dict[str, Any]:
+    annotations = {"gpu-class.io/class": "high", **({"gpu-class.io/types": types} if types is not None else {})}
+    pod = make_pod(annotations, gpu_limit=gpus)
+    if node is not None:
+        pod["spec"]["nodeName"] = node
+    pod["status"] = {"phase": phase}
+    return pod
+
+
+@pytest.mark.parametrize("pod, node_type, preferred, says", [
+    pytest.param(existing_pod(node="h100-a", phase="Running"), "H100", True, "H100 is its preferred type",
+                 id="on-preferred"),
+    pytest.param(existing_pod(node="a100-a", phase="Running"), "A100", False, "A100 is its 2nd choice; it preferred H100",
+                 id="on-second-choice"),
+    pytest.param(existing_pod("A100", node="h100-a", phase="Running"), "H100", False,
+                 "that is none of its types; it preferred A100", id="on-a-type-it-was-not-given"),
+    pytest.param(existing_pod(node="cpu-a", phase="Succeeded"), None, False,
+                 "scheduled and finished on cpu-a, a node with no GPU product label", id="finished-on-a-cpu-node"),
+    pytest.param(existing_pod(node="rtx", phase="Running"), None, False, "scheduled on rtx, a node of no catalog type",
+                 id="unknown-product-node"),
+    pytest.param(existing_pod(None, node="h100-a", phase="Running"), "H100", None,
+                 "gpu-class did not place this Pod", id="not-placed-by-gpu-class"),
+])
+def test_a_bound_pod(pod: dict[str, Any], node_type: str | None, preferred: bool | None, says: str) -> None:
+    report = build_pod_report(pod, snapshot_of(NODES), CATALOG)
+    assert report["node"] == pod["spec"]["nodeName"]
+    assert report["nodeType"] == node_type
+    assert report["onPreferredType"] is preferred
+    assert report["room"] is None and can_run_now(report)
+    assert says in render_pod_text(report)
+
+
+@pytest.mark.parametrize("gpus, used, room, runnable", [
+    pytest.param("2", {}, {"H100": (1, 8), "A100": (1, 4)}, True, id="room-on-both"),
+    pytest.param("6", {}, {"H100": (1, 8), "A100": (0, 0)}, True, id="too-big-for-a100"),
+    pytest.param("6", {"h100-a": 4}, {"H100": (0, 0), "A100": (0, 0)}, False, id="no-room-anywhere"),
+])
+def test_a_pending_pod_sees_which_types_have_room(gpus: str, used: dict[str, int], room: dict[str, tuple[int, int]],
+                                                   runnable: bool) -> None:
+    report = build_pod_report(existing_pod(gpus=gpus), snapshot_of(NODES, used), CATALOG)
+    assert report["types"] == ["H100", "A100"] and report["gpus"] == int(gpus)
+    assert {r["type"]: (r["nodesWithRoom"], r["maxFreeGpus"]) for r in report["room"] or []} == room
+    assert can_run_now(report) is runnable
+    a100 = next(r for r in report["room"] or [] if r["type"] == "A100")
+    assert a100["elsewhere"].get("node cordoned") == 1
+
+
+def test_a_pending_pod_with_a_type_that_has_no_nodes() -> None:
+    report = build_pod_report(existing_pod("H200,H100"), snapshot_of(NODES), CATALOG)
+    assert [(r["type"], r["nodesWithRoom"], r["elsewhere"]) for r in report["room"] or []] == [
+        ("H200", 0, {}), ("H100", 1, {})]
+    assert "no nodes of this type" in render_pod_text(report)
+
+
+def test_a_pod_whose_annotations_cannot_be_read_is_reported_not_raised() -> None:
+    pod = existing_pod()
+    pod["spec"]["containers"][0]["resources"] = "lots"
+    report = build_pod_report(pod, snapshot_of(NODES), CATALOG)
+    assert report["problem"] and "resources must be an object" in report["problem"]

@@ -1,0 +1,190 @@
+"""`gpuclass inventory`: what GPU types the cluster has, how many GPUs are free, what each class can place now. Pure.
+
+build_report() reads a Snapshot (file or one list of the cluster) and the Catalog; render_table()
+and render_json() turn the report into text. The decisions are the webhook's and the extender's own:
+a class's types are the planner's valid types for a one-GPU Pod (planner.class_fit, in its order),
+kept where the extender's node check (extender.judge_node) finds a node with a free GPU now.
+
+The JSON is a stable interface (README.md, "Ask the cluster"): keys are only ever added.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Iterable, Literal, Mapping, TypedDict
+
+from .catalog import Catalog
+from .extender import PodNeeds, judge_node
+from .inventory import NodeInfo, Snapshot
+from .planner import class_fit
+
+Output = Literal["table", "wide", "json"]
+OUTPUTS: tuple[Output, ...] = ("table", "wide", "json")
+
+
+class NodeCounts(TypedDict):
+    total: int
+    ready: int  # Ready condition True
+    notReady: int
+    cordoned: int  # spec.unschedulable, ready or not
+
+
+class GpuCounts(TypedDict):
+    """Over usable nodes only (ready, not cordoned): `used` is what bound, unfinished Pods request there."""
+
+    allocatable: int
+    used: int
+    free: int  # per node allocatable minus used, never below 0, added up
+
+
+class ProductReport(TypedDict):
+    labelKey: str
+    product: str
+    nodes: NodeCounts
+    gpus: GpuCounts
+
+
+class TypeReport(TypedDict):
+    name: str
+    resource: str
+    nodes: NodeCounts
+    gpus: GpuCounts
+    products: list[ProductReport]
+
+
+class UnknownProduct(TypedDict):
+    labelKey: str
+    product: str
+    nodes: int
+
+
+class ClassReport(TypedDict):
+    name: str
+    strategy: str
+    types: list[str]  # types a one-GPU Pod of the class can be placed on now, best first by its strategy
+    maxGpusPerPod: int  # free GPUs of the best node of those types
+
+
+class InventoryReport(TypedDict):
+    types: list[TypeReport]
+    unknownProducts: list[UnknownProduct]
+    classes: list[ClassReport]
+
+
+UNKNOWN_PRODUCT_HINT = "no type claims them; add a whole-GPU product to a type's `products` (--config; see `gpuclass catalog`)"
+
+
+def _resource(catalog: Catalog, type_name: str) -> str:
+    """The extended resource a type's GPUs are requested as."""
+    return catalog.gpu_resource
+
+
+def _counts(nodes: Iterable[NodeInfo], snapshot: Snapshot, free: int) -> tuple[NodeCounts, GpuCounts]:
+    members = list(nodes)
+    usable = [n for n in members if n.is_usable]
+    ready = sum(1 for n in members if n.ready)
+    return (
+        {"total": len(members), "ready": ready, "notReady": len(members) - ready,
+         "cordoned": sum(1 for n in members if n.unschedulable)},
+        {"allocatable": sum(n.allocatable_gpus for n in usable),
+         "used": sum(snapshot.requested.get(n.name, 0) for n in usable), "free": free},
+    )
+
+
+def _type_report(type_name: str, nodes: list[NodeInfo], snapshot: Snapshot, catalog: Catalog) -> TypeReport:
+    # free GPUs as the snapshot summarised them per product group (what admissions and metrics read)
+    groups = {(g.label_key, g.product): g for g in snapshot.groups(type_name)}
+    by_product: dict[tuple[str, str], list[NodeInfo]] = {}
+    for n in nodes:
+        by_product.setdefault((n.label_key, n.product), []).append(n)
+    products: list[ProductReport] = []
+    for key, members in sorted(by_product.items()):
+        node_counts, gpu_counts = _counts(members, snapshot, groups[key].free_gpus)
+        products.append({"labelKey": key[0], "product": key[1], "nodes": node_counts, "gpus": gpu_counts})
+    node_counts, gpu_counts = _counts(nodes, snapshot, sum(g.free_gpus for g in groups.values()))
+    return {"name": type_name, "resource": _resource(catalog, type_name), "nodes": node_counts, "gpus": gpu_counts,
+            "products": products}
+
+
+def _class_report(class_name: str, snapshot: Snapshot, catalog: Catalog, by_type: Mapping[str, list[NodeInfo]]) -> ClassReport:
+    gpu_class = catalog.classes[class_name]
+    valid = class_fit(gpu_class, 1, frozenset(), snapshot, catalog).types
+    needs = PodNeeds(types=valid, gpus=1, class_name=class_name)
+    free_by_type: dict[str, int] = {}
+    for type_name in valid:
+        verdicts = [judge_node(n.name, n, needs, snapshot, from_cache=True) for n in by_type.get(type_name, ())]
+        fitting = [v.free_gpus for v in verdicts if v.passed]
+        if fitting:
+            free_by_type[type_name] = max(fitting)
+    return {
+        "name": class_name,
+        "strategy": gpu_class.strategy,
+        "types": [t for t in valid if t in free_by_type],
+        "maxGpusPerPod": max(free_by_type.values(), default=0),
+    }
+
+
+def build_report(snapshot: Snapshot, catalog: Catalog) -> InventoryReport:
+    """Types with at least one node (fastest first), products no type claims, and each class's reach now."""
+    by_type: dict[str, list[NodeInfo]] = {}
+    for info in snapshot.nodes.values():
+        if info.type_name is not None:
+            by_type.setdefault(info.type_name, []).append(info)
+    order = sorted(catalog.types.values(), key=lambda t: (-t.score, -(t.memory_gib or 0), t.name))
+    return {
+        "types": [_type_report(t.name, by_type[t.name], snapshot, catalog) for t in order if t.name in by_type],
+        "unknownProducts": [{"labelKey": g.label_key, "product": g.product, "nodes": g.nodes}
+                            for g in snapshot.unknown_groups],
+        "classes": [_class_report(name, snapshot, catalog, by_type) for name in catalog.classes],
+    }
+
+
+# --- rendering ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Table:
+    header: tuple[str, ...]
+    rows: list[tuple[str, ...]]
+
+    def lines(self) -> list[str]:
+        widths = [max(len(r[i]) for r in [self.header, *self.rows]) for i in range(len(self.header))]
+        return ["   ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in [self.header, *self.rows]]
+
+
+def _figures(nodes: NodeCounts, gpus: GpuCounts) -> tuple[str, ...]:
+    return tuple(str(v) for v in (nodes["total"], nodes["ready"], nodes["notReady"], nodes["cordoned"],
+                                  gpus["allocatable"], gpus["used"], gpus["free"]))
+
+
+FIGURES = ("NODES", "READY", "NOT-READY", "CORDONED", "ALLOCATABLE", "USED", "FREE")
+
+
+def render_table(report: InventoryReport, *, wide: bool = False) -> str:
+    if wide:
+        types = _Table(("TYPE", "RESOURCE", "LABEL-KEY", "PRODUCT", *FIGURES), [])
+        for t in report["types"]:
+            for p in t["products"]:
+                types.rows.append((t["name"], t["resource"], p["labelKey"], p["product"], *_figures(p["nodes"], p["gpus"])))
+    else:
+        types = _Table(("TYPE", "RESOURCE", *FIGURES),
+                       [(t["name"], t["resource"], *_figures(t["nodes"], t["gpus"])) for t in report["types"]])
+    lines = types.lines() if report["types"] else ["No GPU nodes of any catalog type."]
+    if report["unknownProducts"]:
+        lines += ["", f"Unknown products: {UNKNOWN_PRODUCT_HINT}."]
+        unknown = _Table(("LABEL-KEY", "PRODUCT", "NODES"),
+                         [(u["labelKey"], u["product"], str(u["nodes"])) for u in report["unknownProducts"]])
+        lines += unknown.lines()
+    classes = _Table(("CLASS", "STRATEGY", "MAX-GPUS-PER-POD", "TYPES (placeable now, best first)"),
+                     [(c["name"], c["strategy"], str(c["maxGpusPerPod"]), ", ".join(c["types"]) or "(none)")
+                      for c in report["classes"]])
+    return "\n".join([*lines, "", *classes.lines()])
+
+
+def render_json(report: InventoryReport) -> str:
+    return json.dumps(report, indent=2)
+
+
+def render(report: InventoryReport, output: Output) -> str:
+    return render_json(report) if output == "json" else render_table(report, wide=output == "wide")

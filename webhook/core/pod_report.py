@@ -1,0 +1,154 @@
+"""`gpuclass explain pod/NAME`: what gpu-class decided for a Pod that exists, and what became of it. Pure.
+
+Reads the Pod as the API server holds it: the types the webhook wrote (gpu-class.io/types, best
+first), the node the scheduler bound it to and that node's type in the inventory. For a Pod not yet
+bound, which of its types have a node with room now, judged node by node as the scheduler extender
+judges them (extender.judge_node), so the answer is the one the gpu-class scheduler profile would give.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from typing import Any, Mapping, TypedDict
+
+from .catalog import Catalog
+from .extender import PodNeeds, PodProblem, judge_node, read_pod
+from .inventory import TERMINAL_PHASES, Snapshot, pod_gpus
+from .planner import CLASS_ANNOTATION
+
+GPU_CLASS_PREFIX = "gpu-class: "
+
+
+class TypeRoom(TypedDict):
+    type: str
+    nodesWithRoom: int
+    maxFreeGpus: int  # on the nodes with room
+    elsewhere: dict[str, int]  # why the type's other nodes cannot take it: reason -> nodes
+
+
+PodReport = TypedDict("PodReport", {
+    "pod": str,
+    "namespace": str,
+    "phase": str,
+    "class": "str | None",
+    "types": "list[str]",  # gpu-class.io/types as written, best first; empty when gpu-class did not place it
+    "gpus": int,
+    "node": "str | None",
+    "nodeType": "str | None",
+    "nodeProduct": "str | None",
+    "preferredType": "str | None",
+    "onPreferredType": "bool | None",
+    "room": "list[TypeRoom] | None",  # only for a Pod not yet bound
+    "problem": "str | None",
+})
+
+
+def _ordinal(n: int) -> str:
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
+def _room(needs: PodNeeds, snapshot: Snapshot) -> list[TypeRoom]:
+    by_type: dict[str, list[Any]] = {t: [] for t in needs.types}
+    for info in snapshot.nodes.values():
+        if info.type_name in by_type:
+            by_type[info.type_name].append(judge_node(info.name, info, needs, snapshot, from_cache=True))
+    rooms: list[TypeRoom] = []
+    for type_name, verdicts in by_type.items():
+        passed = [v for v in verdicts if v.passed]
+        elsewhere = Counter(v.reason.removeprefix(GPU_CLASS_PREFIX) for v in verdicts if not v.passed)
+        rooms.append({"type": type_name, "nodesWithRoom": len(passed),
+                      "maxFreeGpus": max((v.free_gpus for v in passed), default=0),
+                      "elsewhere": dict(sorted(elsewhere.items()))})
+    return rooms
+
+
+def build_pod_report(pod: Mapping[str, Any], snapshot: Snapshot, catalog: Catalog) -> PodReport:
+    metadata = pod.get("metadata") or {}
+    annotations = metadata.get("annotations") or {}
+    spec = pod.get("spec") or {}
+    node = spec.get("nodeName") or None
+    report: PodReport = {
+        "pod": str(metadata.get("name") or ""),
+        "namespace": str(metadata.get("namespace") or ""),
+        "phase": str((pod.get("status") or {}).get("phase") or "Unknown"),
+        "class": annotations.get(CLASS_ANNOTATION) if isinstance(annotations, dict) else None,
+        "types": [],
+        "gpus": 0,
+        "node": node,
+        "nodeType": None,
+        "nodeProduct": None,
+        "preferredType": None,
+        "onPreferredType": None,
+        "room": None,
+        "problem": None,
+    }
+    try:
+        needs = read_pod(pod, catalog)
+    except PodProblem as exc:
+        report["problem"] = f"the Pod cannot be read: {exc}"
+        return report
+    # read_pod checked the containers' shape where it read the types; the API server checks every Pod's
+    report["gpus"] = needs.gpus if needs is not None else pod_gpus(pod, catalog.gpu_resource)
+    if needs is not None:
+        report["types"] = list(needs.types)
+        report["preferredType"] = needs.types[0] if needs.types else None
+    info = snapshot.nodes.get(node) if node else None
+    if info is not None:
+        report["nodeType"], report["nodeProduct"] = info.type_name, info.product
+    if node and needs is not None and needs.types:
+        report["onPreferredType"] = info is not None and info.type_name == needs.types[0]
+    if node is None and needs is not None:
+        report["room"] = _room(needs, snapshot)
+    return report
+
+
+def can_run_now(report: PodReport) -> bool:
+    """False for a Pod that waits for a node and has no type with room: the one case to exit non-zero for."""
+    return report["room"] is None or any(r["nodesWithRoom"] for r in report["room"])
+
+
+def render_pod_json(report: PodReport) -> str:
+    return json.dumps(report, indent=2)
+
+
+def render_pod_text(report: PodReport) -> str:
+    name = f"{report['namespace']}/{report['pod']}"
+    lines = [f"Pod {name}: {report['phase']}, class {report['class'] or '(none)'}, {report['gpus']} GPU(s)"]
+    if report["problem"]:
+        return "\n".join([*lines, report["problem"]])
+    types = report["types"]
+    if types:
+        lines.append(f"gpu-class allowed types (gpu-class.io/types, best first): {', '.join(types)}")
+    else:
+        lines.append("gpu-class did not place this Pod: it has no gpu-class.io/types (created before the webhook "
+                     "ran, in a namespace not opted in, or without a class)")
+    node = report["node"]
+    if node is not None:
+        finished = " and finished" if report["phase"] in TERMINAL_PHASES else ""
+        if report["nodeType"] is None:
+            where = "a node of no catalog type" if report["nodeProduct"] else "a node with no GPU product label"
+            lines.append(f"scheduled{finished} on {node}, {where}")
+        else:
+            lines.append(f"scheduled{finished} on {node}: {report['nodeType']} ({report['nodeProduct']})")
+        if report["onPreferredType"]:
+            lines.append(f"{report['nodeType']} is its preferred type")
+        elif types and report["nodeType"] in types:
+            rank = _ordinal(types.index(str(report["nodeType"])) + 1)
+            lines.append(f"{report['nodeType']} is its {rank} choice; it preferred {types[0]}")
+        elif types:
+            lines.append(f"that is none of its types; it preferred {types[0]}")
+    if report["room"] is not None:
+        lines.append(f"not scheduled yet; nodes with room for {report['gpus']} GPU(s) now, by type:")
+        lines.append("")
+        width = max([len("TYPE"), *(len(r["type"]) for r in report["room"])])
+        lines.append(f"{'TYPE':<{width}}   NODES-WITH-ROOM   MOST-FREE   OTHER NODES")
+        for r in report["room"]:
+            others = "; ".join(f"{n} x {reason}" for reason, n in r["elsewhere"].items())
+            others = others or ("-" if r["nodesWithRoom"] else "no nodes of this type")
+            lines.append(f"{r['type']:<{width}}   {r['nodesWithRoom']:<15}   {r['maxFreeGpus']:<9}   {others}")
+        if not can_run_now(report):
+            lines.append("")
+            lines.append("no node of its types has room now: it waits for GPUs to free up or for new nodes")
+    return "\n".join(lines)
