@@ -70,7 +70,7 @@ def snapshot_of(
 ) -> Snapshot:
     state = InventoryState(catalog=catalog)
     state.replace_nodes(i for i in (node_info_from_object(n, catalog) for n in nodes) if i is not None)
-    state.replace_pods(pods)
+    state.replace_pods((key, node, {"nvidia.com/gpu": gpus}) for key, node, gpus in pods)
     state.synced = synced
     return state.publish()
 
