@@ -651,7 +651,9 @@ def test_scheduler_profile_calls_this_extender(rendered: list[dict[str, Any]]) -
     assert extender["enableHTTPS"] is True and extender["nodeCacheCapable"] is True
     assert isinstance(extender["ignorable"], bool)
     shipped = load_catalog_file(str(REPO / "deploy" / "base" / "catalog.yaml"))
-    assert extender["managedResources"] == [{"name": shipped.gpu_resource, "ignoredByScheduler": False}]
+    # every resource a shipped type is requested as: a Pod given a MIG slice or an AMD GPU is sent too
+    assert extender["managedResources"] == [{"name": r, "ignoredByScheduler": False} for r in shipped.resources]
+    assert shipped.gpu_resource in shipped.resources and "amd.com/gpu" in shipped.resources
 
 
 def test_scheduler_verifies_the_webhook_certificate(rendered: list[dict[str, Any]]) -> None:
