@@ -153,3 +153,34 @@ CATALOG_NODES = [
     make_node("t4-a", "Tesla-T4", gpus=1),
     make_node("cpu-a"),
 ]
+
+
+def make_device_node(
+    name: str,
+    labels: Mapping[str, str],
+    allocatable: Mapping[str, str],
+    *,
+    ready: bool = True,
+    taints: Iterable[Mapping[str, str]] = (),
+) -> dict[str, Any]:
+    """A Node with the given labels (a real label set) and allocatable devices of any resource."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, **labels}},
+        "spec": {"taints": [dict(t) for t in taints]},
+        "status": {
+            "allocatable": {"cpu": "64", "memory": "512Gi", **allocatable},
+            "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+        },
+    }
+
+
+def fixture_labels(name: str) -> dict[str, str]:
+    """The labels of a Node in tests/fixtures/nodes (published label sets, see SOURCES.md)."""
+    import pathlib
+
+    import yaml
+
+    node = yaml.safe_load((pathlib.Path(__file__).parent / "fixtures" / "nodes" / name).read_text())
+    return {str(k): str(v) for k, v in node["metadata"]["labels"].items()}

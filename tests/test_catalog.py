@@ -68,6 +68,28 @@ def test_class_bounds_select_by_score_and_memory() -> None:
     assert catalog.classes["economy"].strategy == "cost"
 
 
+MATCHED = """\
+types:
+  - name: whole
+    score: 300
+    products: [GPU-X]
+  - name: slice
+    score: 40
+    memoryGiB: 10
+    resource: nvidia.com/mig-3g.20gb
+    match:
+      nvidia.com/gpu.product: [GPU-X]
+  - name: other
+    score: 20
+    resource: nvidia.com/mig-3g.20gb
+    match:
+      nvidia.com/gpu.product: [GPU-Y]
+      vendor.example/device-id: ["10de"]
+classes:
+  - name: any
+    types: [whole, slice]
+"""
+
 BASE = """\
 types:
   - name: A
@@ -98,6 +120,21 @@ classes:
     pytest.param("types: [\n", None, "not valid YAML", id="not-yaml"),
     pytest.param("- a\n", 1, "must be a mapping", id="not-a-mapping"),
     pytest.param("classes: []\n", 1, "types: must be a non-empty list", id="no-types"),
+    pytest.param(BASE.replace("    products: [PROD-A]", "    match: {\"bad key!\": [X]}"), 4,
+                 "'bad key!' is not a valid label key", id="match-key-not-a-label-key"),
+    pytest.param(BASE.replace("    products: [PROD-A]", "    match: {vendor.example/model: [PROD-A]}\n    products: [Z]"), 2,
+                 "needs either 'products' or 'match'", id="products-and-match"),
+    pytest.param(BASE.replace("    score: 10", "    score: 10\n    resource: gpu"), 4, "not an extended resource name",
+                 id="resource-without-domain"),
+    pytest.param(BASE.replace("[PROD-A]", "[PROD-A-MIG-INVALID]"), 4, "never a type", id="mig-invalid-product"),
+    pytest.param(BASE.replace("[PROD-A]", "[\"has space\"]"), 4, "is not a label value", id="value-not-a-label-value"),
+    pytest.param(MATCHED.replace("mig-3g.20gb", "gpu", 1), 10,
+                 "label nvidia.com/gpu.product=GPU-X is claimed by types whole and slice (both requested as nvidia.com/gpu)",
+                 id="same-label-same-resource"),
+    pytest.param(MATCHED.replace("[GPU-X]\n  - name: other", "[\"GPU-*\"]\n  - name: other"), 10,
+                 "glob 'GPU-*' of type slice also matches 'GPU-Y' of type other", id="glob-catches-same-resource"),
+    pytest.param(MATCHED.replace("types: [whole, slice]", "types: [whole, slce]"), 19, "unknown type 'slce'",
+                 id="class-names-unknown-match-type"),
 ])
 def test_bad_catalogs_name_the_line(text: str, line: int | None, message: str) -> None:
     with pytest.raises(CatalogError) as info:
@@ -106,6 +143,48 @@ def test_bad_catalogs_name_the_line(text: str, line: int | None, message: str) -
     assert message in text_of_error
     if line is not None:
         assert text_of_error.startswith(f"my-catalog.yaml:{line}:"), text_of_error
+
+
+def test_types_of_different_resources_may_share_labels() -> None:
+    """A mixed-MIG node is its whole GPU's product and offers a slice: both types claim the label."""
+    catalog = load_catalog_text(MATCHED)
+    assert catalog.resources == ("nvidia.com/gpu", "nvidia.com/mig-3g.20gb")
+    assert catalog.class_resources("any") == ("nvidia.com/gpu", "nvidia.com/mig-3g.20gb")
+    assert catalog.types["whole"].resource == "nvidia.com/gpu" and catalog.types["slice"].mig_profile == "3g.20gb"
+    assert catalog.matches_of_labels({"nvidia.com/gpu.product": "GPU-X"}) == [
+        ("whole", "nvidia.com/gpu.product", "GPU-X"), ("slice", "nvidia.com/gpu.product", "GPU-X")]
+    # a `match` type is named by any of its keys; `products` only by the first productLabels key present
+    assert catalog.matches_of_labels({"vendor.example/device-id": "10de", "gpu-type": "GPU-X"}) == [
+        ("whole", "gpu-type", "GPU-X"), ("other", "vendor.example/device-id", "10de")]
+    assert catalog.matches_of_labels({"nvidia.com/gpu.product": "GPU-X-MIG-INVALID"}) == []
+
+
+def test_gpu_taint_keys_default_covers_nvidia_and_amd() -> None:
+    assert load_catalog_text(BASE).gpu_taint_keys == ("nvidia.com/gpu", "amd.com/gpu")
+    assert BUILT_IN.gpu_taint_keys == ("nvidia.com/gpu", "amd.com/gpu")
+
+
+def test_built_in_catalog_has_mig_profiles_and_instinct() -> None:
+    for gpu in ("A100-40GB", "A100-80GB", "H100", "H200"):
+        whole = BUILT_IN.types[gpu]
+        slices = [t for t in BUILT_IN.types.values() if t.name.startswith(gpu + "-") and t.name[len(gpu) + 1].isdigit()]
+        mixed = [t for t in slices if t.mig_profile is not None]
+        single = [t for t in slices if t.name.endswith("-single")]
+        assert len(mixed) == len(single) == 5, gpu
+        for t in slices:
+            assert t.score < whole.score or t.name.split("-")[-1].startswith("7g") or "7g." in t.name
+            assert t.memory_gib is not None and whole.memory_gib is not None and t.memory_gib <= whole.memory_gib
+        for t in single:
+            assert t.resource == BUILT_IN.gpu_resource
+            assert all("-MIG-" in p for p in t.products)
+    for name in ("MI210", "MI250", "MI300X", "MI325X"):
+        t = BUILT_IN.types[name]
+        keys = [k for k, _ in t.match]
+        assert t.resource == "amd.com/gpu" and keys[:2] == ["amd.com/gpu.product-name", "amd.com/gpu.device-id"]
+        assert any(k.startswith("beta.amd.com/") for k in keys)
+    assert BUILT_IN.types["MI300X"].score > BUILT_IN.types["H200"].score
+    assert set(BUILT_IN.class_resources("small-slices")) > {"nvidia.com/gpu", "nvidia.com/mig-1g.5gb"}
+    assert not any(BUILT_IN.types[t].mig_profile or "-single" in t for t in BUILT_IN.classes["high"].types)
 
 
 def test_test_catalog_is_valid() -> None:

@@ -522,6 +522,17 @@ MATCH_CASES = [
         id="mirror-pod",
     ),
     pytest.param(MatchCase(placed(GPU_POD), True), id="gpu-pod-after-patch-reinvoked"),
+    pytest.param(MatchCase(make_pod(containers=[make_container(limits={"amd.com/gpu": "1"})]), True), id="amd-gpu"),
+    pytest.param(MatchCase(make_pod(containers=[make_container(limits={"nvidia.com/mig-3g.20gb": "1"})]), True),
+                 id="mig-slice-mixed-strategy"),
+    pytest.param(MatchCase(make_pod(init_containers=[make_container("warmup", requests={"nvidia.com/mig-1g.10gb": "1"})]),
+                           True), id="mig-slice-in-init-container-requests"),
+    pytest.param(MatchCase(make_pod(containers=[make_container(limits={"nvidia.com/mig-1g.5gb": "0"})]), False),
+                 id="zero-mig-slices"),
+    pytest.param(MatchCase(make_pod(containers=[make_container(limits={"example.com/fpga": "1"})]), False),
+                 id="other-extended-resource"),
+    pytest.param(MatchCase(make_pod(containers=[make_container(limits={"nvidia.com/gpu-shared": "1"})]), False),
+                 id="similar-name-is-not-a-catalog-resource"),
 ]
 
 
@@ -974,12 +985,20 @@ def test_match_condition_pods_are_valid_pods() -> None:
         kubernetes_validate.validate(case.pod, MIN_KUBERNETES, strict=True)
 
 
-def test_gpu_resource_matches_the_catalog(renders: Renders) -> None:
-    """The expressions name the catalog's gpuResource; a catalog with another resource needs new expressions."""
-    catalog = yaml.safe_load((DEPLOY / BASE / "catalog.yaml").read_text())
-    resource = catalog["gpuResource"]
-    conditions = the_webhook(objects_of(renders, BASE))["matchConditions"]
-    assert any(f"'{resource}'" in c["expression"] for c in conditions)
+def test_gpu_resources_match_the_catalog(renders: Renders) -> None:
+    """A Pod asking for any resource a shipped type is requested as is sent to the webhook, and
+    checked by the backstop; a catalog with another resource needs new expressions."""
+    from webhook.core.catalog import load_catalog_file
+
+    catalog = load_catalog_file(str(DEPLOY / BASE / "catalog.yaml"))
+    objects = objects_of(renders, SELF_MANAGED)
+    policy, binding = policy_and_binding(objects_of(renders, BACKSTOP))
+    assert len(catalog.resources) > 2
+    for resource in catalog.resources:
+        for part in ("limits", "requests"):
+            pod = make_pod(containers=[make_container(**{part: {resource: "1"}})])
+            assert webhook_is_called(the_webhook(objects), pod, OPTED_IN), resource
+            assert backstop_outcome(policy, binding, pod, OPTED_IN) == "refused", resource
 
 
 def test_shipped_catalog_loads(renders: Renders) -> None:

@@ -70,7 +70,7 @@ def snapshot_of(
 ) -> Snapshot:
     state = InventoryState(catalog=catalog)
     state.replace_nodes(i for i in (node_info_from_object(n, catalog) for n in nodes) if i is not None)
-    state.replace_pods(pods)
+    state.replace_pods((key, node, {"nvidia.com/gpu": gpus}) for key, node, gpus in pods)
     state.synced = synced
     return state.publish()
 
@@ -681,7 +681,9 @@ def test_scheduler_profile_calls_this_extender(rendered: list[dict[str, Any]]) -
     assert extender["enableHTTPS"] is True and extender["nodeCacheCapable"] is True
     assert isinstance(extender["ignorable"], bool)
     shipped = load_catalog_file(str(REPO / "deploy" / "base" / "catalog.yaml"))
-    assert extender["managedResources"] == [{"name": shipped.gpu_resource, "ignoredByScheduler": False}]
+    # every resource a shipped type is requested as: a Pod given a MIG slice or an AMD GPU is sent too
+    assert extender["managedResources"] == [{"name": r, "ignoredByScheduler": False} for r in shipped.resources]
+    assert shipped.gpu_resource in shipped.resources and "amd.com/gpu" in shipped.resources
 
 
 def test_scheduler_verifies_the_webhook_certificate(rendered: list[dict[str, Any]]) -> None:

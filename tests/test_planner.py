@@ -153,13 +153,13 @@ def check_patch(pod: dict[str, Any], decision: Decision, snapshot: Snapshot, cat
     placement = decision.placement
     assert placement is not None
     original = copy.deepcopy(pod)
-    ops = build_patch(pod, placement, catalog.gpu_resource)
+    ops = build_patch(pod, placement)
     assert pod == original, "building the patch must not modify the request object"
     patched = jsonpatch.apply_patch(pod, ops)
     assert_valid_pod({"apiVersion": "v1", "kind": "Pod", **patched})
 
     container = patched["spec"]["containers"][placement.container_index]
-    assert container["resources"]["limits"][catalog.gpu_resource] == str(placement.count)
+    assert container["resources"]["limits"][placement.resource] == str(placement.count)
     assert patched["metadata"]["annotations"]["gpu-class.io/types"] == ",".join(placement.types)
     terms = patched["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
     restrictions = [{"key": k, "operator": "In", "values": list(v)} for k, v in placement.required]
@@ -172,7 +172,7 @@ def check_patch(pod: dict[str, Any], decision: Decision, snapshot: Snapshot, cat
 
     again = plan(patched, snapshot, catalog, namespace="ml")
     assert again.placement is not None
-    assert build_patch(patched, again.placement, catalog.gpu_resource) == [], "the webhook must be idempotent"
+    assert build_patch(patched, again.placement) == [], "the webhook must be idempotent"
     return patched
 
 
@@ -283,7 +283,7 @@ def state_with_pods(pods: dict[str, tuple[str, int]]) -> Snapshot:
     ]
     state = InventoryState(catalog=CATALOG, synced=True)
     state.replace_nodes(n for n in (node_info_from_object(o, CATALOG) for o in nodes) if n is not None)
-    state.replace_pods((key, node, gpus) for key, (node, gpus) in pods.items())
+    state.replace_pods((key, node, {"nvidia.com/gpu": gpus}) for key, (node, gpus) in pods.items())
     return state.publish()
 
 

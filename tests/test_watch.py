@@ -14,7 +14,7 @@ import pytest
 from builders import make_catalog, make_namespace, make_node, make_pod, make_review
 from fakeapi import FakeApiServer
 from servers import running_server
-from webhook.core.inventory import pod_gpu_request
+from webhook.core.inventory import pod_gpu_requests
 from webhook.core.planner import plan
 from webhook.cluster.watch import BOUND_UNFINISHED_PODS, LiveInventory
 
@@ -166,7 +166,7 @@ def test_pod_accounting_follows_completion_and_deletion(api: FakeApiServer) -> N
         eventually(lambda: free() == 8, what="deletion frees GPUs")
         api.update(gpu_pod("c", "a100-1", 4, phase="Running"))
         eventually(lambda: free() == 4, what="binding takes GPUs")
-        assert inv.state.pods == {"ml/c": ("a100-1", 4)}
+        assert inv.state.pods == {"ml/c": ("a100-1", {"nvidia.com/gpu": 4})}
         # only bound, unfinished Pods are listed and watched: a 150,000-Pod cluster sends far fewer
         pod_calls = [r for r in api.request_log if r.path == "/api/v1/pods"]
         assert pod_calls and all(r.query.get("fieldSelector") == BOUND_UNFINISHED_PODS for r in pod_calls)
@@ -175,17 +175,22 @@ def test_pod_accounting_follows_completion_and_deletion(api: FakeApiServer) -> N
 
 
 @pytest.mark.parametrize("pod, expected", [
-    pytest.param(gpu_pod("a", "n1", 2), ("n1", 2), id="running"),
-    pytest.param(gpu_pod("a", None, 2, phase="Pending"), (None, 0), id="unbound"),
-    pytest.param(gpu_pod("a", "n1", 2, phase="Failed"), (None, 0), id="failed"),
-    pytest.param({"spec": {"nodeName": "n1", "containers": [{"name": "a"}]}}, ("n1", 0), id="no-gpus"),
+    pytest.param(gpu_pod("a", "n1", 2), ("n1", {"nvidia.com/gpu": 2}), id="running"),
+    pytest.param(gpu_pod("a", None, 2, phase="Pending"), (None, {}), id="unbound"),
+    pytest.param(gpu_pod("a", "n1", 2, phase="Failed"), (None, {}), id="failed"),
+    pytest.param({"spec": {"nodeName": "n1", "containers": [{"name": "a"}]}}, ("n1", {}), id="no-gpus"),
+    pytest.param({"spec": {"nodeName": "n1", "containers": [
+        {"name": "a", "resources": {"limits": {"nvidia.com/mig-1g.10gb": "1"}}},
+        {"name": "b", "resources": {"limits": {"amd.com/gpu": "2"}}}]}},
+        ("n1", {"nvidia.com/mig-1g.10gb": 1, "amd.com/gpu": 2}), id="per-resource"),
     pytest.param({"spec": {"nodeName": "n1", "containers": [
         {"name": "a", "resources": {"limits": {"nvidia.com/gpu": "1"}}},
         {"name": "b", "resources": {"requests": {"nvidia.com/gpu": "2"}}}],
-        "initContainers": [{"name": "i", "resources": {"limits": {"nvidia.com/gpu": "4"}}}]}}, ("n1", 4), id="init-wins"),
+        "initContainers": [{"name": "i", "resources": {"limits": {"nvidia.com/gpu": "4"}}}]}},
+        ("n1", {"nvidia.com/gpu": 4}), id="init-wins"),
 ])
-def test_pod_gpu_request(pod: dict[str, Any], expected: tuple[str | None, int]) -> None:
-    assert pod_gpu_request(pod, "nvidia.com/gpu") == expected
+def test_pod_gpu_requests(pod: dict[str, Any], expected: tuple[str | None, dict[str, int]]) -> None:
+    assert pod_gpu_requests(pod, ["nvidia.com/gpu", "nvidia.com/mig-1g.10gb", "amd.com/gpu"]) == expected
 
 
 def test_readiness_reports_staleness_after_sync(api: FakeApiServer, inventory: LiveInventory) -> None:

@@ -34,7 +34,7 @@ from kubernetes.watch.watch import iter_resp_lines
 from ..core.catalog import Catalog
 from .loading import InputError
 from ..core.inventory import (
-    InventoryState, NamespaceInfo, NodeInfo, Snapshot, namespace_info_from_object, node_info_from_object, pod_gpu_request,
+    InventoryState, NamespaceInfo, NodeInfo, Snapshot, namespace_info_from_object, node_info_from_object, pod_gpu_requests,
 )
 
 log = logging.getLogger("gpu_class.watch")
@@ -333,17 +333,17 @@ class LiveInventory:
             changed = self.state.remove_namespace(info.name) if kind == "DELETED" else self.state.upsert_namespace(info)
             self._publish_if(changed)
 
-    def _reduce_pod(self, obj: dict[str, Any]) -> tuple[str, str, int] | None:
-        node, gpus = pod_gpu_request(obj, self.catalog.gpu_resource)
-        return (_pod_key(obj), node, gpus) if node and gpus > 0 else None
+    def _reduce_pod(self, obj: dict[str, Any]) -> tuple[str, str, dict[str, int]] | None:
+        node, gpus = pod_gpu_requests(obj, self.catalog.resources)
+        return (_pod_key(obj), node, gpus) if node and gpus else None
 
-    def _replace_pods(self, accounted: list[tuple[str, str, int]]) -> None:
+    def _replace_pods(self, accounted: list[tuple[str, str, dict[str, int]]]) -> None:
         with self.state.lock:
             self.state.replace_pods(accounted)
             self._mark_synced("pods")
 
     def _apply_pod(self, kind: str, obj: dict[str, Any]) -> None:
-        node, gpus = (None, 0) if kind == "DELETED" else pod_gpu_request(obj, self.catalog.gpu_resource)
+        node, gpus = (None, {}) if kind == "DELETED" else pod_gpu_requests(obj, self.catalog.resources)
         with self.state.lock:
             self._publish_if(self.state.set_pod(_pod_key(obj), node, gpus))
 

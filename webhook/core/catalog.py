@@ -1,12 +1,16 @@
-"""The GPU catalog: GPU types, classes of types, and how node product labels map to types.
+"""The GPU catalog: GPU types, classes of types, and how node labels map to types.
 
-Pure: parsing and validation of the catalog YAML, no I/O beyond reading the text handed in.
-A bad catalog raises CatalogError naming the file and line, so a misconfiguration fails at start.
+A type is requested as one extended resource (`resource`, default the catalog's gpuResource) and
+is recognised on a node by its labels: `products` (values of the first productLabels key present)
+or `match` (label key -> values). Pure: parsing and validation of the catalog YAML, no I/O beyond
+reading the text handed in. A bad catalog raises CatalogError naming the file and line, so a
+misconfiguration fails at start.
 """
 
 from __future__ import annotations
 
 import fnmatch
+import re
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any, Literal, Mapping, Sequence, cast, get_args
@@ -18,10 +22,22 @@ OnUnsatisfiable = Literal["deny", "admit"]
 
 STRATEGIES: tuple[str, ...] = get_args(Strategy)
 GLOB_CHARS = frozenset("*?[")
+# the device plugin's mark for a GPU whose MIG layout it cannot use: never a type, whatever matches it
+MIG_INVALID_SUFFIX = "-MIG-INVALID"
+MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
+
+_DNS_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+_NAME = r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?"
+LABEL_KEY_RE = re.compile(rf"(({_DNS_LABEL})(\.{_DNS_LABEL})*/)?{_NAME}")
+RESOURCE_RE = re.compile(rf"({_DNS_LABEL})(\.{_DNS_LABEL})*/{_NAME}")
+LABEL_VALUE_RE = re.compile(_NAME)
 
 
 class CatalogError(ValueError):
     """The catalog cannot be used; the message says where and what to fix."""
+
+
+Match = tuple[tuple[str, tuple[str, ...]], ...]  # (label key, values) in the catalog's order
 
 
 @dataclass(frozen=True)
@@ -29,12 +45,37 @@ class GpuType:
     name: str
     score: float
     memory_gib: float | None
-    products: tuple[str, ...]
+    products: tuple[str, ...]  # empty when the type gives `match`
     scalable: bool = False
+    resource: str = "nvidia.com/gpu"
+    match: Match = ()
 
     @property
     def exact_products(self) -> tuple[str, ...]:
         return tuple(p for p in self.products if not is_glob(p))
+
+    @property
+    def mig_profile(self) -> str | None:
+        """The MIG profile of a mixed-strategy type (`3g.20gb` for nvidia.com/mig-3g.20gb), else None."""
+        return self.resource[len(MIG_RESOURCE_PREFIX):] if self.resource.startswith(MIG_RESOURCE_PREFIX) else None
+
+    def exact_values(self, product_labels: Sequence[str]) -> tuple[tuple[str, tuple[str, ...]], ...]:
+        """(key, exact values): what the affinity names for a scalable pool with no live node."""
+        if self.products:
+            return ((product_labels[0], self.exact_products),)
+        return tuple((k, tuple(v for v in vs if not is_glob(v))) for k, vs in self.match)
+
+
+@dataclass(frozen=True)
+class _Matcher:
+    """One key's values of a type, ready for a node: exact values in a set, globs as one regex."""
+
+    key: str | None  # None: the first productLabels key present on the node
+    exact: frozenset[str]
+    globs: re.Pattern[str] | None
+
+    def matches(self, value: str) -> bool:
+        return value in self.exact or (self.globs is not None and self.globs.fullmatch(value) is not None)
 
 
 @dataclass(frozen=True)
@@ -56,6 +97,48 @@ class Catalog:
     scheduler_name: str | None = None
     _exact: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
     _globs: tuple[tuple[str, str], ...] = field(default=(), repr=False, compare=False)
+    _matchers: Mapping[str, tuple[_Matcher, ...]] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def resources(self) -> tuple[str, ...]:
+        """Every resource a type is requested as, in the catalog's order."""
+        return tuple(dict.fromkeys(t.resource for t in self.types.values()))
+
+    def class_resources(self, class_name: str) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(self.types[t].resource for t in self.classes[class_name].types))
+
+    def product_label(self, labels: Mapping[str, Any]) -> tuple[str, str] | None:
+        """(key, value) of the first productLabels key present on a node."""
+        for key in self.product_labels:
+            value = labels.get(key)
+            if isinstance(value, str) and value:
+                return key, value
+        return None
+
+    def matches_of_labels(self, labels: Mapping[str, Any]) -> list[tuple[str, str, str]]:
+        """(type, label key, value) for every type a node's labels name, in the catalog's order.
+
+        A type given by `products` reads only the first productLabels key present, as it always
+        has; a type given by `match` is named when any of its keys matches. Values ending in
+        -MIG-INVALID name no type.
+        """
+        product = self.product_label(labels)
+        found: list[tuple[str, str, str]] = []
+        for type_name, matchers in self._matchers.items():
+            for m in matchers:
+                if m.key is None:
+                    if product is None:
+                        continue
+                    key, value = product
+                else:
+                    key, raw = m.key, labels.get(m.key)
+                    if not isinstance(raw, str) or not raw:
+                        continue
+                    value = raw
+                if not value.endswith(MIG_INVALID_SUFFIX) and m.matches(value):
+                    found.append((type_name, key, value))
+                    break
+        return found
 
     def type_of_product(self, product: str) -> str | None:
         """The type a product label value names: exact match first, then the catalog's globs in order.
@@ -78,7 +161,7 @@ def is_glob(product: str) -> bool:
 TOP_KEYS = frozenset(
     {"gpuResource", "productLabels", "gpuTaintKeys", "onUnsatisfiable", "defaultClass", "schedulerName", "types", "classes"}
 )
-TYPE_KEYS = frozenset({"name", "score", "memoryGiB", "products", "scalable"})
+TYPE_KEYS = frozenset({"name", "score", "memoryGiB", "products", "match", "resource", "scalable"})
 CLASS_KEYS = frozenset({"name", "types", "minScore", "maxScore", "minMemoryGiB", "strategy"})
 
 Path = tuple[str | int, ...]
@@ -172,8 +255,13 @@ def _number(loc: _Located, path: Path, value: Any) -> float:
 
 def _build(data: Mapping[str, Any], loc: _Located) -> Catalog:
     _check_keys(loc, (), data, TOP_KEYS)
-    types = _build_types(data.get("types"), loc)
-    exact, globs = _product_index(types, loc)
+    gpu_resource = _resource(loc, ("gpuResource",), data.get("gpuResource", "nvidia.com/gpu"))
+    product_labels = _str_list(loc, ("productLabels",), data.get("productLabels", ["nvidia.com/gpu.product", "gpu-type"]))
+    for i, key in enumerate(product_labels):
+        _label_key(loc, ("productLabels", i), key)
+    types = _build_types(data.get("types"), gpu_resource, loc)
+    exact, globs = _product_index(types)
+    _check_claims(types, product_labels, loc)
     classes = _build_classes(data.get("classes"), types, loc)
 
     default_class = data.get("defaultClass")
@@ -183,28 +271,64 @@ def _build(data: Mapping[str, Any], loc: _Located) -> Catalog:
     if on_unsat not in get_args(OnUnsatisfiable):
         raise loc.error(("onUnsatisfiable",), f"must be deny or admit, not {on_unsat!r}")
     scheduler_name = data.get("schedulerName")
+    taint_keys = data.get("gpuTaintKeys", ["nvidia.com/gpu", "amd.com/gpu"])
     return Catalog(
         types=types,
         classes=classes,
-        gpu_resource=_str(loc, ("gpuResource",), data.get("gpuResource", "nvidia.com/gpu")),
-        product_labels=_str_list(loc, ("productLabels",), data.get("productLabels", ["nvidia.com/gpu.product", "gpu-type"])),
-        gpu_taint_keys=tuple(_str(loc, ("gpuTaintKeys", i), k) for i, k in enumerate(data.get("gpuTaintKeys") or [])),
+        gpu_resource=gpu_resource,
+        product_labels=product_labels,
+        gpu_taint_keys=tuple(_str(loc, ("gpuTaintKeys", i), k) for i, k in enumerate(taint_keys or [])),
         on_unsatisfiable=cast(OnUnsatisfiable, on_unsat),
         default_class=default_class,
         scheduler_name=None if scheduler_name is None else _str(loc, ("schedulerName",), scheduler_name),
         _exact=exact,
         _globs=globs,
+        _matchers={t.name: _matchers(t) for t in types.values()},
     )
 
 
-def _build_types(raw: Any, loc: _Located) -> dict[str, GpuType]:
+def _resource(loc: _Located, path: Path, value: Any) -> str:
+    text = _str(loc, path, value)
+    if not RESOURCE_RE.fullmatch(text) or len(text) > 253:
+        raise loc.error(path, f"{text!r} is not an extended resource name (like nvidia.com/gpu or amd.com/gpu)")
+    return text
+
+
+def _label_key(loc: _Located, path: Path, key: str) -> str:
+    prefix, _, name = key.rpartition("/")
+    if not LABEL_KEY_RE.fullmatch(key) or len(name) > 63 or len(prefix) > 253:
+        raise loc.error(path, f"{key!r} is not a valid label key (like nvidia.com/gpu.product)")
+    return key
+
+
+def _values(loc: _Located, path: Path, raw: Any) -> tuple[str, ...]:
+    """Label values, exact or glob; an exact one must be a value a label can have."""
+    values = _str_list(loc, path, raw)
+    for i, value in enumerate(values):
+        if value.endswith(MIG_INVALID_SUFFIX):
+            raise loc.error(path + (i,), f"{value!r}: a -MIG-INVALID GPU offers no usable device and is never a type")
+        if not is_glob(value) and (len(value) > 63 or not LABEL_VALUE_RE.fullmatch(value)):
+            raise loc.error(path + (i,), f"{value!r} is not a label value (63 characters at most: letters, digits, '-', '_', '.')")
+    return values
+
+
+def _match(loc: _Located, path: Path, raw: Any) -> Match:
+    if not isinstance(raw, dict) or not raw:
+        raise loc.error(path, "must be a mapping of node label keys to lists of values")
+    return tuple(
+        (_label_key(loc, path + (str(key),), str(key)), _values(loc, path + (str(key),), values))
+        for key, values in raw.items()
+    )
+
+
+def _build_types(raw: Any, gpu_resource: str, loc: _Located) -> dict[str, GpuType]:
     if not isinstance(raw, list) or not raw:
         raise loc.error(("types",), "must be a non-empty list of GPU types")
     types: dict[str, GpuType] = {}
     for i, entry in enumerate(raw):
         path: Path = ("types", i)
         if not isinstance(entry, dict):
-            raise loc.error(path, "each type must be a mapping with name, score and products")
+            raise loc.error(path, "each type must be a mapping with name, score and products or match")
         _check_keys(loc, path, entry, TYPE_KEYS)
         name = _str(loc, path + ("name",), entry.get("name"))
         if name in types:
@@ -215,41 +339,89 @@ def _build_types(raw: Any, loc: _Located) -> dict[str, GpuType]:
         scalable = entry.get("scalable", False)
         if not isinstance(scalable, bool):
             raise loc.error(path + ("scalable",), "must be true or false")
+        if ("products" in entry) == ("match" in entry):
+            raise loc.error(path, f"type {name!r} needs either 'products' or 'match', not both or neither")
         types[name] = GpuType(
             name=name,
             score=_number(loc, path + ("score",), entry.get("score")),
             memory_gib=None if memory is None else _number(loc, path + ("memoryGiB",), memory),
-            products=_str_list(loc, path + ("products",), entry.get("products")),
+            products=_values(loc, path + ("products",), entry["products"]) if "products" in entry else (),
             scalable=scalable,
+            resource=_resource(loc, path + ("resource",), entry["resource"]) if "resource" in entry else gpu_resource,
+            match=_match(loc, path + ("match",), entry["match"]) if "match" in entry else (),
         )
     return types
 
 
-def _product_index(types: Mapping[str, GpuType], loc: _Located) -> tuple[dict[str, str], tuple[tuple[str, str], ...]]:
-    """Exact products map to one type; a product claimed twice, or caught by another type's glob, is an error."""
+def _glob_regex(patterns: Sequence[str]) -> re.Pattern[str] | None:
+    globs = [fnmatch.translate(p) for p in patterns if is_glob(p)]
+    return re.compile("|".join(f"(?:{g})" for g in globs)) if globs else None
+
+
+def _matchers(gpu_type: GpuType) -> tuple[_Matcher, ...]:
+    pairs: Sequence[tuple[str | None, tuple[str, ...]]] = (
+        [(None, gpu_type.products)] if gpu_type.products else list(gpu_type.match)
+    )
+    return tuple(
+        _Matcher(key, frozenset(v for v in values if not is_glob(v)), _glob_regex(values)) for key, values in pairs
+    )
+
+
+def _product_index(types: Mapping[str, GpuType]) -> tuple[dict[str, str], tuple[tuple[str, str], ...]]:
+    """`type_of_product`'s index over the `products` types (checked by _check_claims)."""
     exact: dict[str, str] = {}
     globs: list[tuple[str, str]] = []
-    for t_index, gpu_type in enumerate(types.values()):
-        for p_index, product in enumerate(gpu_type.products):
-            path: Path = ("types", t_index, "products", p_index)
+    for gpu_type in types.values():
+        for product in gpu_type.products:
             if is_glob(product):
-                if any(p == product for p, _ in globs):
-                    raise loc.error(path, f"glob {product!r} is claimed by two types")
                 globs.append((product, gpu_type.name))
-            elif product in exact:
-                raise loc.error(path, f"product {product!r} is claimed by types {exact[product]} and {gpu_type.name}")
             else:
-                exact[product] = gpu_type.name
-    for pattern, owner in globs:
-        for product, other in exact.items():
-            if other != owner and fnmatch.fnmatchcase(product, pattern):
-                t_index = list(types).index(owner)
-                p_index = types[owner].products.index(pattern)
-                raise loc.error(
-                    ("types", t_index, "products", p_index),
-                    f"glob {pattern!r} of type {owner} also matches {product!r} of type {other}",
-                )
+                exact.setdefault(product, gpu_type.name)
     return exact, tuple(globs)
+
+
+@dataclass(frozen=True)
+class _Claim:
+    key: str
+    value: str
+    resource: str
+    type_name: str
+    path: Path
+
+
+def _claims(types: Mapping[str, GpuType], product_labels: Sequence[str]) -> list[_Claim]:
+    claims = []
+    for t_index, t in enumerate(types.values()):
+        if t.products:
+            for p_index, product in enumerate(t.products):
+                for key in product_labels:
+                    claims.append(_Claim(key, product, t.resource, t.name, ("types", t_index, "products", p_index)))
+        for key, values in t.match:
+            for v_index, value in enumerate(values):
+                claims.append(_Claim(key, value, t.resource, t.name, ("types", t_index, "match", key, v_index)))
+    return claims
+
+
+def _check_claims(types: Mapping[str, GpuType], product_labels: Sequence[str], loc: _Located) -> None:
+    """Types requested as one resource must be told apart by their labels: a node that two of them
+    named would count its devices twice, and their affinities could not separate their nodes.
+    Types of different resources may share labels: a mixed-MIG node offers one type per profile."""
+    exact: dict[tuple[str, str, str], _Claim] = {}
+    globs: dict[tuple[str, str, str], _Claim] = {}
+    for c in _claims(types, product_labels):
+        owners = globs if is_glob(c.value) else exact
+        other = owners.get((c.key, c.value, c.resource))
+        if other is not None and other.type_name != c.type_name:
+            what = "glob" if is_glob(c.value) else "product" if c.path[2] == "products" else f"label {c.key}="
+            shown = f"{what} {c.value!r}" if what != f"label {c.key}=" else f"{what}{c.value}"
+            raise loc.error(c.path, f"{shown} is claimed by types {other.type_name} and {c.type_name} "
+                                    f"(both requested as {c.resource})")
+        owners.setdefault((c.key, c.value, c.resource), c)
+    for (key, pattern, resource), g in globs.items():
+        for (e_key, value, e_resource), e in exact.items():
+            if (e_key, e_resource) == (key, resource) and e.type_name != g.type_name and fnmatch.fnmatchcase(value, pattern):
+                raise loc.error(g.path, f"glob {pattern!r} of type {g.type_name} also matches {value!r} of type "
+                                        f"{e.type_name} (both requested as {resource})")
 
 
 def _build_classes(raw: Any, types: Mapping[str, GpuType], loc: _Located) -> dict[str, GpuClass]:

@@ -19,9 +19,11 @@ def explain_json(result: Review, namespace: str, pod: Mapping[str, Any]) -> dict
         "allowed": d.allowed,
         "message": d.message,
         "class": d.class_name,
+        "resource": d.resource,
+        "resources": [{"resource": r, "chosen": r == d.resource, "reason": why} for r, why in d.resource_notes],
         "types": [
             {"type": v.type_name, "valid": v.valid, "reason": v.reason, "maxAllocatable": v.max_allocatable,
-             "freeGpus": v.free_gpus}
+             "freeGpus": v.free_gpus, "resource": v.resource, "maxMemoryMiB": v.max_memory_mib}
             for v in d.verdicts
         ],
         "placement": None if p is None else {
@@ -51,16 +53,19 @@ def explain_text(result: Review, namespace: str, pod: Mapping[str, Any], catalog
         lines.append(f"class {gpu_class.name} (strategy {gpu_class.strategy}): {', '.join(gpu_class.types)}")
     if d.message:
         lines.append(d.message)
+    for resource, why in d.resource_notes:
+        lines.append(f"resource {resource}: {'chosen' if resource == d.resource else 'not chosen'} ({why})")
     weights = {x.type_name: x.weight for x in p.preferences} if p else {}
     if d.verdicts:
         lines.append("")
-        lines.append(f"{'type':<14}{'valid':<7}{'weight':<8}reason")
+        width = max(14, *(len(v.type_name) + 2 for v in d.verdicts))
+        lines.append(f"{'type':<{width}}{'valid':<7}{'weight':<8}reason")
         for v in d.verdicts:
             weight = str(weights.get(v.type_name, "-"))
-            lines.append(f"{v.type_name:<14}{'yes' if v.valid else 'no':<7}{weight:<8}{v.reason}")
+            lines.append(f"{v.type_name:<{width}}{'yes' if v.valid else 'no':<7}{weight:<8}{v.reason}")
     if p is not None:
         lines.append("")
-        lines.append(f"container {p.container_name}: {p.count} GPU(s){' (limit added)' if p.set_limit else ''}")
+        lines.append(f"container {p.container_name}: {p.count} {p.resource}{' (limit added)' if p.set_limit else ''}")
         lines.append("required: " + "; ".join(f"{k} in {', '.join(v)}" for k, v in p.required))
         tolerations = ", ".join(f"{t.key}:{t.effect or 'any effect'}" for t in p.tolerations)
         lines.append(f"tolerations: {tolerations or '(none needed)'}")

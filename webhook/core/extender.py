@@ -81,8 +81,9 @@ class PodNeeds:
     """What the extender reads of a GPU-class Pod."""
 
     types: tuple[str, ...]  # gpu-class.io/types as the webhook wrote it, best first
-    gpus: int  # GPUs one node must offer
+    gpus: int  # devices of `resource` one node must offer
     class_name: str | None
+    resource: str = "nvidia.com/gpu"
 
 
 @dataclass(frozen=True)
@@ -182,10 +183,14 @@ def read_pod(pod: Mapping[str, Any], catalog: Catalog) -> PodNeeds | None:
     spec = _object(pod.get("spec"), "spec")
     _containers(spec, "containers")
     _containers(spec, "initContainers")
-    # counted as the inventory counts a bound Pod, so scheduling and accounting agree
-    gpus = pod_gpus({"spec": spec}, catalog.gpu_resource)
     types = tuple(dict.fromkeys(t.strip() for t in listed.split(",") if t.strip()))
-    return PodNeeds(types=types, gpus=gpus, class_name=annotations.get(CLASS_ANNOTATION))
+    # counted as the inventory counts a bound Pod, so scheduling and accounting agree; the
+    # resource is the one the Pod holds, else that of its best type
+    held = [r for r in catalog.resources if pod_gpus({"spec": spec}, r) > 0]
+    listed_resources = [catalog.types[t].resource for t in types if t in catalog.types]
+    resource = (held or listed_resources or [catalog.gpu_resource])[0]
+    gpus = pod_gpus({"spec": spec}, resource)
+    return PodNeeds(types=types, gpus=gpus, class_name=annotations.get(CLASS_ANNOTATION), resource=resource)
 
 
 # --- deciding ------------------------------------------------------------------------------
@@ -201,27 +206,31 @@ def judge_node(name: str, info: NodeInfo | None, needs: PodNeeds, snapshot: Snap
         # from the cache: the inventory holds every node with a GPU product label
         reason = "unknown node (gpu-class has seen no GPU product label on it)" if from_cache else "not a GPU node"
         return NodeVerdict(name, False, f"gpu-class: {reason}")
-    if info.type_name is None:
+    if not info.offers:
         return NodeVerdict(name, False, f"gpu-class: product {info.product} is no GPU type of the catalog")
-    if info.type_name not in needs.types:
+    # a node may offer several types (mixed MIG: one per profile); the Pod's best one it offers counts
+    offer = next((o for t in needs.types if (o := info.offer(t)) is not None and o.resource == needs.resource), None)
+    if offer is None:
         allowed = ",".join(needs.types) or "(none)"
-        return NodeVerdict(name, False, f"gpu-class: type {info.type_name} not in {allowed}", type_name=info.type_name)
+        offered = ",".join(o.type_name for o in info.offers)
+        return NodeVerdict(name, False, f"gpu-class: type {offered} not in {allowed}", type_name=info.type_name)
+    type_name = offer.type_name
     if not info.ready:
-        return NodeVerdict(name, False, "gpu-class: node not ready", type_name=info.type_name)
+        return NodeVerdict(name, False, "gpu-class: node not ready", type_name=type_name)
     if info.unschedulable:
-        return NodeVerdict(name, False, "gpu-class: node cordoned", type_name=info.type_name)
-    if info.allocatable_gpus < needs.gpus:
+        return NodeVerdict(name, False, "gpu-class: node cordoned", type_name=type_name)
+    if offer.allocatable < needs.gpus:
         return NodeVerdict(
-            name, False, f"gpu-class: {_gpus(info.allocatable_gpus)} allocatable, Pod needs {needs.gpus}",
-            type_name=info.type_name,
+            name, False, f"gpu-class: {_gpus(offer.allocatable)} allocatable, Pod needs {needs.gpus}",
+            type_name=type_name,
         )
-    free = max(info.allocatable_gpus - snapshot.requested.get(name, 0), 0)
+    free = snapshot.free(name, offer)
     if free < needs.gpus:
         return NodeVerdict(
             name, False, f"gpu-class: {_gpus(free)} free, Pod needs {needs.gpus}",
-            resolvable=True, free_gpus=free, type_name=info.type_name,
+            resolvable=True, free_gpus=free, type_name=type_name,
         )
-    return NodeVerdict(name, True, free_gpus=free, type_name=info.type_name)
+    return NodeVerdict(name, True, free_gpus=free, type_name=type_name)
 
 
 def _candidates(args: ExtenderArgs, snapshot: Snapshot, catalog: Catalog) -> list[tuple[str, NodeInfo | None]]:

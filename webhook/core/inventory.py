@@ -1,9 +1,15 @@
-"""The cluster view the planner decides on: GPU nodes grouped by product, namespaces, GPUs in use.
+"""The cluster view the planner decides on: GPU nodes grouped by type and label, namespaces, GPUs in use.
 
 Pure data and state. Nodes are reduced to the few fields the decision needs (NodeInfo) the moment
 they arrive, so memory grows with GPU nodes, not with the size of Node objects. The state has a
 single writer (a file loader or the watch); readers only ever get an immutable Snapshot.
-Summaries are kept per product group, so an admission costs O(groups), whatever the node count.
+Summaries are kept per group (type, label key, label value), so an admission costs O(groups),
+whatever the node count.
+
+What a node offers is read from status.allocatable, never derived from its labels: a mixed-MIG node
+labelled `nvidia.com/mig-3g.21gb.count` may offer `nvidia.com/mig-3g.20gb`. Labels only say which
+types a node is; devices are counted per resource, so a Pod holding one MIG slice does not use a
+whole GPU of that node.
 """
 
 from __future__ import annotations
@@ -13,7 +19,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Iterable, Mapping
 
-from .catalog import Catalog
+from .catalog import Catalog, GpuType
 
 INJECT_LABEL = "gpu-class.io/inject"
 DEFAULT_CLASS_LABEL = "gpu-class.io/default-class"
@@ -27,21 +33,39 @@ class Taint:
 
 
 @dataclass(frozen=True)
+class Offer:
+    """One type a node is, with the label that says so and its devices of the type's resource."""
+
+    type_name: str
+    label_key: str
+    value: str
+    resource: str
+    allocatable: int
+    memory_mib: float | None  # per device; None: unknown
+
+
+@dataclass(frozen=True)
 class NodeInfo:
     """What the planner needs of a GPU node."""
 
     name: str
-    label_key: str  # the product label key found on the node (first of productLabels present)
+    label_key: str  # the first productLabels key on the node ("" if none): reported for unknown nodes
     product: str
-    type_name: str | None  # None: the product maps to no catalog type
+    offers: tuple[Offer, ...]  # empty: the node's labels name no catalog type
     ready: bool
     unschedulable: bool
-    allocatable_gpus: int
     gpu_taints: tuple[Taint, ...]
 
     @property
-    def is_usable(self) -> bool:
-        return self.ready and not self.unschedulable and self.allocatable_gpus > 0
+    def schedulable(self) -> bool:
+        return self.ready and not self.unschedulable
+
+    @property
+    def type_name(self) -> str | None:
+        return self.offers[0].type_name if self.offers else None
+
+    def offer(self, type_name: str) -> Offer | None:
+        return next((o for o in self.offers if o.type_name == type_name), None)
 
 
 @dataclass(frozen=True)
@@ -52,23 +76,38 @@ class NamespaceInfo:
     allowed_classes: tuple[str, ...] | None  # None: every class is allowed
 
 
+@dataclass(frozen=True, order=True)
+class Shape:
+    """Usable nodes of a group that look alike to the planner."""
+
+    allocatable: int
+    memory_mib: float | None
+    taints: tuple[Taint, ...]
+
+
 @dataclass(frozen=True)
 class ProductGroup:
-    """Nodes that share one product label (key and value): the unit of affinity terms."""
+    """Nodes that are one type by one label (key and value): the unit of affinity terms."""
 
     label_key: str
-    product: str
+    product: str  # the label value
     type_name: str | None
     nodes: int
     not_ready: int
     cordoned: int
-    # distinct (allocatable GPUs, GPU taints) of usable nodes, most GPUs first: few entries per group
-    usable: tuple[tuple[int, tuple[Taint, ...]], ...]
-    free_gpus: int  # over usable nodes: allocatable minus GPUs requested by Pods bound to them
+    # distinct shapes of usable nodes, most devices first: few entries per group
+    usable: tuple[Shape, ...]
+    free_gpus: int  # over usable nodes: allocatable minus devices of the resource requested by bound Pods
+    resource: str = ""
 
     @property
     def max_allocatable(self) -> int:
-        return self.usable[0][0] if self.usable else 0
+        return self.usable[0].allocatable if self.usable else 0
+
+    @property
+    def max_memory_mib(self) -> float | None:
+        known = [s.memory_mib for s in self.usable if s.memory_mib is not None]
+        return max(known) if known else None
 
 
 @dataclass(frozen=True)
@@ -80,7 +119,8 @@ class Snapshot:
     namespaces: Mapping[str, NamespaceInfo] | None = None  # None: namespaces are not watched
     synced: bool = True
     nodes: Mapping[str, NodeInfo] = field(default_factory=dict)  # GPU nodes by name
-    requested: Mapping[str, int] = field(default_factory=dict)  # GPUs held by bound, unfinished Pods, by node
+    # devices held by bound, unfinished Pods, by (node, resource)
+    requested: Mapping[tuple[str, str], int] = field(default_factory=dict)
     # answers worked out from this snapshot (the planner's), dropped with it; the only mutable part
     memo: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
 
@@ -92,7 +132,10 @@ class Snapshot:
 
     @property
     def node_count(self) -> int:
-        return sum(g.nodes for gs in self.groups_by_type.values() for g in gs) + sum(g.nodes for g in self.unknown_groups)
+        return len(self.nodes)
+
+    def free(self, node: str, offer: Offer) -> int:
+        return max(offer.allocatable - self.requested.get((node, offer.resource), 0), 0)
 
 
 EMPTY_SNAPSHOT = Snapshot(groups_by_type=MappingProxyType({}), synced=False)
@@ -107,19 +150,81 @@ def parse_gpu_count(value: Any) -> int:
     return max(count, 0)
 
 
+GIB_MIB = 1024.0
+_VRAM_UNITS_MIB = {"K": 1 / 1024, "M": 1.0, "G": GIB_MIB, "T": GIB_MIB * 1024}
+
+
+def _mib(value: Any) -> float | None:
+    """A MiB count as GFD and the labeller write it ("81559"); None when it is not one."""
+    try:
+        mib = float(str(value))
+    except (TypeError, ValueError):
+        return None
+    return mib if mib > 0 else None
+
+
+def _vram_mib(value: Any) -> float | None:
+    """The AMD labeller's amd.com/gpu.vram ("192G") in MiB."""
+    text = str(value).strip() if isinstance(value, str) else ""
+    unit = _VRAM_UNITS_MIB.get(text[-1:].upper())
+    number = _mib(text[:-1]) if unit is not None else None
+    return None if number is None or unit is None else number * unit
+
+
+def device_memory_mib(labels: Mapping[str, Any], gpu_type: GpuType) -> float | None:
+    """Memory per device of `gpu_type` on a node, from the first source present.
+
+    A mixed-strategy MIG type reads only its profile's `nvidia.com/mig-<profile>.memory`: the
+    whole-GPU labels describe the GPU, not the slice (under the single strategy GFD writes the
+    slice's memory to nvidia.com/gpu.memory, so those types read it as usual). Then
+    nvidia.com/gpu.memory, the labeller's gpu-class.io/gpu-memory-mib, amd.com/gpu.vram and the
+    type's memoryGiB.
+    """
+    profile = gpu_type.mig_profile
+    if profile is not None:
+        found = _mib(labels.get(f"nvidia.com/mig-{profile}.memory"))
+    else:
+        found = (_mib(labels.get("nvidia.com/gpu.memory")) or _mib(labels.get(MEMORY_LABEL))
+                 or _vram_mib(labels.get("amd.com/gpu.vram")))
+    if found is not None:
+        return found
+    return None if gpu_type.memory_gib is None else gpu_type.memory_gib * GIB_MIB
+
+
+MEMORY_LABEL = "gpu-class.io/gpu-memory-mib"
+
+
+def node_offers(labels: Mapping[str, Any], allocatable: Mapping[str, Any], catalog: Catalog) -> tuple[Offer, ...]:
+    """The types a node is, with its devices of each type's resource.
+
+    A node whose labels name several types offers those with allocatable devices (a mixed-MIG
+    node: one type per profile it has; the whole-GPU type it also matches has none). Only when
+    none has any are all kept, so a node whose device plugin has not yet reported stays visible
+    as a node of its types that offers nothing.
+    """
+    offers = []
+    for type_name, key, value in catalog.matches_of_labels(labels):
+        gpu_type = catalog.types[type_name]
+        count = parse_gpu_count(allocatable.get(gpu_type.resource))
+        offers.append(Offer(type_name, key, value, gpu_type.resource, count, device_memory_mib(labels, gpu_type)))
+    positive = tuple(o for o in offers if o.allocatable > 0)
+    return positive or tuple(offers)
+
+
 def node_info_from_object(obj: Mapping[str, Any], catalog: Catalog) -> NodeInfo | None:
-    """Reduce a Node object to NodeInfo; None for nodes with no GPU product label."""
+    """Reduce a Node object to NodeInfo; None for nodes that are no GPU node (no type, no product label)."""
     metadata = obj.get("metadata") or {}
     labels = metadata.get("labels") or {}
     name = metadata.get("name")
     if not isinstance(name, str) or not isinstance(labels, dict):
         return None
-    label_key = next((k for k in catalog.product_labels if isinstance(labels.get(k), str) and labels[k]), None)
-    if label_key is None:
-        return None
-    product = labels[label_key]
     spec = obj.get("spec") or {}
     status = obj.get("status") or {}
+    allocatable = status.get("allocatable") or {}
+    offers = node_offers(labels, allocatable if isinstance(allocatable, dict) else {}, catalog)
+    product = catalog.product_label(labels)
+    if not offers and product is None:
+        return None
     conditions = status.get("conditions") or []
     ready = any(
         isinstance(c, dict) and c.get("type") == "Ready" and c.get("status") == "True" for c in conditions
@@ -133,12 +238,11 @@ def node_info_from_object(obj: Mapping[str, Any], catalog: Catalog) -> NodeInfo 
     )
     return NodeInfo(
         name=name,
-        label_key=label_key,
-        product=product,
-        type_name=catalog.type_of_product(product),
+        label_key=product[0] if product else "",
+        product=product[1] if product else "",
+        offers=offers,
         ready=ready,
         unschedulable=bool(spec.get("unschedulable")),
-        allocatable_gpus=parse_gpu_count((status.get("allocatable") or {}).get(catalog.gpu_resource)),
         gpu_taints=taints,
     )
 
@@ -180,39 +284,49 @@ def pod_gpus(obj: Mapping[str, Any], resource: str, target: tuple[int, int] | No
     return max(app, init)
 
 
-def pod_gpu_request(obj: Mapping[str, Any], resource: str) -> tuple[str | None, int]:
-    """(node, GPUs) a Pod holds: bound and not finished."""
+def pod_gpu_requests(obj: Mapping[str, Any], resources: Iterable[str]) -> tuple[str | None, dict[str, int]]:
+    """(node, devices per resource) a Pod holds: bound and not finished; only resources it holds."""
     node = (obj.get("spec") or {}).get("nodeName") or None
     if node is None or (obj.get("status") or {}).get("phase") in TERMINAL_PHASES:
-        return None, 0
-    return str(node), pod_gpus(obj, resource)
+        return None, {}
+    held = {r: pod_gpus(obj, r) for r in resources}
+    return str(node), {r: n for r, n in held.items() if n > 0}
 
 
-def summarize_group(nodes: Iterable[NodeInfo], requested: Mapping[str, int]) -> ProductGroup:
+GroupKey = tuple[str | None, str, str]  # (type or None for no type, label key, label value)
+
+
+def group_keys(info: NodeInfo) -> list[GroupKey]:
+    if not info.offers:
+        return [(None, info.label_key, info.product)]
+    return [(o.type_name, o.label_key, o.value) for o in info.offers]
+
+
+def summarize_group(key: GroupKey, nodes: Iterable[NodeInfo], requested: Mapping[tuple[str, str], int]) -> ProductGroup:
+    type_name, label_key, value = key
     members = list(nodes)
-    first = members[0]
-    usable = [n for n in members if n.is_usable]
-    shapes = sorted({(n.allocatable_gpus, n.gpu_taints) for n in usable}, key=lambda s: (-s[0], s[1]))
+    offers = [(n, n.offer(type_name)) for n in members] if type_name is not None else []
+    usable = [(n, o) for n, o in offers if o is not None and n.schedulable and o.allocatable > 0]
+    shapes = sorted({Shape(o.allocatable, o.memory_mib, n.gpu_taints) for n, o in usable},
+                    key=lambda s: (-s.allocatable, -(s.memory_mib or 0), s.taints))
     return ProductGroup(
-        label_key=first.label_key,
-        product=first.product,
-        type_name=first.type_name,
+        label_key=label_key,
+        product=value,
+        type_name=type_name,
         nodes=len(members),
         not_ready=sum(1 for n in members if not n.ready),
         cordoned=sum(1 for n in members if n.ready and n.unschedulable),
         usable=tuple(shapes),
-        free_gpus=sum(max(n.allocatable_gpus - requested.get(n.name, 0), 0) for n in usable),
+        free_gpus=sum(max(o.allocatable - requested.get((n.name, o.resource), 0), 0) for n, o in usable),
+        resource=usable[0][1].resource if usable else next((o.resource for _, o in offers if o), ""),
     )
-
-
-GroupKey = tuple[str, str]  # (label key, product)
 
 
 @dataclass
 class InventoryState:
     """The writable side: nodes, namespaces and GPU requests per node. One writer, under its lock.
 
-    Each change re-summarises only the product groups it touches and publishes a new Snapshot.
+    Each change re-summarises only the groups it touches and publishes a new Snapshot.
     The dicts a Snapshot exposes (nodes, namespaces, requested) are replaced, never changed in
     place, so a reader holding an old Snapshot keeps a consistent view.
     """
@@ -223,9 +337,9 @@ class InventoryState:
     members: dict[GroupKey, dict[str, NodeInfo]] = field(default_factory=dict)
     summaries: dict[GroupKey, ProductGroup] = field(default_factory=dict)
     namespaces: dict[str, NamespaceInfo] = field(default_factory=dict)
-    # GPUs requested per node by Pods bound to it, and per Pod so deletions can be undone
-    requested: dict[str, int] = field(default_factory=dict)
-    pods: dict[str, tuple[str, int]] = field(default_factory=dict)
+    # devices requested per (node, resource) by Pods bound to it, and per Pod so deletions can be undone
+    requested: dict[tuple[str, str], int] = field(default_factory=dict)
+    pods: dict[str, tuple[str, Mapping[str, int]]] = field(default_factory=dict)
     synced: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock)
     snapshot: Snapshot = EMPTY_SNAPSHOT
@@ -237,11 +351,11 @@ class InventoryState:
         if old == info:
             return False
         if old is not None:
-            self._leave_group(old)
+            self._leave_groups(old)
         self.nodes = {**self.nodes, info.name: info}  # copy on write: published snapshots share the old one
-        key = (info.label_key, info.product)
-        self.members.setdefault(key, {})[info.name] = info
-        self._resummarize(key)
+        for key in group_keys(info):
+            self.members.setdefault(key, {})[info.name] = info
+            self._resummarize(key)
         return True
 
     def remove_node(self, name: str) -> bool:
@@ -249,21 +363,21 @@ class InventoryState:
         if old is None:
             return False
         self.nodes = {k: v for k, v in self.nodes.items() if k != name}
-        self._leave_group(old)
+        self._leave_groups(old)
         return True
 
-    def _leave_group(self, info: NodeInfo) -> None:
-        key = (info.label_key, info.product)
-        group = self.members.get(key, {})
-        group.pop(info.name, None)
-        if not group:
-            self.members.pop(key, None)
-        self._resummarize(key)
+    def _leave_groups(self, info: NodeInfo) -> None:
+        for key in group_keys(info):
+            group = self.members.get(key, {})
+            group.pop(info.name, None)
+            if not group:
+                self.members.pop(key, None)
+            self._resummarize(key)
 
     def _resummarize(self, key: GroupKey) -> None:
         group = self.members.get(key)
         if group:
-            self.summaries[key] = summarize_group(group.values(), self.requested)
+            self.summaries[key] = summarize_group(key, group.values(), self.requested)
         else:
             self.summaries.pop(key, None)
 
@@ -272,8 +386,12 @@ class InventoryState:
         self.nodes = {n.name: n for n in infos}
         self.members = {}
         for info in self.nodes.values():
-            self.members.setdefault((info.label_key, info.product), {})[info.name] = info
-        self.summaries = {k: summarize_group(v.values(), self.requested) for k, v in self.members.items()}
+            for key in group_keys(info):
+                self.members.setdefault(key, {})[info.name] = info
+        self._resummarize_all()
+
+    def _resummarize_all(self) -> None:
+        self.summaries = {k: summarize_group(k, v.values(), self.requested) for k, v in self.members.items()}
 
     # --- namespaces --------------------------------------------------------------------
     def upsert_namespace(self, info: NamespaceInfo) -> bool:
@@ -292,39 +410,47 @@ class InventoryState:
         self.namespaces = {n.name: n for n in infos}
 
     # --- GPU requests of bound Pods ------------------------------------------------------
-    def set_pod(self, pod_key: str, node_name: str | None, gpus: int) -> bool:
-        """Account a Pod's GPUs to its node; node None or gpus 0 (finished, unbound) removes it."""
-        new = (node_name, gpus) if node_name and gpus > 0 else None
+    def set_pod(self, pod_key: str, node_name: str | None, gpus: Mapping[str, int]) -> bool:
+        """Account a Pod's devices (per resource) to its node; node None or no devices (finished, unbound) removes it."""
+        held = {r: n for r, n in gpus.items() if n > 0}
+        new = (node_name, held) if node_name and held else None
         old = self.pods.get(pod_key)
         if old == new:
             return False
         if old is not None:
-            self._add_request(old[0], -old[1])
+            self._add_requests(old[0], old[1], -1)
             del self.pods[pod_key]
         if new is not None:
             self.pods[pod_key] = new
-            self._add_request(new[0], new[1])
+            self._add_requests(new[0], new[1], 1)
         return True
 
-    def replace_pods(self, pods: Iterable[tuple[str, str | None, int]]) -> None:
-        self.pods = {k: (n, g) for k, n, g in pods if n and g > 0}
-        requested: dict[str, int] = {}
-        for node_name, gpus in self.pods.values():
-            requested[node_name] = requested.get(node_name, 0) + gpus
+    def replace_pods(self, pods: Iterable[tuple[str, str | None, Mapping[str, int]]]) -> None:
+        self.pods = {}
+        for key, node, held in pods:
+            positive = {r: n for r, n in held.items() if n > 0}
+            if node and positive:
+                self.pods[key] = (node, positive)
+        requested: dict[tuple[str, str], int] = {}
+        for node_name, held in self.pods.values():
+            for resource, n in held.items():
+                requested[(node_name, resource)] = requested.get((node_name, resource), 0) + n
         self.requested = requested
-        self.summaries = {k: summarize_group(v.values(), self.requested) for k, v in self.members.items()}
+        self._resummarize_all()
 
-    def _add_request(self, node_name: str, delta: int) -> None:
-        total = self.requested.get(node_name, 0) + delta
+    def _add_requests(self, node_name: str, held: Mapping[str, int], sign: int) -> None:
         requested = dict(self.requested)  # copy on write, as for nodes
-        if total > 0:
-            requested[node_name] = total
-        else:
-            requested.pop(node_name, None)
+        for resource, n in held.items():
+            total = requested.get((node_name, resource), 0) + sign * n
+            if total > 0:
+                requested[(node_name, resource)] = total
+            else:
+                requested.pop((node_name, resource), None)
         self.requested = requested
         node = self.nodes.get(node_name)
         if node is not None:
-            self._resummarize((node.label_key, node.product))
+            for key in group_keys(node):
+                self._resummarize(key)
 
     # --- publishing ----------------------------------------------------------------------
     def publish(self) -> Snapshot:

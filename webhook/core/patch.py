@@ -31,10 +31,10 @@ def _add(path: str, value: Any) -> PatchOp:
     return {"op": "add", "path": path, "value": value}
 
 
-def build_patch(pod: Mapping[str, Any], placement: Placement, gpu_resource: str) -> list[PatchOp]:
+def build_patch(pod: Mapping[str, Any], placement: Placement) -> list[PatchOp]:
     ops: list[PatchOp] = []
     spec = pod.get("spec") or {}
-    ops += _limit_ops(spec["containers"][placement.container_index], placement, gpu_resource)
+    ops += _limit_ops(spec["containers"][placement.container_index], placement)
     ops += _affinity_ops(spec, placement)
     ops += _toleration_ops(spec, placement.tolerations)
     if placement.scheduler_name and spec.get("schedulerName") in (None, "", "default-scheduler"):
@@ -51,9 +51,10 @@ def build_unplaced_patch(pod: Mapping[str, Any]) -> list[PatchOp]:
     return _annotation_ops(pod.get("metadata") or {}, {TYPES_ANNOTATION: ""})
 
 
-def _limit_ops(container: Mapping[str, Any], placement: Placement, gpu_resource: str) -> list[PatchOp]:
+def _limit_ops(container: Mapping[str, Any], placement: Placement) -> list[PatchOp]:
     if not placement.set_limit:
         return []
+    gpu_resource = placement.resource
     base = f"/spec/containers/{placement.container_index}/resources"
     value = str(placement.count)
     resources = container.get("resources")

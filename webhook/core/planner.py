@@ -6,23 +6,30 @@ and returns a Decision. It never performs I/O; patch.py turns a Placement into a
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 from typing import Any, Literal, Mapping, Sequence
 
 from .catalog import Catalog, GpuClass
-from .inventory import NamespaceInfo, ProductGroup, Snapshot, Taint, pod_gpus
+from .inventory import GIB_MIB, NamespaceInfo, ProductGroup, Snapshot, Taint, pod_gpus
 
 PREFIX = "gpu-class.io/"
 CLASS_ANNOTATION = PREFIX + "class"
 COUNT_ANNOTATION = PREFIX + "count"
 CONTAINER_ANNOTATION = PREFIX + "container"
 EXCLUDE_ANNOTATION = PREFIX + "exclude-types"
+MIN_MEMORY_ANNOTATION = PREFIX + "min-memory"
 TYPES_ANNOTATION = PREFIX + "types"
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 
 WARNING_MAX_CHARS = 120  # the API server asks webhooks to keep warnings this short
 _COUNT_RE = re.compile(r"[0-9]{1,6}")
+_QUANTITY_RE = re.compile(r"([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?")
+_QUANTITY_BYTES = {
+    None: 1, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
+    "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18,
+}
 
 Outcome = Literal["out-of-scope", "refused", "patched", "admitted-unsatisfiable"]
 
@@ -40,6 +47,8 @@ class TypeVerdict:
     reason: str
     max_allocatable: int = 0
     free_gpus: int = 0
+    resource: str = ""
+    max_memory_mib: float | None = None
 
 
 @dataclass(frozen=True)
@@ -63,6 +72,7 @@ class Placement:
     tolerations: tuple[Taint, ...]  # taints to tolerate; value and effect "" mean any
     scheduler_name: str | None = None
     record_class: bool = False  # the class came from a default: write it, so the extender sees the strategy
+    resource: str = "nvidia.com/gpu"  # the extended resource the limit is set on
 
 
 @dataclass(frozen=True)
@@ -73,6 +83,8 @@ class Decision:
     placement: Placement | None = None
     warnings: tuple[str, ...] = ()
     verdicts: tuple[TypeVerdict, ...] = ()
+    resource: str | None = None  # the resource chosen for the Pod
+    resource_notes: tuple[tuple[str, str], ...] = ()  # (resource, why it was or was not chosen)
 
     @property
     def allowed(self) -> bool:
@@ -109,7 +121,7 @@ def _plan(pod: Mapping[str, Any], snapshot: Snapshot, catalog: Catalog, namespac
     class_name = annotations.get(CLASS_ANNOTATION)
     from_default = class_name is None
     if class_name is None:
-        if not _requests_gpu(pod, catalog.gpu_resource):
+        if not _requested_resources(pod, catalog.resources):
             return Decision("out-of-scope", "no class annotation and no GPU request")
         class_name, source = _default_class(ns_info, catalog)
         if class_name is None:
@@ -143,30 +155,34 @@ def _plan(pod: Mapping[str, Any], snapshot: Snapshot, catalog: Catalog, namespac
             "unreachable); retry in a few seconds",
             class_name=class_name,
         )
-    target = _target_container(annotations, containers, catalog.gpu_resource)
+    fixed, refusal = _fixed_resource(pod, gpu_class, catalog)
+    if refusal is not None:
+        return Decision("refused", refusal, class_name=class_name)
+    resource = fixed or catalog.class_resources(class_name)[0]
+    target = _target_container(annotations, containers, resource)
     if isinstance(target, str):
         return Decision("refused", target, class_name=class_name)
     index, container = target
-    count = _count(annotations, container, catalog.gpu_resource)
+    count = _count(annotations, container, resource)
     if isinstance(count, str):
         return Decision("refused", count, class_name=class_name)
     count_value, set_limit = count
     excluded = _excluded(annotations, catalog)
     if isinstance(excluded, str):
         return Decision("refused", excluded, class_name=class_name)
+    min_memory = _min_memory_mib(annotations)
+    if isinstance(min_memory, str):
+        return Decision("refused", min_memory, class_name=class_name)
 
-    gpus_needed = pod_gpus(pod, catalog.gpu_resource, target=(index, count_value))
-    fit = class_fit(gpu_class, gpus_needed, excluded, snapshot, catalog)
+    # with no resource fixed the Pod asks for none of the class's, so every one needs the same
+    gpus_needed = pod_gpus(pod, resource, target=(index, count_value))
+    fit = class_fit(gpu_class, gpus_needed, excluded, snapshot, catalog, min_memory_mib=min_memory, resource=fixed)
     if fit.unsatisfiable is not None:
         if catalog.on_unsatisfiable == "admit":
-            return Decision(
-                "admitted-unsatisfiable",
-                fit.unsatisfiable,
-                class_name=class_name,
-                warnings=fit.warnings + (_short(fit.unsatisfiable),),
-                verdicts=fit.verdicts,
-            )
-        return Decision("refused", fit.unsatisfiable, class_name=class_name, warnings=fit.warnings, verdicts=fit.verdicts)
+            return _from_fit("admitted-unsatisfiable", class_name, fit, fit.unsatisfiable,
+                             warnings=fit.warnings + (_short(fit.unsatisfiable),))
+        return _from_fit("refused", class_name, fit, fit.unsatisfiable)
+    assert fit.resource is not None  # a satisfiable fit has chosen one
     placement = Placement(
         container_index=index,
         container_name=container["name"],
@@ -179,8 +195,16 @@ def _plan(pod: Mapping[str, Any], snapshot: Snapshot, catalog: Catalog, namespac
         tolerations=fit.tolerations,
         scheduler_name=catalog.scheduler_name,
         record_class=from_default,
+        resource=fit.resource,
     )
-    return Decision("patched", class_name=class_name, placement=placement, warnings=fit.warnings, verdicts=fit.verdicts)
+    return _from_fit("patched", class_name, fit, placement=placement)
+
+
+def _from_fit(outcome: Outcome, class_name: str, fit: ClassFit, message: str = "", *,
+              placement: Placement | None = None, warnings: tuple[str, ...] | None = None) -> Decision:
+    return Decision(outcome, message, class_name=class_name, placement=placement,
+                    warnings=fit.warnings if warnings is None else warnings, verdicts=fit.verdicts,
+                    resource=fit.resource, resource_notes=fit.resource_notes)
 
 
 # --- reading the Pod ----------------------------------------------------------------------
@@ -247,15 +271,43 @@ def _resource_value(container: Mapping[str, Any], part: str, resource: str, wher
     return _mapping(resources.get(part), f"{where}.resources.{part}").get(resource)
 
 
-def _requests_gpu(pod: Mapping[str, Any], resource: str) -> bool:
+def _requested_resources(pod: Mapping[str, Any], resources: Sequence[str]) -> list[str]:
+    """The catalog's resources the Pod's containers or init containers limit or request, in catalog order."""
     spec = _mapping(pod.get("spec"), "spec")
+    found: set[str] = set()
     for field in ("containers", "initContainers"):
         for i, c in enumerate(_list(spec.get(field), f"spec.{field}")):
             where = f"spec.{field}[{i}]"
             c = _mapping(c, where)
-            if any(_resource_value(c, part, resource, where) is not None for part in ("limits", "requests")):
-                return True
-    return False
+            found.update(r for r in resources for part in ("limits", "requests")
+                         if _resource_value(c, part, r, where) is not None)
+    return [r for r in resources if r in found]
+
+
+def _fixed_resource(pod: Mapping[str, Any], gpu_class: GpuClass, catalog: Catalog) -> tuple[str | None, str | None]:
+    """(the catalog resource the Pod already asks for or None, the message refusing it or None)."""
+    asked = _requested_resources(pod, catalog.resources)
+    usable = catalog.class_resources(gpu_class.name)
+    if len(asked) > 1:
+        return None, (f"gpu-class: the Pod asks for {' and '.join(asked)}; a Pod can be placed on one GPU "
+                      f"resource only (class {gpu_class.name} uses {', '.join(usable)})")
+    if asked and asked[0] not in usable:
+        return None, (f"gpu-class: the Pod asks for {asked[0]}, which no type of class {gpu_class.name} uses; "
+                      f"ask for one of {', '.join(usable)}, or for none and let gpu-class choose")
+    return (asked[0] if asked else None), None
+
+
+def _min_memory_mib(annotations: Mapping[str, str]) -> float | None | str:
+    """gpu-class.io/min-memory as MiB (a Kubernetes quantity), or the message refusing it."""
+    raw = annotations.get(MIN_MEMORY_ANNOTATION)
+    if raw is None:
+        return None
+    match = _QUANTITY_RE.fullmatch(raw.strip())
+    mib = float(match.group(1)) * _QUANTITY_BYTES[match.group(2)] / 2**20 if match else 0.0
+    if mib <= 0:
+        return (f"gpu-class: {MIN_MEMORY_ANNOTATION} must be a positive Kubernetes quantity of memory per GPU, "
+                f"like \"40Gi\", \"40960Mi\" or \"48G\", not {_quoted(raw)}")
+    return mib
 
 
 def _default_class(ns_info: NamespaceInfo | None, catalog: Catalog) -> tuple[str | None, str]:
@@ -339,29 +391,53 @@ def _excluded(annotations: Mapping[str, str], catalog: Catalog) -> frozenset[str
 # --- deciding -----------------------------------------------------------------------------
 
 
+def gib(mib: float) -> str:
+    return f"{mib / GIB_MIB:.4g} GiB"
+
+
+def _fits(shape_allocatable: int, shape_memory: float | None, gpus_needed: int, min_memory_mib: float | None) -> bool:
+    memory_ok = min_memory_mib is None or (shape_memory is not None and shape_memory >= min_memory_mib)
+    return shape_allocatable >= gpus_needed and memory_ok
+
+
 def _verdict(
-    type_name: str, groups: Sequence[ProductGroup], gpus_needed: int, excluded: frozenset[str], catalog: Catalog
+    type_name: str, groups: Sequence[ProductGroup], gpus_needed: int, excluded: frozenset[str], catalog: Catalog,
+    min_memory_mib: float | None,
 ) -> TypeVerdict:
+    gpu_type = catalog.types[type_name]
     max_alloc = max((g.max_allocatable for g in groups), default=0)
     free = sum(g.free_gpus for g in groups)
+    memories = [m for g in groups if (m := g.max_memory_mib) is not None]
+    max_memory = max(memories) if memories else None
+
+    def verdict(valid: bool, reason: str, alloc: int = max_alloc, free_gpus: int = free,
+                memory: float | None = max_memory) -> TypeVerdict:
+        return TypeVerdict(type_name, valid, reason, alloc, free_gpus, gpu_type.resource, memory)
+
     if type_name in excluded:
-        return TypeVerdict(type_name, False, "excluded by the Pod", max_alloc, free)
+        return verdict(False, "excluded by the Pod")
     if not groups:
-        if catalog.types[type_name].scalable:
-            return TypeVerdict(type_name, True, "no nodes now; scalable pool", 0, 0)
-        return TypeVerdict(type_name, False, "no nodes in the cluster")
-    if any(cap >= gpus_needed for g in groups for cap, _ in g.usable):
-        return TypeVerdict(type_name, True, "ok", max_alloc, free)
+        if gpu_type.scalable:
+            memory = None if gpu_type.memory_gib is None else gpu_type.memory_gib * GIB_MIB
+            if _fits(gpus_needed, memory, gpus_needed, min_memory_mib):
+                return verdict(True, "no nodes now; scalable pool", memory=memory)
+            return verdict(False, "scalable pool with too little memory per device", memory=memory)
+        return verdict(False, "no nodes in the cluster")
+    if any(_fits(s.allocatable, s.memory_mib, gpus_needed, min_memory_mib) for g in groups for s in g.usable):
+        return verdict(True, "ok")
     if not any(g.usable for g in groups):
         nodes = sum(g.nodes for g in groups)
         not_ready = sum(g.not_ready for g in groups)
         cordoned = sum(g.cordoned for g in groups)
         if not_ready == nodes:
-            return TypeVerdict(type_name, False, f"all {nodes} nodes not ready")
+            return verdict(False, f"all {nodes} nodes not ready", 0, 0)
         if cordoned + not_ready == nodes:
-            return TypeVerdict(type_name, False, f"all {nodes} nodes cordoned or not ready")
-        return TypeVerdict(type_name, False, "no node offers allocatable GPUs")
-    return TypeVerdict(type_name, False, f"too few GPUs: largest allocatable {max_alloc}, Pod needs {gpus_needed}", max_alloc, free)
+            return verdict(False, f"all {nodes} nodes cordoned or not ready", 0, 0)
+        return verdict(False, f"no node offers allocatable {gpu_type.resource}", 0, 0)
+    if min_memory_mib is not None and any(s.allocatable >= gpus_needed for g in groups for s in g.usable):
+        largest = "unknown" if max_memory is None else gib(max_memory)
+        return verdict(False, f"too little memory: largest {largest} per device, Pod needs {gib(min_memory_mib)}")
+    return verdict(False, f"too few GPUs: largest allocatable {max_alloc}, Pod needs {gpus_needed}")
 
 
 def _order(valid: Sequence[TypeVerdict], gpu_class: GpuClass, catalog: Catalog) -> list[str]:
@@ -404,35 +480,77 @@ class ClassFit:
     required: tuple[tuple[str, tuple[str, ...]], ...] = ()
     preferences: tuple[Preference, ...] = ()
     tolerations: tuple[Taint, ...] = ()
+    resource: str | None = None  # the resource the Pod is placed on; None when none could be chosen
+    resource_notes: tuple[tuple[str, str], ...] = ()  # (resource, why chosen or not) for each of the class's
 
 
 MEMO_MAX_ENTRIES = 1024
 
 
 def class_fit(
-    gpu_class: GpuClass, gpus_needed: int, excluded: frozenset[str], snapshot: Snapshot, catalog: Catalog
+    gpu_class: GpuClass, gpus_needed: int, excluded: frozenset[str], snapshot: Snapshot, catalog: Catalog,
+    *, min_memory_mib: float | None = None, resource: str | None = None,
 ) -> ClassFit:
     """Memoised per snapshot: Pods of one Deployment ask the same question, and the answer only
-    changes when the inventory does (which publishes a new snapshot with an empty memo)."""
-    key = (gpu_class.name, gpus_needed, excluded)
+    changes when the inventory does (which publishes a new snapshot with an empty memo).
+    `resource`: the one the Pod already asks for; None lets the class's strategy choose."""
+    key = (gpu_class.name, gpus_needed, excluded, min_memory_mib, resource)
     fit: ClassFit | None = snapshot.memo.get(key)
     if fit is None:
-        fit = _class_fit(gpu_class, gpus_needed, excluded, snapshot, catalog)
+        fit = _class_fit(gpu_class, gpus_needed, excluded, snapshot, catalog, min_memory_mib, resource)
         if len(snapshot.memo) >= MEMO_MAX_ENTRIES:
             snapshot.memo.clear()
         snapshot.memo[key] = fit
     return fit
 
 
+def _choose_resource(
+    verdicts: Sequence[TypeVerdict], gpu_class: GpuClass, catalog: Catalog, fixed: str | None
+) -> tuple[str | None, tuple[tuple[str, str], ...]]:
+    """The resource to place on, and a note per resource of the class saying why it was or was not chosen.
+
+    A Pod asks for one resource only: the one it already names, else that of the best valid type
+    by the class's strategy."""
+    resources = catalog.class_resources(gpu_class.name)
+    if fixed is not None:
+        return fixed, tuple((r, "the Pod asks for it" if r == fixed else f"the Pod asks for {fixed}") for r in resources)
+    valid = [v for v in verdicts if v.valid]
+    if not valid:
+        return None, tuple((r, "no valid type") for r in resources)
+    best = _order(valid, gpu_class, catalog)
+    chosen = catalog.types[best[0]].resource
+    notes = []
+    for r in resources:
+        own = [t for t in best if catalog.types[t].resource == r]
+        if r == chosen:
+            notes.append((r, f"best valid type {best[0]} by strategy {gpu_class.strategy}"))
+        elif own:
+            notes.append((r, f"its best valid type {own[0]} comes after {best[0]} by strategy {gpu_class.strategy}"))
+        else:
+            notes.append((r, "no valid type"))
+    return chosen, tuple(notes)
+
+
 def _class_fit(
-    gpu_class: GpuClass, gpus_needed: int, excluded: frozenset[str], snapshot: Snapshot, catalog: Catalog
+    gpu_class: GpuClass, gpus_needed: int, excluded: frozenset[str], snapshot: Snapshot, catalog: Catalog,
+    min_memory_mib: float | None, fixed: str | None,
 ) -> ClassFit:
-    verdicts = tuple(_verdict(t, snapshot.groups(t), gpus_needed, excluded, catalog) for t in gpu_class.types)
+    verdicts = tuple(
+        _verdict(t, snapshot.groups(t), gpus_needed, excluded, catalog, min_memory_mib) for t in gpu_class.types
+    )
+    resource, notes = _choose_resource(verdicts, gpu_class, catalog, fixed)
+    if resource is not None:
+        # a type of another resource is not what the Pod will be given, whatever its own state
+        verdicts = tuple(
+            v if v.resource == resource else dataclasses.replace(v, valid=False, reason=f"requested as {v.resource}; "
+                                                                  f"the Pod gets {resource}")
+            for v in verdicts
+        )
     valid = [v for v in verdicts if v.valid]
     warnings = _absent_warning(gpu_class, verdicts)
     if not valid:
-        message = _unsatisfiable_message(gpu_class, gpus_needed, snapshot, catalog, excluded)
-        return ClassFit(verdicts, warnings, message)
+        message = _unsatisfiable_message(gpu_class, gpus_needed, snapshot, catalog, excluded, min_memory_mib, resource)
+        return ClassFit(verdicts, warnings, message, resource=resource, resource_notes=notes)
     ordered = _order(valid, gpu_class, catalog)
     required: dict[str, set[str]] = {}
     taints: set[Taint] = set()
@@ -441,13 +559,14 @@ def _class_fit(
         per_key: dict[str, set[str]] = {}
         groups = snapshot.groups(type_name)
         for g in groups:
-            fitting = [t for cap, t in g.usable if cap >= gpus_needed]
+            fitting = [s.taints for s in g.usable if _fits(s.allocatable, s.memory_mib, gpus_needed, min_memory_mib)]
             if fitting:
                 per_key.setdefault(g.label_key, set()).add(g.product)
                 for node_taints in fitting:
                     taints.update(node_taints)
-        if not groups:  # a scalable pool at zero: its configured products, any GPU taint
-            per_key[catalog.product_labels[0]] = set(catalog.types[type_name].exact_products)
+        if not groups:  # a scalable pool at zero: its configured values, any GPU taint
+            for key, values in catalog.types[type_name].exact_values(catalog.product_labels):
+                per_key.setdefault(key, set()).update(values)
             taints.update(Taint(k, "", "") for k in catalog.gpu_taint_keys)
         for key, products in sorted(per_key.items()):
             required.setdefault(key, set()).update(products)
@@ -460,6 +579,8 @@ def _class_fit(
         required=tuple((k, tuple(sorted(v))) for k, v in sorted(required.items())),
         preferences=tuple(preferences),
         tolerations=tuple(sorted(_drop_covered(taints))),
+        resource=resource,
+        resource_notes=notes,
     )
 
 
@@ -477,18 +598,27 @@ def _absent_warning(gpu_class: GpuClass, verdicts: Sequence[TypeVerdict]) -> tup
 
 
 def _unsatisfiable_message(
-    gpu_class: GpuClass, gpus_needed: int, snapshot: Snapshot, catalog: Catalog, excluded: frozenset[str]
+    gpu_class: GpuClass, gpus_needed: int, snapshot: Snapshot, catalog: Catalog, excluded: frozenset[str],
+    min_memory_mib: float | None, resource: str | None,
 ) -> str:
     present = []
+    memories: list[float] = []
     for type_name in catalog.types:
         groups = snapshot.groups(type_name)
         if groups:
             largest = max(g.max_allocatable for g in groups)
             present.append(f"{type_name} (largest allocatable {largest})")
+            memories.extend(m for g in groups if (m := g.max_memory_mib) is not None)
+    types = [t for t in gpu_class.types if resource is None or catalog.types[t].resource == resource]
     excluded_note = f", excluding {', '.join(sorted(excluded))}" if excluded else ""
+    memory_note = ""
+    if min_memory_mib is not None:
+        largest_memory = gib(max(memories)) if memories else "unknown"
+        memory_note = f" with at least {gib(min_memory_mib)} each (largest memory present: {largest_memory})"
+    resource_note = f" as {resource}" if resource is not None and len(catalog.class_resources(gpu_class.name)) > 1 else ""
     return (
-        f"gpu-class: no ready, schedulable node offers {gpus_needed} GPU(s) of class {gpu_class.name} "
-        f"(types {', '.join(gpu_class.types)}{excluded_note}). "
+        f"gpu-class: no ready, schedulable node offers {gpus_needed} GPU(s){memory_note}{resource_note} of class "
+        f"{gpu_class.name} (types {', '.join(types)}{excluded_note}). "
         f"Present: {', '.join(present) or 'no GPU nodes'}. "
         f"Ask for fewer GPUs or another class: {', '.join(catalog.classes)}"
     )

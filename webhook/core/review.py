@@ -127,7 +127,7 @@ def review_pod(request: Request, snapshot: Snapshot, catalog: Catalog) -> Review
         return Review(decision, build_unplaced_patch(request.object))
     if decision.placement is None:
         return Review(decision, [])
-    return Review(decision, build_patch(request.object, decision.placement, catalog.gpu_resource))
+    return Review(decision, build_patch(request.object, decision.placement))
 
 
 def build_response(request: Request, review: Review) -> ReviewResponse:

@@ -44,7 +44,8 @@ INVENTORY_NODES = Gauge(
     multiprocess_mode="livemax",
 )
 FREE_GPUS = Gauge(
-    "gpu_class_inventory_free_gpus", "Allocatable minus requested GPUs on usable nodes, by type", ["type"],
+    "gpu_class_inventory_free_gpus",
+    "Allocatable minus requested devices of the type's resource on usable nodes, by type", ["type", "resource"],
     multiprocess_mode="livemax",
 )
 WATCH_RESTARTS = Counter(
@@ -110,7 +111,7 @@ def start_admission_series(catalog: Catalog) -> None:
 
 
 def observe_inventory(snapshot: Snapshot, catalog: Catalog) -> None:
-    for type_name in catalog.types:
+    for type_name, gpu_type in catalog.types.items():
         groups = snapshot.groups(type_name)
         nodes = sum(g.nodes for g in groups)
         not_ready = sum(g.not_ready for g in groups)
@@ -118,7 +119,8 @@ def observe_inventory(snapshot: Snapshot, catalog: Catalog) -> None:
         INVENTORY_NODES.labels(type_name, "ready").set(nodes - not_ready - cordoned)
         INVENTORY_NODES.labels(type_name, "not_ready").set(not_ready)
         INVENTORY_NODES.labels(type_name, "cordoned").set(cordoned)
-        FREE_GPUS.labels(type_name).set(sum(g.free_gpus for g in groups))
+        # each type is counted in its own resource: a MIG slice held is not a whole GPU used
+        FREE_GPUS.labels(type_name, gpu_type.resource).set(sum(g.free_gpus for g in groups))
     INVENTORY_NODES.labels(UNKNOWN, "ready").set(sum(g.nodes for g in snapshot.unknown_groups))
 
 
