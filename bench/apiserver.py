@@ -30,6 +30,10 @@ import local_cluster  # noqa: E402  (tests/e2e is not a package)
 
 from bench.sections import write_section  # noqa: E402
 
+# The client's models are typed; the API takes the plain dict bodies we send, and answers are
+# read as the JSON they are.
+CoreApi = Any
+
 HOOKS = (("mutatingwebhookconfiguration", "gpu-class.io"),
          ("validatingadmissionpolicybinding", "gpu-class.io-placement"))
 NODE_LABELS = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
@@ -46,7 +50,7 @@ def _percentile(values: Sequence[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
 
 
-def _admitted_as(core: kubernetes.client.CoreV1Api, namespace: str) -> str:
+def _admitted_as(core: CoreApi, namespace: str) -> str:
     """How a class Pod is admitted now: "patched", "unpatched", or "refused" (by either hook)."""
     try:
         pod = json.loads(core.create_namespaced_pod(namespace, _pod("probe"), dry_run="All",
@@ -67,7 +71,7 @@ def _wait(what: str, probe: Callable[[], bool], seconds: float = 30.0) -> None:
     raise RuntimeError(f"timed out waiting for {what}")
 
 
-def _set_registered(cluster: local_cluster.Cluster, core: kubernetes.client.CoreV1Api, namespace: str,
+def _set_registered(cluster: local_cluster.Cluster, core: CoreApi, namespace: str,
                     registered: bool, hooks: list[dict[str, Any]]) -> None:
     if registered:
         local_cluster.apply(cluster, hooks)
@@ -79,7 +83,7 @@ def _set_registered(cluster: local_cluster.Cluster, core: kubernetes.client.Core
     _wait("the webhook configuration change to take effect", lambda: _admitted_as(core, namespace) == want)
 
 
-def measure_creates(cluster: local_cluster.Cluster, core: kubernetes.client.CoreV1Api, namespace: str,
+def measure_creates(cluster: local_cluster.Cluster, core: CoreApi, namespace: str,
                     creates: int, rounds: int) -> dict[str, list[float]]:
     hooks = [o for o in local_cluster.render_install(cluster)
              if (o["kind"].lower(), o["metadata"]["name"]) in HOOKS or o["kind"] == "ValidatingAdmissionPolicy"]
@@ -99,7 +103,7 @@ def measure_creates(cluster: local_cluster.Cluster, core: kubernetes.client.Core
     return samples
 
 
-def measure_node_changes(core: kubernetes.client.CoreV1Api, namespace: str, changes: int) -> list[float]:
+def measure_node_changes(core: CoreApi, namespace: str, changes: int) -> list[float]:
     """Milliseconds from a node's create (or delete) returning to the first dry run that sees it."""
     def offers_h100() -> bool:
         # With no H100 node the class has no type present: refused.
@@ -127,7 +131,7 @@ def measure_node_changes(core: kubernetes.client.CoreV1Api, namespace: str, chan
     return seen
 
 
-def _delete_nodes(core: kubernetes.client.CoreV1Api) -> None:
+def _delete_nodes(core: CoreApi) -> None:
     for name in ("bench-h100", "bench-h100-fleet"):
         try:
             core.delete_node(name)
@@ -174,7 +178,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = p.parse_args(argv)
     started = time.monotonic()
     with local_cluster.running(args.cluster_dir) as cluster:
-        core = kubernetes.client.CoreV1Api(kubernetes.config.new_client_from_config(config_file=str(cluster.kubeconfig)))
+        core: CoreApi = kubernetes.client.CoreV1Api(kubernetes.config.new_client_from_config(config_file=str(cluster.kubeconfig)))
         namespace = f"bench-{uuid.uuid4().hex[:6]}"
         core.create_namespace({"metadata": {"name": namespace, "labels": {"gpu-class.io/inject": "enabled"}}})
         _wait("the namespace's default ServiceAccount", lambda: bool(core.list_namespaced_service_account(

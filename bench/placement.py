@@ -40,6 +40,7 @@ from typing import Any, Iterator, Literal, Mapping, Sequence
 import kubernetes
 import yaml
 from kubernetes.client.exceptions import ApiException
+from kubernetes.watch.watch import iter_resp_lines
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT / "tests" / "e2e"))
@@ -47,6 +48,10 @@ sys.path.insert(0, str(REPO_ROOT / "tests" / "e2e"))
 import local_cluster  # noqa: E402  (tests/e2e is not a package)
 
 from bench.sections import write_section  # noqa: E402
+
+# The client's models are typed; the API takes the plain dict bodies we send, and answers are
+# read as the JSON they are.
+CoreApi = Any
 
 Path_ = Literal["default", "extender"]
 PATHS: tuple[Path_, ...] = ("default", "extender")
@@ -221,7 +226,7 @@ def utilisation_spread(fleet: Sequence[NodeSpec], outcomes: Sequence[Outcome], c
     by_name = {n.name: n for n in fleet}
     for n in fleet:
         t = catalog.type_of_product.get(n.product)
-        if t in types:
+        if t is not None and t in types:
             total[t] += n.gpus
     for o in outcomes:
         if o.node:
@@ -234,7 +239,7 @@ def utilisation_spread(fleet: Sequence[NodeSpec], outcomes: Sequence[Outcome], c
 
 # --- running on the cluster ---------------------------------------------------------
 
-def create_fleet(core: kubernetes.client.CoreV1Api, fleet: Sequence[NodeSpec], fill_namespace: str) -> None:
+def create_fleet(core: CoreApi, fleet: Sequence[NodeSpec], fill_namespace: str) -> None:
     delete_fleet(core, fleet)  # left by an interrupted run on a kept cluster
     for n in fleet:
         labels = {"kubernetes.io/hostname": n.name, "kubernetes.io/os": "linux",
@@ -257,7 +262,7 @@ def create_fleet(core: kubernetes.client.CoreV1Api, fleet: Sequence[NodeSpec], f
                                                                     "memory": "1Gi"}}}]}})
 
 
-def delete_fleet(core: kubernetes.client.CoreV1Api, fleet: Sequence[NodeSpec]) -> None:
+def delete_fleet(core: CoreApi, fleet: Sequence[NodeSpec]) -> None:
     for n in fleet:
         try:
             core.delete_node(n.name)
@@ -269,9 +274,8 @@ def delete_fleet(core: kubernetes.client.CoreV1Api, fleet: Sequence[NodeSpec]) -
 class BindRecorder:
     """Watches a namespace's Pods and records the order in which they were bound."""
 
-    def __init__(self, core: kubernetes.client.CoreV1Api, namespace: str) -> None:
+    def __init__(self, core: CoreApi, namespace: str) -> None:
         self.order: list[tuple[str, str]] = []
-        self.types: dict[str, tuple[str, ...]] = {}
         self._seen: set[str] = set()
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -280,26 +284,27 @@ class BindRecorder:
         self._ready = threading.Event()
         self._ready.wait(10)
 
-    def _run(self, core: kubernetes.client.CoreV1Api, namespace: str) -> None:
+    def _run(self, core: CoreApi, namespace: str) -> None:
         rv = core.list_namespaced_pod(namespace).metadata.resource_version
         self._ready.set()
         while not self._stop.is_set():
             response = core.list_namespaced_pod(namespace, watch=True, resource_version=rv, timeout_seconds=5,
                                                 _preload_content=False)
-            for line in response:
-                for raw in line.splitlines():
-                    if not raw.strip():
-                        continue
-                    event = json.loads(raw)
-                    pod = event["object"]
-                    rv = pod["metadata"].get("resourceVersion", rv)
-                    name, node = pod["metadata"].get("name"), pod["spec"].get("nodeName")
-                    if name and node and name not in self._seen:
-                        with self._lock:
-                            self._seen.add(name)
-                            self.order.append((name, node))
-                            types = (pod["metadata"].get("annotations") or {}).get("gpu-class.io/types", "")
-                            self.types[name] = tuple(t for t in types.split(",") if t)
+            # Whole lines: a chunk of the stream can end in the middle of an event.
+            for line in iter_resp_lines(response):
+                if not line.strip():
+                    continue
+                pod = json.loads(line)["object"]
+                rv = pod["metadata"].get("resourceVersion", rv)
+                name, node = pod["metadata"].get("name"), pod["spec"].get("nodeName")
+                if name and node and name not in self._seen:
+                    with self._lock:
+                        self._seen.add(name)
+                        self.order.append((name, node))
+
+    def count(self) -> int:
+        with self._lock:
+            return len(self.order)
 
     def bound(self, names: set[str]) -> set[str]:
         with self._lock:
@@ -323,13 +328,14 @@ def _pod_manifest(w: Workload, scheduler: str | None) -> dict[str, Any]:
             "spec": spec}
 
 
-def run_stream(api: kubernetes.client.ApiClient, namespace: str, workloads: Sequence[Workload],
+def run_stream(api: Any, namespace: str, workloads: Sequence[Workload],
                scheduler: str | None) -> list[Outcome]:
-    core = kubernetes.client.CoreV1Api(api)
-    apps = kubernetes.client.AppsV1Api(api)
+    core: CoreApi = kubernetes.client.CoreV1Api(api)
+    apps: Any = kubernetes.client.AppsV1Api(api)
     recorder = BindRecorder(core, namespace)
     workload_of: dict[str, Workload] = {}
-    pending: list[str] = []
+    types_of: dict[str, tuple[str, ...]] = {}  # gpu-class.io/types as the webhook wrote it
+    pending: list[tuple[int, str]] = []  # (binds seen when it was found Pending, Pod)
     try:
         for w in workloads:
             manifest = _pod_manifest(w, scheduler)
@@ -343,14 +349,17 @@ def run_stream(api: kubernetes.client.ApiClient, namespace: str, workloads: Sequ
                                                                                 "name": w.name}})
             deadline = time.monotonic() + PENDING_SECONDS
             while True:
-                names = {p.metadata.name for p in core.list_namespaced_pod(
-                    namespace, label_selector=f"workload={w.name}").items}
-                for n in names:
-                    workload_of[n] = w
+                listed = core.list_namespaced_pod(namespace, label_selector=f"workload={w.name}").items
+                names = {p.metadata.name for p in listed}
+                for p in listed:
+                    workload_of[p.metadata.name] = w
+                    listed_types = (p.metadata.annotations or {}).get("gpu-class.io/types", "")
+                    types_of[p.metadata.name] = tuple(t for t in listed_types.split(",") if t)
                 if len(names) == max(1, w.replicas) and recorder.bound(names) == names:
                     break
                 if time.monotonic() > deadline:
-                    pending.extend(sorted(names - recorder.bound(names)))
+                    binds_so_far = recorder.count()
+                    pending.extend((binds_so_far, n) for n in sorted(names - recorder.bound(names)))
                     if w.replicas:  # a Deployment keeps retrying; stop it from filling later capacity
                         apps.patch_namespaced_deployment_scale(w.name, namespace, {"spec": {"replicas": 0}})
                     for n in names - recorder.bound(names):
@@ -363,15 +372,11 @@ def run_stream(api: kubernetes.client.ApiClient, namespace: str, workloads: Sequ
                 time.sleep(0.05)
     finally:
         recorder.stop()
-    outcomes = [Outcome(n, workload_of[n], node, recorder.types.get(n, ())) for n, node in recorder.order
-                if n in workload_of]
-    # A Pending Pod is judged at the moment it was found Pending: after the binds before it. The
-    # stream is sequential, so appending keeps that order closely enough (its types come from
-    # its workload's first Pod, or the class's present types).
-    for n in pending:
-        types = next((o.types for o in outcomes if o.workload is workload_of[n]), ())
-        outcomes.append(Outcome(n, workload_of[n], None, types))
-    return outcomes
+    # A Pending Pod is judged at the moment it was found Pending: after the binds seen by then.
+    events: list[tuple[int, int, str, str | None]] = [
+        (i, 1, n, node) for i, (n, node) in enumerate(recorder.order) if n in workload_of]
+    events += [(i, 0, n, None) for i, n in pending]
+    return [Outcome(n, workload_of[n], node, types_of[n]) for _, _, n, node in sorted(events, key=lambda e: e[:2])]
 
 
 @dataclass
@@ -385,7 +390,7 @@ class StreamResult:
 def run_all(cluster: local_cluster.Cluster, fleet: Sequence[NodeSpec], streams: Mapping[str, Sequence[Workload]],
             paths: Sequence[Path_] = PATHS) -> list[StreamResult]:
     api = kubernetes.config.new_client_from_config(config_file=str(cluster.kubeconfig))
-    core = kubernetes.client.CoreV1Api(api)
+    core: CoreApi = kubernetes.client.CoreV1Api(api)
     catalog = read_catalog()
     fill_ns = _namespace(core, "pl-fill", opted_in=False)
     results = []
@@ -407,7 +412,7 @@ def run_all(cluster: local_cluster.Cluster, fleet: Sequence[NodeSpec], streams: 
     return results
 
 
-def _namespace(core: kubernetes.client.CoreV1Api, prefix: str, *, opted_in: bool) -> str:
+def _namespace(core: CoreApi, prefix: str, *, opted_in: bool) -> str:
     name = f"{prefix}-{uuid.uuid4().hex[:5]}"
     core.create_namespace({"metadata": {"name": name,
                                         "labels": {"gpu-class.io/inject": "enabled"} if opted_in else {}}})
@@ -419,7 +424,7 @@ def _namespace(core: kubernetes.client.CoreV1Api, prefix: str, *, opted_in: bool
     return name
 
 
-def _drop_namespace(core: kubernetes.client.CoreV1Api, name: str) -> None:
+def _drop_namespace(core: CoreApi, name: str) -> None:
     core.delete_collection_namespaced_pod(name, grace_period_seconds=0)
     kubernetes.client.AppsV1Api(core.api_client).delete_collection_namespaced_deployment(name)
     core.delete_collection_namespaced_pod(name, grace_period_seconds=0)
@@ -435,7 +440,7 @@ def _drop_namespace(core: kubernetes.client.CoreV1Api, name: str) -> None:
     core.delete_namespace(name)
 
 
-def _wait_inventory(core: kubernetes.client.CoreV1Api, fleet: Sequence[NodeSpec]) -> None:
+def _wait_inventory(core: CoreApi, fleet: Sequence[NodeSpec]) -> None:
     """Until an 8-GPU `high` Pod is placed: the webhook has seen the fleet's H100 nodes."""
     ns = _namespace(core, "pl-probe", opted_in=True)
     try:

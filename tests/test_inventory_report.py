@@ -21,7 +21,7 @@ def snapshot_of(nodes: Sequence[dict[str, Any]], used: dict[str, int] | None = N
     """The snapshot the watch would publish for these nodes and GPUs held by bound Pods (node -> GPUs)."""
     state = InventoryState(catalog=catalog, synced=True)
     state.replace_nodes(i for i in (node_info_from_object(n, catalog) for n in nodes) if i is not None)
-    state.replace_pods((f"ns/p-{node}", node, gpus) for node, gpus in (used or {}).items())
+    state.replace_pods((f"ns/p-{node}", node, {catalog.gpu_resource: gpus}) for node, gpus in (used or {}).items())
     return state.publish()
 
 

@@ -268,9 +268,9 @@ def type_free_gpus(snapshot: Snapshot) -> dict[str, int]:
     """Free GPUs per type over its ready, schedulable nodes: what `balanced` balances."""
     free: dict[str, int] = {}
     for name, info in snapshot.nodes.items():
-        if info.type_name and info.ready and not info.unschedulable:
-            left = max(info.allocatable_gpus - snapshot.requested.get(name, 0), 0)
-            free[info.type_name] = free.get(info.type_name, 0) + left
+        if info.schedulable:
+            for offer in info.offers:
+                free[offer.type_name] = free.get(offer.type_name, 0) + snapshot.free(name, offer)
     return free
 
 

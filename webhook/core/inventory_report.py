@@ -76,19 +76,19 @@ UNKNOWN_PRODUCT_HINT = "no type claims them; add a whole-GPU product to a type's
 
 
 def _resource(catalog: Catalog, type_name: str) -> str:
-    """The extended resource a type's GPUs are requested as."""
-    return catalog.gpu_resource
+    """The extended resource a type's devices are requested as."""
+    return catalog.types[type_name].resource
 
 
-def _counts(nodes: Iterable[NodeInfo], snapshot: Snapshot, free: int) -> tuple[NodeCounts, GpuCounts]:
+def _counts(nodes: Iterable[NodeInfo], type_name: str, snapshot: Snapshot, free: int) -> tuple[NodeCounts, GpuCounts]:
     members = list(nodes)
-    usable = [n for n in members if n.is_usable]
+    usable = [(n, o) for n in members if n.schedulable and (o := n.offer(type_name)) is not None]
     ready = sum(1 for n in members if n.ready)
     return (
         {"total": len(members), "ready": ready, "notReady": len(members) - ready,
          "cordoned": sum(1 for n in members if n.unschedulable)},
-        {"allocatable": sum(n.allocatable_gpus for n in usable),
-         "used": sum(snapshot.requested.get(n.name, 0) for n in usable), "free": free},
+        {"allocatable": sum(o.allocatable for _, o in usable),
+         "used": sum(snapshot.requested.get((n.name, o.resource), 0) for n, o in usable), "free": free},
     )
 
 
@@ -97,12 +97,15 @@ def _type_report(type_name: str, nodes: list[NodeInfo], snapshot: Snapshot, cata
     groups = {(g.label_key, g.product): g for g in snapshot.groups(type_name)}
     by_product: dict[tuple[str, str], list[NodeInfo]] = {}
     for n in nodes:
-        by_product.setdefault((n.label_key, n.product), []).append(n)
+        offer = n.offer(type_name)
+        assert offer is not None  # nodes are listed under the types they offer
+        by_product.setdefault((offer.label_key, offer.value), []).append(n)
     products: list[ProductReport] = []
     for key, members in sorted(by_product.items()):
-        node_counts, gpu_counts = _counts(members, snapshot, groups[key].free_gpus)
+        free = groups[key].free_gpus if key in groups else 0
+        node_counts, gpu_counts = _counts(members, type_name, snapshot, free)
         products.append({"labelKey": key[0], "product": key[1], "nodes": node_counts, "gpus": gpu_counts})
-    node_counts, gpu_counts = _counts(nodes, snapshot, sum(g.free_gpus for g in groups.values()))
+    node_counts, gpu_counts = _counts(nodes, type_name, snapshot, sum(g.free_gpus for g in groups.values()))
     return {"name": type_name, "resource": _resource(catalog, type_name), "nodes": node_counts, "gpus": gpu_counts,
             "products": products}
 
@@ -110,9 +113,9 @@ def _type_report(type_name: str, nodes: list[NodeInfo], snapshot: Snapshot, cata
 def _class_report(class_name: str, snapshot: Snapshot, catalog: Catalog, by_type: Mapping[str, list[NodeInfo]]) -> ClassReport:
     gpu_class = catalog.classes[class_name]
     valid = class_fit(gpu_class, 1, frozenset(), snapshot, catalog).types
-    needs = PodNeeds(types=valid, gpus=1, class_name=class_name)
     free_by_type: dict[str, int] = {}
     for type_name in valid:
+        needs = PodNeeds(types=(type_name,), gpus=1, class_name=class_name, resource=_resource(catalog, type_name))
         verdicts = [judge_node(n.name, n, needs, snapshot, from_cache=True) for n in by_type.get(type_name, ())]
         fitting = [v.free_gpus for v in verdicts if v.passed]
         if fitting:
@@ -129,8 +132,8 @@ def build_report(snapshot: Snapshot, catalog: Catalog) -> InventoryReport:
     """Types with at least one node (fastest first), products no type claims, and each class's reach now."""
     by_type: dict[str, list[NodeInfo]] = {}
     for info in snapshot.nodes.values():
-        if info.type_name is not None:
-            by_type.setdefault(info.type_name, []).append(info)
+        for offer in info.offers:  # a mixed-MIG node is listed under each profile it offers
+            by_type.setdefault(offer.type_name, []).append(info)
     order = sorted(catalog.types.values(), key=lambda t: (-t.score, -(t.memory_gib or 0), t.name))
     return {
         "types": [_type_report(t.name, by_type[t.name], snapshot, catalog) for t in order if t.name in by_type],
