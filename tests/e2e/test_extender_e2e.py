@@ -40,9 +40,14 @@ def test_gpu_class_scheduler_filters_and_scores_through_the_extender(
     # first Pods.
     assert TYPE_OF[nodes[names[0]]] == "A100-40GB"
 
+    # performance: the filter keeps both H100 nodes, so the scheduler asks the extender to score them
+    core.create_namespaced_pod(namespace, make_pod("fast", gpu_class="high", scheduler="gpu-class-scheduler"))
+    assert TYPE_OF[wait_bound(core, namespace, "fast")] == "H100"
+
     calls = {(r["verb"], r["pod"].split("/", 1)[1]) for r in _extender_records(cluster, namespace)}
-    for name in names:
-        assert ("filter", name) in calls and ("prioritize", name) in calls, calls
+    assert all(("filter", name) in calls for name in [*names, "fast"]), calls
+    # With one node left after filter the scheduler has nothing to score; with two it asks.
+    assert ("prioritize", "fast") in calls, calls
 
 
 def test_default_scheduler_pods_do_not_reach_the_extender(cluster: local_cluster.Cluster,

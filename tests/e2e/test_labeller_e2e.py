@@ -11,9 +11,10 @@ import kubernetes
 import pytest
 
 import local_cluster
-from kubeobjects import FIXTURES, GPU_TAINT, create_node, delete_nodes
+from kubeobjects import FIXTURES, GPU_TAINT, create_node, delete_nodes, wait_for
 
 NODE = "e2e-labeller"
+TTL_ANNOTATION = "node.alpha.kubernetes.io/ttl"
 A100_8X = FIXTURES / "nvidia-smi" / "csv_name-memtotal-driver_8x_A100-SXM4-80GB.csv"
 
 
@@ -22,6 +23,9 @@ def node(core: kubernetes.client.CoreV1Api) -> Iterator[str]:
     delete_nodes(core, [NODE])
     create_node(core, NODE, {"team": "ml", "gpu-class.io/gpu-models-mixed": "true"}, gpus=8)
     core.patch_node(NODE, {"metadata": {"annotations": {"example.com/owner": "ml-platform"}}})
+    # The controller-manager's TTL controller annotates every new Node once; let it, so the only
+    # change left to see is the labeller's.
+    wait_for("the TTL controller's annotation", lambda: TTL_ANNOTATION in (core.read_node(NODE).metadata.annotations or {}))
     yield NODE
     delete_nodes(core, [NODE])
 
