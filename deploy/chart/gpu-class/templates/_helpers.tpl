@@ -54,7 +54,7 @@ matchExpressions:
     operator: NotIn
     values: {{ prepend .Values.webhook.excludedNamespaces .Release.Namespace | uniq | toJson }}
 {{- with .Values.webhook.namespaceSelector.matchExpressions }}
-{{ toYaml . }}
+{{- toYaml . | nindent 2 }}
 {{- end }}
 {{- end -}}
 
@@ -118,7 +118,7 @@ A new CA on every `helm upgrade` would change caBundle while the Pods still serv
 certificate (the kubelet refreshes mounted Secrets a minute or two later), and every call would fail
 meanwhile. So the CA, once made, is read back from the Secret gpu-class-ca with `lookup` and kept.
 The serving certificate is kept too, until an upgrade comes within renewBeforeDays of the expiry
-recorded on its Secret: then it is reissued by the same CA, caBundle does not change, and the
+recorded on its Secret (or the names it must carry change): then it is reissued by the same CA, caBundle does not change, and the
 server reloads the new files when they arrive. Templates render in no fixed order and each call
 of genCA gives a new CA, so the result is made once per render and kept in .Values. */}}
 {{- define "gpu-class.selfManagedTLS" -}}
@@ -139,14 +139,17 @@ of genCA gives a new CA, so the result is made once per render and kept in .Valu
 {{- $data := $serving.data | default dict -}}
 {{- $notAfter := int64 (dig "metadata" "annotations" "gpu-class.io/not-after" "0" $serving) -}}
 {{- $renewFrom := now | dateModify (printf "+%dh" (mul (int $settings.renewBeforeDays) 24)) | unixEpoch | int64 -}}
-{{- if and (index $data "tls.key") (eq (index $data "ca.crt" | default "" | b64dec) $result.caCrt) (gt $notAfter $renewFrom) -}}
+{{- $names := concat (list (printf "gpu-class.%s.svc" $ns) (printf "gpu-class.%s.svc.cluster.local" $ns)) $settings.extraDNSNames -}}
+{{- $namesDigest := concat $names $settings.extraIPs | toJson | sha256sum | trunc 16 -}}
+{{- $_ := set $result "names" $namesDigest -}}
+{{- $sameNames := eq (dig "metadata" "annotations" "gpu-class.io/names" "" $serving) $namesDigest -}}
+{{- if and (index $data "tls.key") (eq (index $data "ca.crt" | default "" | b64dec) $result.caCrt) (gt $notAfter $renewFrom) $sameNames -}}
 {{- $_ := set $result "crt" (index $data "tls.crt" | b64dec) -}}
 {{- $_ := set $result "key" (index $data "tls.key" | b64dec) -}}
 {{- $_ := set $result "notAfter" (toString $notAfter) -}}
 {{- else -}}
-{{- $names := list (printf "gpu-class.%s.svc" $ns) (printf "gpu-class.%s.svc.cluster.local" $ns) -}}
 {{- $days := int $settings.validityDays -}}
-{{- $cert := genSignedCert (first $names) nil $names $days (buildCustomCert ($result.caCrt | b64enc) ($result.caKey | b64enc)) -}}
+{{- $cert := genSignedCert (first $names) $settings.extraIPs $names $days (buildCustomCert ($result.caCrt | b64enc) ($result.caKey | b64enc)) -}}
 {{- $_ := set $result "crt" $cert.Cert -}}
 {{- $_ := set $result "key" $cert.Key -}}
 {{- $_ := set $result "notAfter" (now | dateModify (printf "+%dh" (mul $days 24)) | unixEpoch | toString) -}}
