@@ -109,11 +109,19 @@ def containers_conf() -> Path:
     return path
 
 
-def podman(*args: str, timeout: float = 1800) -> str:
+def podman_argv(*args: str) -> list[str]:
+    """podman on the project's own storage, apart from any other use of podman on the machine."""
     storage = work_dir() / "storage"
-    env = dict(os.environ, CONTAINERS_CONF=str(containers_conf()))
-    return run(["podman", "--root", str(storage / "root"), "--runroot", str(storage / "run"),
-                "--storage-driver", "overlay", *args], timeout=timeout, env=env)
+    return ["podman", "--root", str(storage / "root"), "--runroot", str(storage / "run"),
+            "--storage-driver", "overlay", *args]
+
+
+def podman_env() -> dict[str, str]:
+    return dict(os.environ, CONTAINERS_CONF=str(containers_conf()))
+
+
+def podman(*args: str, timeout: float = 1800) -> str:
+    return run(podman_argv(*args), timeout=timeout, env=podman_env())
 
 
 def rootfs_tarball(log: Callable[[str], None]) -> Path:
