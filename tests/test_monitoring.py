@@ -49,7 +49,7 @@ def exported_series() -> set[str]:
 
     from webhook.serving import metrics
 
-    names = set()
+    names: set[str] = set()
     for value in vars(metrics).values():
         if isinstance(value, MetricWrapperBase):
             for family in value.describe():

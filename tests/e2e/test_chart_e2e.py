@@ -27,6 +27,8 @@ from typing import Any
 import kubernetes
 import pytest
 import yaml
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
 
 import local_cluster
 from fleet import H100_LABELS
@@ -122,12 +124,14 @@ def serve_chart_certificate(cluster: local_cluster.Cluster, core: kubernetes.cli
     assert cluster.ports
     port = cluster.ports.webhook
 
+    wanted = x509.load_pem_x509_certificate(data["tls.crt"]).public_bytes(serialization.Encoding.DER)
+
     def serves_it() -> bool:
         context = ssl.create_default_context(cadata=data["ca.crt"].decode())
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=5) as raw, \
-                    context.wrap_socket(raw, server_hostname="127.0.0.1"):
-                return True
+                    context.wrap_socket(raw, server_hostname="127.0.0.1") as tls:
+                return tls.getpeercert(binary_form=True) == wanted
         except (ssl.SSLError, OSError):
             return False
 
@@ -184,5 +188,17 @@ def test_helm_install_then_upgrade_keeps_the_ca_and_the_webhook_answering(
         assert deployment["spec"]["replicas"] == 3
         assert placed_types(core, namespace, "after-upgrade")[0] == "H100"
         assert RELEASE in helm(cluster, "list", "--short")
+
+        # Renewal: an upgrade within renewBeforeDays of the expiry (here: a window longer than the
+        # certificate's life) reissues the serving certificate from the same CA.
+        helm(cluster, "upgrade", RELEASE, str(CHART), "-f", str(changed), "--set", "replicas=3",
+             "--set", "tls.selfManaged.renewBeforeDays=400")
+        renewed = {name: secret_data(core, name) for name in ("gpu-class-ca", "gpu-class-tls")}
+        assert renewed["gpu-class-ca"] == before["gpu-class-ca"]
+        assert renewed["gpu-class-tls"]["ca.crt"] == ca
+        assert renewed["gpu-class-tls"]["tls.crt"] != before["gpu-class-tls"]["tls.crt"]
+        assert base64.b64decode(webhook_registration(cluster)["clientConfig"]["caBundle"]) == ca
+        assert serve_chart_certificate(cluster, core) == ca
+        assert placed_types(core, namespace, "after-renewal")[0] == "H100"
     finally:
         core.delete_node("chart-h100")
