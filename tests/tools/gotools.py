@@ -9,10 +9,8 @@ needs nothing but Go; without Go they fail with a message that says so.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
-import shutil
 import subprocess
 import sys
 import time
@@ -20,7 +18,8 @@ from pathlib import Path
 from typing import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
-from local_cluster import cache_dir  # noqa: E402  (the one cache the project's builds share)
+# The one cache the project's builds share, and how they are keyed.
+from local_cluster import ClusterError, cache_dir, files_digest, go_toolchain  # noqa: E402
 
 MODULE_DIR = Path(__file__).resolve().parent
 # The package each tool is built from, and the go.mod line that pins its version.
@@ -45,11 +44,7 @@ def pinned(module: str) -> str:
 
 
 def bin_dir() -> Path:
-    # Keyed by go.mod and go.sum: a new pin builds again, nothing else does.
-    digest = hashlib.sha256()
-    for name in ("go.mod", "go.sum"):
-        digest.update((MODULE_DIR / name).read_bytes())
-    return cache_dir() / f"tools-helm-{pinned(TOOLS['helm'][1])}-{digest.hexdigest()[:12]}" / "bin"
+    return cache_dir() / f"tools-helm-{pinned(TOOLS['helm'][1])}-{files_digest(MODULE_DIR, ('go.mod', 'go.sum'))}" / "bin"
 
 
 def build(log: Callable[[str], None] = print) -> Path:
@@ -57,12 +52,10 @@ def build(log: Callable[[str], None] = print) -> Path:
     out = bin_dir()
     if (out / ".complete").exists():
         return out
-    go = shutil.which("go")
-    if go is None:
-        raise ToolError(
-            "the Go toolchain is not on PATH: helm and promtool are built from tests/tools/go.mod, "
-            "which needs Go 1.26 or newer (https://go.dev/doc/install)"
-        )
+    try:
+        go = go_toolchain("helm and promtool are built from tests/tools/go.mod")
+    except ClusterError as e:
+        raise ToolError(str(e)) from None
     helm_version = pinned(TOOLS["helm"][1])
     # What the release Makefile stamps; without it `helm version` says v4.x+unreleased.
     ldflags = f"-s -w -X helm.sh/helm/v4/internal/version.version={helm_version} -X helm.sh/helm/v4/internal/version.metadata="
