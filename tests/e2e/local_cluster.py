@@ -85,13 +85,28 @@ def cache_dir() -> Path:
     return Path(base)
 
 
-def bin_dir() -> Path:
-    # Keyed by the version and the module's own files, so a change of pin (or
-    # of the etcd main) builds again and nothing else does.
+def files_digest(directory: Path, names: Sequence[str]) -> str:
+    """A short digest of a Go module's own files: a cached build is keyed by it, so a change of pin
+    builds again and nothing else does."""
     digest = hashlib.sha256()
-    for name in ("go.mod", "go.sum", "etcd/main.go"):
-        digest.update((MODULE_DIR / name).read_bytes())
-    return cache_dir() / f"kube-{kube_version()}-{digest.hexdigest()[:12]}" / "bin"
+    for name in names:
+        digest.update((directory / name).read_bytes())
+    return digest.hexdigest()[:12]
+
+
+def go_toolchain(what: str) -> str:
+    """The go command, or a ClusterError naming what needs it (`what` is built from `module`)."""
+    go = shutil.which("go")
+    if go is None:
+        raise ClusterError(
+            f"the Go toolchain is not on PATH: {what}, which needs Go 1.26 or newer (https://go.dev/doc/install)"
+        )
+    return go
+
+
+def bin_dir() -> Path:
+    # The etcd main is the module's own code, so it keys the build too.
+    return cache_dir() / f"kube-{kube_version()}-{files_digest(MODULE_DIR, ('go.mod', 'go.sum', 'etcd/main.go'))}" / "bin"
 
 
 def build(log: Callable[[str], None] = print) -> Path:
@@ -99,12 +114,7 @@ def build(log: Callable[[str], None] = print) -> Path:
     out = bin_dir()
     if (out / ".complete").exists():
         return out
-    go = shutil.which("go")
-    if go is None:
-        raise ClusterError(
-            "the Go toolchain is not on PATH: the end-to-end tests build the Kubernetes components "
-            "from tests/e2e/cluster/go.mod, which needs Go 1.26 or newer (https://go.dev/doc/install)"
-        )
+    go = go_toolchain("the end-to-end tests build the Kubernetes components from tests/e2e/cluster/go.mod")
     version = kube_version()
     minor = version.lstrip("v").split(".")[1]
     ldflags = " ".join(

@@ -1,0 +1,160 @@
+{{/* The names are fixed, as in deploy/: one gpu-class per cluster (its webhook configuration and
+ClusterRoles are cluster-wide), and the kustomize overlays and the chart then agree on every name. */}}
+
+{{- define "gpu-class.labels" -}}
+app.kubernetes.io/name: {{ .name | default "gpu-class" }}
+app.kubernetes.io/part-of: gpu-class
+app.kubernetes.io/managed-by: {{ .root.Release.Service }}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/version: {{ .root.Chart.AppVersion | quote }}
+helm.sh/chart: {{ printf "%s-%s" .root.Chart.Name .root.Chart.Version }}
+{{- end -}}
+
+{{- define "gpu-class.image" -}}
+{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end -}}
+
+{{/* The Secret holding tls.crt, tls.key and ca.crt. */}}
+{{- define "gpu-class.tlsSecret" -}}
+{{- if eq .Values.tls.mode "secret" -}}
+{{ required "tls.secretName: name the kubernetes.io/tls Secret (with ca.crt) that tls.mode secret uses" .Values.tls.secretName }}
+{{- else -}}
+gpu-class-tls
+{{- end -}}
+{{- end -}}
+
+{{- define "gpu-class.catalogText" -}}
+{{- .Values.catalog.inline | default (.Files.Get "files/catalog.yaml") -}}
+{{- end -}}
+
+{{- define "gpu-class.catalogConfigMap" -}}
+{{- .Values.catalog.existingConfigMap | default "gpu-class-catalog" -}}
+{{- end -}}
+
+{{/* The GPU resource the expressions look for: the catalog's own, when the chart holds it. */}}
+{{- define "gpu-class.gpuResource" -}}
+{{- if .Values.catalog.existingConfigMap -}}
+{{ .Values.catalog.gpuResource }}
+{{- else -}}
+{{- $catalog := include "gpu-class.catalogText" . | fromYaml -}}
+{{- if hasKey $catalog "Error" -}}
+{{- fail (printf "catalog.inline is not YAML: %s" $catalog.Error) -}}
+{{- end -}}
+{{ $catalog.gpuResource | default "nvidia.com/gpu" }}
+{{- end -}}
+{{- end -}}
+
+{{/* The namespaces the webhook and the backstop serve: opted in, never their own nor the excluded. */}}
+{{- define "gpu-class.namespaceSelector" -}}
+matchExpressions:
+  - key: gpu-class.io/inject
+    operator: In
+    values: [enabled]
+  - key: kubernetes.io/metadata.name
+    operator: NotIn
+    values: {{ prepend .Values.webhook.excludedNamespaces .Release.Namespace | uniq | toJson }}
+{{- with .Values.webhook.namespaceSelector.matchExpressions }}
+{{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
+
+{{/* One list for the webhook and the backstop: the policy must check exactly the Pods the webhook
+was sent. */}}
+{{- define "gpu-class.matchConditions" -}}
+{{- $r := include "gpu-class.gpuResource" . -}}
+- name: not-mirror-pod
+  expression: >-
+    !has(object.metadata.annotations) ||
+    !('kubernetes.io/config.mirror' in object.metadata.annotations)
+- name: gpu-class-pod
+  expression: |-
+    (has(object.metadata.annotations) &&
+     'gpu-class.io/class' in object.metadata.annotations) ||
+    (object.spec.containers +
+     (has(object.spec.initContainers) ? object.spec.initContainers : [])
+    ).exists(c, has(c.resources) && (
+      (has(c.resources.limits) &&
+       '{{ $r }}' in c.resources.limits &&
+       c.resources.limits['{{ $r }}'] != '0') ||
+      (has(c.resources.requests) &&
+       '{{ $r }}' in c.resources.requests &&
+       c.resources.requests['{{ $r }}'] != '0')))
+{{- end -}}
+
+{{/* The hardening every container here shares (the namespace enforces Pod Security "restricted"). */}}
+{{- define "gpu-class.podSecurityContext" -}}
+runAsNonRoot: true
+runAsUser: 65532
+runAsGroup: 65532
+fsGroup: 65532
+seccompProfile:
+  type: RuntimeDefault
+{{- end -}}
+
+{{- define "gpu-class.containerSecurityContext" -}}
+runAsNonRoot: true
+runAsUser: 65532
+runAsGroup: 65532
+allowPrivilegeEscalation: false
+readOnlyRootFilesystem: true
+capabilities:
+  drop: [ALL]
+seccompProfile:
+  type: RuntimeDefault
+{{- end -}}
+
+{{/* caBundle of the webhook configuration: the CA that signed the serving certificate. */}}
+{{- define "gpu-class.caBundle" -}}
+{{- if eq .Values.tls.mode "secret" -}}
+{{ required "tls.caBundle: give the PEM of the CA that signed the certificate in tls.secretName" .Values.tls.caBundle | b64enc }}
+{{- else -}}
+{{ (include "gpu-class.selfManagedTLS" . | fromJson).caCrt | b64enc }}
+{{- end -}}
+{{- end -}}
+
+{{/* tls.mode self-managed: the CA and serving pair, made once and then read back from the cluster.
+
+A new CA on every `helm upgrade` would change caBundle while the Pods still serve the old
+certificate (the kubelet refreshes mounted Secrets a minute or two later), and every call would fail
+meanwhile. So the CA, once made, is read back from the Secret gpu-class-ca with `lookup` and kept.
+The serving certificate is kept too, until an upgrade comes within renewBeforeDays of the expiry
+recorded on its Secret (or the names it must carry change): then it is reissued by the same CA, caBundle does not change, and the
+server reloads the new files when they arrive. Templates render in no fixed order and each call
+of genCA gives a new CA, so the result is made once per render and kept in .Values. */}}
+{{- define "gpu-class.selfManagedTLS" -}}
+{{- if not (hasKey .Values "gpuClassGeneratedTLS") -}}
+{{- $ns := .Release.Namespace -}}
+{{- $settings := .Values.tls.selfManaged -}}
+{{- $result := dict -}}
+{{- $caSecret := lookup "v1" "Secret" $ns "gpu-class-ca" -}}
+{{- if and $caSecret (index ($caSecret.data | default dict) "tls.key") -}}
+{{- $_ := set $result "caCrt" (index $caSecret.data "tls.crt" | b64dec) -}}
+{{- $_ := set $result "caKey" (index $caSecret.data "tls.key" | b64dec) -}}
+{{- else -}}
+{{- $ca := genCA "gpu-class-ca" (int $settings.caValidityDays) -}}
+{{- $_ := set $result "caCrt" $ca.Cert -}}
+{{- $_ := set $result "caKey" $ca.Key -}}
+{{- end -}}
+{{- $serving := lookup "v1" "Secret" $ns "gpu-class-tls" -}}
+{{- $data := $serving.data | default dict -}}
+{{- $notAfter := int64 (dig "metadata" "annotations" "gpu-class.io/not-after" "0" $serving) -}}
+{{- $renewFrom := now | dateModify (printf "+%dh" (mul (int $settings.renewBeforeDays) 24)) | unixEpoch | int64 -}}
+{{- $names := concat (list (printf "gpu-class.%s.svc" $ns) (printf "gpu-class.%s.svc.cluster.local" $ns)) $settings.extraDNSNames -}}
+{{- $namesDigest := concat $names $settings.extraIPs | toJson | sha256sum | trunc 16 -}}
+{{- $_ := set $result "names" $namesDigest -}}
+{{- $sameNames := eq (dig "metadata" "annotations" "gpu-class.io/names" "" $serving) $namesDigest -}}
+{{- if and (index $data "tls.key") (eq (index $data "ca.crt" | default "" | b64dec) $result.caCrt) (gt $notAfter $renewFrom) $sameNames -}}
+{{- $_ := set $result "crt" (index $data "tls.crt" | b64dec) -}}
+{{- $_ := set $result "key" (index $data "tls.key" | b64dec) -}}
+{{- $_ := set $result "notAfter" (toString $notAfter) -}}
+{{- else -}}
+{{- $days := int $settings.validityDays -}}
+{{- $cert := genSignedCert (first $names) $settings.extraIPs $names $days (buildCustomCert ($result.caCrt | b64enc) ($result.caKey | b64enc)) -}}
+{{- $_ := set $result "crt" $cert.Cert -}}
+{{- $_ := set $result "key" $cert.Key -}}
+{{- $_ := set $result "notAfter" (now | dateModify (printf "+%dh" (mul $days 24)) | unixEpoch | toString) -}}
+{{- end -}}
+{{- $_ := set .Values "gpuClassGeneratedTLS" $result -}}
+{{- end -}}
+{{- toJson .Values.gpuClassGeneratedTLS -}}
+{{- end -}}

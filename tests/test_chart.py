@@ -1,0 +1,401 @@
+"""The Helm chart (deploy/chart/gpu-class): lint, schema, the objects it renders, and that it and the
+kustomize manifests render the same install.
+
+helm is built from tests/tools/go.mod (tests/tools/gotools.py). Every values file under
+tests/fixtures/chart is rendered with `helm template` and each object validated against the
+Kubernetes schemas; then the safety properties tests/test_deploy.py asserts for the kustomize
+renders are asserted for these renders, by running the same test functions on them.
+
+One source of truth: the chart does not render deploy/'s files (Helm cannot read outside the chart)
+and kustomize cannot run templates, so a test renders both with the same settings and compares every
+object, field by field. A difference fails with a diff of the two.
+"""
+
+from __future__ import annotations
+
+import base64
+import difflib
+import json
+import re
+import subprocess
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+import kubernetes_validate
+import pytest
+import yaml
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+
+import test_deploy as deploy
+from test_deploy import CertificateFiles, Obj, all_of, copy_deploy, kustomize, name_of, one_of
+from tools import gotools
+
+CHART = deploy.DEPLOY / "chart" / "gpu-class"
+VALUES_DIR = deploy.REPO / "tests" / "fixtures" / "chart"
+RELEASE = "gpu-class"
+NAMESPACE = deploy.SYSTEM_NAMESPACE
+# Labels Helm's conventions add and kustomize's renders do not carry.
+HELM_LABELS = ("app.kubernetes.io/managed-by", "app.kubernetes.io/instance", "app.kubernetes.io/version",
+               "helm.sh/chart")
+HASHED_NAME = re.compile(r'"(gpu-class-catalog|gpu-class-scheduler-config)-[a-z0-9]{10}"')
+
+
+def helm_path() -> Path:
+    try:
+        return gotools.path_of("helm")
+    except gotools.ToolError as e:
+        pytest.fail(f"helm is missing and could not be built: {e}", pytrace=False)
+
+
+def helm(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run([str(helm_path()), *args], capture_output=True, text=True, timeout=120, check=False)
+    if check and done.returncode != 0:
+        pytest.fail(f"helm {' '.join(args)} failed:\n{done.stderr}", pytrace=False)
+    return done
+
+
+def template(*args: str, namespace: str = NAMESPACE) -> list[Obj]:
+    done = helm("template", RELEASE, str(CHART), "--namespace", namespace, "--kube-version", "1.37.0", *args)
+    return [o for o in yaml.safe_load_all(done.stdout) if o]
+
+
+def values_files() -> list[str]:
+    return sorted(p.name for p in VALUES_DIR.glob("*.yaml"))
+
+
+VALUES_FILES = values_files()
+
+
+@pytest.fixture(scope="module")
+def chart_renders() -> dict[str, list[Obj]]:
+    """The chart rendered with its defaults ("defaults") and with each values file."""
+    rendered = {"defaults": template()}
+    for name in VALUES_FILES:
+        rendered[name] = template("--values", str(VALUES_DIR / name))
+    return rendered
+
+
+# --- lint and schema -------------------------------------------------------------------------------
+
+
+def test_the_values_files_are_there() -> None:
+    assert {"cert-manager-full.yaml", "own-secret.yaml", "self-managed-monitoring.yaml"} <= set(VALUES_FILES)
+
+
+@pytest.mark.parametrize("values", [None, *VALUES_FILES])
+def test_helm_lint_strict(values: str | None) -> None:
+    args = ["--values", str(VALUES_DIR / values)] if values else []
+    done = helm("lint", "--strict", str(CHART), "--kube-version", "1.37.0", *args, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "[WARNING]" not in done.stdout and "[ERROR]" not in done.stdout, done.stdout
+
+
+def test_chart_version_is_the_package_version() -> None:
+    import configparser
+
+    setup = configparser.ConfigParser()
+    setup.read(deploy.REPO / "setup.cfg")
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    assert chart["version"] == chart["appVersion"] == setup["metadata"]["version"]
+
+
+BAD_VALUES = [
+    pytest.param(["--set", "webhook.failurePolicy=Open"], "/webhook/failurePolicy", id="failure-policy"),
+    pytest.param(["--set", "webhook.timeoutSeconds=60"], "/webhook/timeoutSeconds", id="timeout-over-30"),
+    pytest.param(["--set", "replicas=0"], "/replicas", id="no-replicas"),
+    pytest.param(["--set", "replica=3"], "replica", id="misspelt-key"),
+    pytest.param(["--set", "tls.mode=vault"], "/tls/mode", id="unknown-tls-mode"),
+    pytest.param(["--set", "tls.mode=secret"], "/tls/secretName", id="secret-mode-without-a-secret"),
+    pytest.param(["--set", "tls.mode=secret", "--set", "tls.secretName=mine", "--set", "tls.caBundle=nonsense"],
+                 "/tls/caBundle", id="secret-mode-ca-not-pem"),
+    pytest.param(["--set", "backstop.validationActions={Refuse}"], "/backstop/validationActions", id="backstop-action"),
+    pytest.param(["--set", "resources.limits.memory=lots"], "/resources/limits/memory", id="bad-quantity"),
+    pytest.param(["--set", "tls.certManager.duration=90d"], "/tls/certManager/duration", id="not-a-go-duration"),
+    pytest.param(["--set", "webhook.url=http://127.0.0.1:8443"], "/webhook/url", id="webhook-url-not-https"),
+    pytest.param(["--set", "catalog.inline=types: [oops"], "catalog.inline is not YAML", id="inline-catalog-not-yaml"),
+]
+
+
+@pytest.mark.parametrize(("args", "message"), BAD_VALUES)
+def test_wrong_values_fail_with_the_key(args: list[str], message: str) -> None:
+    done = helm("template", RELEASE, str(CHART), "--namespace", NAMESPACE, *args, check=False)
+    assert done.returncode != 0, f"helm accepted {args}"
+    assert message in done.stderr, done.stderr
+
+
+# --- every render -----------------------------------------------------------------------------------
+
+RENDERS = ["defaults", *VALUES_FILES]
+
+
+@pytest.mark.parametrize("version", deploy.KUBERNETES_VERSIONS)
+@pytest.mark.parametrize("render", RENDERS)
+def test_objects_validate_against_kubernetes_schemas(chart_renders: dict[str, list[Obj]], render: str,
+                                                     version: str) -> None:
+    problems = []
+    for obj in chart_renders[render]:
+        if deploy.is_cert_manager(obj) or deploy.is_prometheus_operator(obj):
+            continue  # no core schema: test_custom_resources_are_complete
+        try:
+            kubernetes_validate.validate(obj, version, strict=True)
+        except kubernetes_validate.ValidationError as exc:
+            problems.append(f"{name_of(obj)}: {'.'.join(str(p) for p in exc.path)}: {exc.message}")
+        except kubernetes_validate.SchemaNotFoundError as exc:
+            problems.append(f"{name_of(obj)}: {exc.message}")
+    assert problems == []
+
+
+@pytest.mark.parametrize("render", RENDERS)
+def test_custom_resources_are_complete(chart_renders: dict[str, list[Obj]], render: str) -> None:
+    from test_monitoring import monitoring_problems
+
+    objects = chart_renders[render]
+    problems = [p for o in objects if deploy.is_cert_manager(o) for p in deploy.cert_manager_problems(o, objects)]
+    problems += [p for o in objects if deploy.is_prometheus_operator(o) for p in monitoring_problems(o, objects)]
+    assert problems == []
+
+
+# The properties test_deploy.py asserts of every kustomize install, run on the chart's renders. Each
+# takes (renders, rel): the chart renders are handed over in test_deploy's Renders shape.
+SAFETY_CHECKS: Sequence[Callable[..., None]] = (
+    deploy.test_namespaces_are_explicit,
+    deploy.test_system_namespaces_never_opt_in,
+    deploy.test_pods_in_system_namespace_meet_restricted_standard,
+    deploy.test_webhook_replicas_survive_a_node_loss,
+    deploy.test_webhook_probes,
+    deploy.test_webhook_security_context,
+    deploy.test_webhook_resources_and_shutdown,
+    deploy.test_webhook_priority_is_admitted,
+    deploy.test_webhook_args_name_mounted_files,
+    deploy.test_rbac_is_read_only,
+    deploy.test_service_reaches_the_webhook_port,
+    deploy.test_webhook_sees_only_pod_creations,
+    deploy.test_backstop_fails_closed_on_pod_creations,
+    deploy.test_every_expression_compiles,
+)
+# What a values file changes on purpose, so that a property of the shipped install does not hold.
+NOT_APPLICABLE = {
+    # The catalog is the user's own ConfigMap, which the chart does not render.
+    ("own-secret.yaml", "test_webhook_args_name_mounted_files"),
+}
+
+
+@pytest.mark.parametrize("check", SAFETY_CHECKS, ids=lambda f: f.__name__.removeprefix("test_"))
+@pytest.mark.parametrize("render", RENDERS)
+def test_chart_keeps_the_safety_properties(chart_renders: dict[str, list[Obj]], render: str,
+                                           check: Callable[..., None]) -> None:
+    if (render, check.__name__) in NOT_APPLICABLE:
+        # Stated in NOT_APPLICABLE and checked there to be a real exception: the check must fail.
+        with pytest.raises((AssertionError, KeyError)):
+            check(({render: chart_renders[render]}, None), render)
+        return
+    check(({render: chart_renders[render]}, None), render)
+
+
+# Labels a values file's webhook.namespaceSelector asks for besides the opt-in.
+EXTRA_NAMESPACE_LABELS = {"own-secret.yaml": {"team-kind": "ml"}}
+
+
+def selected_by(objects: Sequence[Obj], labels: Mapping[str, str]) -> set[bool]:
+    """Whether the webhook, and each backstop policy, serve a namespace with these labels."""
+    selectors = [deploy.the_webhook(objects)["namespaceSelector"]]
+    selectors += [p["spec"]["matchConstraints"]["namespaceSelector"] for p in all_of(objects, "ValidatingAdmissionPolicy")]
+    return {deploy.selects(s, labels) for s in selectors}
+
+
+@pytest.mark.parametrize(("namespace", "selected"), deploy.NAMESPACE_CASES)
+@pytest.mark.parametrize("render", RENDERS)
+def test_namespace_selection(chart_renders: dict[str, list[Obj]], render: str, namespace: Obj,
+                             selected: bool) -> None:
+    labels = {**namespace["metadata"]["labels"], **EXTRA_NAMESPACE_LABELS.get(render, {})}
+    assert selected_by(chart_renders[render], labels) == {selected}
+
+
+def test_namespace_selector_values_narrow_the_opt_in(chart_renders: dict[str, list[Obj]]) -> None:
+    objects = chart_renders["own-secret.yaml"]
+    assert selected_by(objects, deploy.OPTED_IN["metadata"]["labels"]) == {False}
+    monitoring = deploy.make_namespace("monitoring", {"gpu-class.io/inject": "enabled", "team-kind": "ml"})
+    assert selected_by(objects, monitoring["metadata"]["labels"]) == {False}, "excludedNamespaces"
+
+
+def test_another_release_namespace_is_never_served() -> None:
+    objects = template(namespace="gpu-ops")
+    webhook = deploy.the_webhook(objects)
+    own = deploy.make_namespace("gpu-ops", {"gpu-class.io/inject": "enabled"})
+    assert not deploy.selects(webhook["namespaceSelector"], own["metadata"]["labels"])
+    assert webhook["clientConfig"]["service"]["namespace"] == "gpu-ops"
+    assert {o["metadata"].get("namespace") for o in objects} - {None} == {"gpu-ops"}
+
+
+@pytest.mark.parametrize("case", deploy.MATCH_CASES)
+def test_match_conditions_as_in_deploy(chart_renders: dict[str, list[Obj]], case: deploy.MatchCase) -> None:
+    assert deploy.webhook_is_called(deploy.the_webhook(chart_renders["defaults"]), case.pod, deploy.OPTED_IN) is case.sent
+
+
+def test_webhook_settings_follow_the_values() -> None:
+    objects = template("--set", "webhook.failurePolicy=Fail", "--set", "webhook.timeoutSeconds=9",
+                       "--set", "backstop.enabled=false", "--set", "replicas=3", "--set", "priorityClassName=")
+    webhook = deploy.the_webhook(objects)
+    assert (webhook["failurePolicy"], webhook["timeoutSeconds"]) == ("Fail", 9)
+    assert all_of(objects, "ValidatingAdmissionPolicy") == all_of(objects, "ValidatingAdmissionPolicyBinding") == []
+    spec = deploy.webhook_deployment(objects)["spec"]
+    assert spec["replicas"] == 3
+    assert "priorityClassName" not in spec["template"]["spec"]
+    assert all_of(objects, "ResourceQuota") == [], "the quota exists only to admit system-cluster-critical"
+
+
+def test_catalog_inline_reaches_the_configmap_and_the_expressions(tmp_path: Path) -> None:
+    catalog = (CHART / "files" / "catalog.yaml").read_text().replace("gpuResource: nvidia.com/gpu",
+                                                                      "gpuResource: example.com/accel")
+    (tmp_path / "values.yaml").write_text(yaml.safe_dump({"catalog": {"inline": catalog}}))
+    objects = template("--values", str(tmp_path / "values.yaml"))
+    configmap = one_of(objects, "ConfigMap", "gpu-class-catalog", NAMESPACE)
+    assert configmap["data"]["catalog.yaml"] == catalog
+    conditions = deploy.the_webhook(objects)["matchConditions"]
+    assert any("'example.com/accel'" in c["expression"] for c in conditions)
+    assert not any("nvidia.com/gpu" in c["expression"] for c in conditions)
+
+
+def test_shipped_catalog_is_deploys() -> None:
+    assert (CHART / "files" / "catalog.yaml").read_bytes() == (deploy.DEPLOY / deploy.BASE / "catalog.yaml").read_bytes()
+
+
+def test_self_managed_certificate_verifies_for_the_service(chart_renders: dict[str, list[Obj]]) -> None:
+    objects = chart_renders["defaults"]
+    secret = one_of(objects, "Secret", deploy.TLS_SECRET, NAMESPACE)
+    files = CertificateFiles(*(base64.b64decode(secret["data"][k]) for k in ("ca.crt", "tls.crt", "tls.key")))
+    assert deploy.self_managed_problems(objects, files) == []
+    ca_secret = one_of(objects, "Secret", "gpu-class-ca", NAMESPACE)
+    ca = x509.load_pem_x509_certificate(base64.b64decode(ca_secret["data"]["tls.crt"]))
+    assert ca.public_bytes(serialization.Encoding.PEM) == files.ca_pem
+    # The CA key is kept for renewals, but no Pod mounts it.
+    for owner, spec in deploy.pod_templates(objects):
+        for container in spec["containers"]:
+            secrets = {name for kind, name, _ in deploy.mounted_files(spec, container).values() if kind == "Secret"}
+            assert "gpu-class-ca" not in secrets, name_of(owner)
+
+
+def test_cert_manager_issues_and_injects(chart_renders: dict[str, list[Obj]]) -> None:
+    deploy.test_cert_manager_issues_and_injects_the_serving_certificate(
+        ({deploy.CERT_MANAGER: chart_renders["cert-manager-full.yaml"]}, None))  # type: ignore[arg-type]
+
+
+# --- one source of truth: the chart and deploy/ render the same install --------------------------
+
+
+def normalised(obj: Obj) -> Obj:
+    """What both renders must agree on: Helm's labels, pod template checksums and kustomize's name
+    hashes are each one tool's bookkeeping."""
+    obj = json.loads(HASHED_NAME.sub(r'"\1"', json.dumps(obj)))
+    # kustomize wraps base64 at 76 columns, Helm does not; the API server reads both alike.
+    for hook in obj.get("webhooks") or []:
+        if "caBundle" in hook["clientConfig"]:
+            hook["clientConfig"]["caBundle"] = "".join(hook["clientConfig"]["caBundle"].split())
+    labels = obj["metadata"].get("labels") or {}
+    for key in HELM_LABELS:
+        labels.pop(key, None)
+    template_meta = deploy.dig(obj, "spec", "template", "metadata")
+    if isinstance(template_meta, dict):
+        annotations = {k: v for k, v in (template_meta.get("annotations") or {}).items() if not k.startswith("checksum/")}
+        template_meta.pop("annotations", None)
+        if annotations:
+            template_meta["annotations"] = annotations
+    return obj
+
+
+def keyed(objects: Sequence[Obj]) -> dict[str, Obj]:
+    return {name_of(n): n for n in map(normalised, objects)}
+
+
+def kustomize_install(tmp: Path, files: CertificateFiles, resources: Sequence[str], components: Sequence[str]) -> list[Obj]:
+    root = copy_deploy(tmp)
+    files.write(root / deploy.SELF_MANAGED / "certs")
+    work = root / "install"
+    work.mkdir()
+    (work / "kustomization.yaml").write_text(yaml.safe_dump({
+        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+        "resources": [f"../{r}" for r in resources], "components": [f"../{c}" for c in components],
+    }))
+    rendered = kustomize(work)
+    if isinstance(rendered, str):
+        pytest.fail(f"kubectl kustomize failed:\n{rendered}")
+    return rendered
+
+
+SAME_INSTALLS = [
+    pytest.param(
+        [deploy.SELF_MANAGED, "labeller", "scheduler"], ["components/monitoring"],
+        ["--set", "tls.mode=secret", "--set", f"tls.secretName={deploy.TLS_SECRET}",
+         "--set", "labeller.enabled=true", "--set", "scheduler.enabled=true",
+         "--set", "monitoring.serviceMonitor.enabled=true", "--set", "monitoring.prometheusRule.enabled=true",
+         "--set", "monitoring.dashboard.enabled=true"],
+        # The namespace: Helm installs into one that exists. The Secret: the user's, in mode secret.
+        {f"Namespace {NAMESPACE}", f"Secret {NAMESPACE}/{deploy.TLS_SECRET}"},
+        id="self-managed-labeller-scheduler-monitoring",
+    ),
+    pytest.param(
+        [deploy.CERT_MANAGER], [], ["--set", "tls.mode=cert-manager"], {f"Namespace {NAMESPACE}"},
+        id="cert-manager",
+    ),
+]
+
+
+@pytest.mark.parametrize(("resources", "components", "values", "only_in_kustomize"), SAME_INSTALLS)
+def test_chart_and_kustomize_render_the_same_install(tmp_path: Path, resources: list[str], components: list[str],
+                                                      values: list[str], only_in_kustomize: set[str]) -> None:
+    files = deploy.make_test_certificates()
+    from_kustomize = keyed(kustomize_install(tmp_path, files, resources, components))
+    from_chart = keyed(template(*values, "--set-string", f"tls.caBundle={files.ca_pem.decode()}"))
+    assert set(from_kustomize) - set(from_chart) == only_in_kustomize
+    assert set(from_chart) - set(from_kustomize) == set()
+    diffs = []
+    for key, chart_obj in sorted(from_chart.items()):
+        if chart_obj != from_kustomize[key]:
+            diffs.append("\n".join(difflib.unified_diff(
+                yaml.safe_dump(from_kustomize[key], sort_keys=True).splitlines(),
+                yaml.safe_dump(chart_obj, sort_keys=True).splitlines(),
+                f"kustomize {key}", f"chart {key}", lineterm="")))
+    assert not diffs, "\n\n".join(diffs)
+
+
+@pytest.mark.parametrize("name", ["prometheusrule.yaml", "gpu-class-dashboard.json"])
+def test_monitoring_files_are_the_components(name: str) -> None:
+    assert (CHART / "files" / name).read_bytes() == (deploy.DEPLOY / "components" / "monitoring" / name).read_bytes()
+
+
+def test_dashboard_configmap_may_go_to_grafanas_namespace() -> None:
+    objects = template("--set", "monitoring.dashboard.enabled=true", "--set", "monitoring.dashboard.namespace=grafana")
+    dashboard = one_of(objects, "ConfigMap", "gpu-class-dashboard", "grafana")
+    assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert json.loads(dashboard["data"]["gpu-class-dashboard.json"])["uid"] == "gpu-class"
+
+
+def test_values_reach_the_deployment(chart_renders: dict[str, list[Obj]]) -> None:
+    values = yaml.safe_load((VALUES_DIR / "own-secret.yaml").read_text())
+    objects = chart_renders["own-secret.yaml"]
+    deployment = deploy.webhook_deployment(objects)
+    container = deploy.webhook_container(deployment)
+    assert container["image"] == f"{values['image']['repository']}:{values['image']['tag']}"
+    assert container["resources"] == values["resources"]
+    assert deployment["spec"]["replicas"] == values["replicas"]
+    files = deploy.mounted_files(deployment["spec"]["template"]["spec"], container)
+    assert files["/etc/gpu-class/catalog.yaml"] == ("ConfigMap", values["catalog"]["existingConfigMap"], "catalog.yaml")
+    assert files["/etc/gpu-class/tls/tls.crt"] == ("Secret", values["tls"]["secretName"], "tls.crt")
+    ca = base64.b64decode(deploy.the_webhook(objects)["clientConfig"]["caBundle"]).decode()
+    assert ca == values["tls"]["caBundle"]
+    assert not [o for o in objects if o["kind"] == "Secret"], "mode secret: the chart makes no Secret"
+
+
+def objects_by_kind(objects: Sequence[Obj]) -> Mapping[str, list[str]]:
+    found: dict[str, list[str]] = {}
+    for o in objects:
+        found.setdefault(o["kind"], []).append(o["metadata"]["name"])
+    return found
+
+
+def test_optional_parts_are_off_by_default(chart_renders: dict[str, list[Obj]]) -> None:
+    kinds = objects_by_kind(chart_renders["defaults"])
+    assert "DaemonSet" not in kinds and "ServiceMonitor" not in kinds and "PrometheusRule" not in kinds
+    assert kinds["Deployment"] == ["gpu-class"]
+    assert "Certificate" not in kinds

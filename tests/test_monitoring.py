@@ -1,0 +1,232 @@
+"""Monitoring: the alerts and the dashboard of deploy/components/monitoring (the chart ships the same
+files, tests/test_chart.py keeps them identical).
+
+promtool (built from tests/tools/go.mod) checks the rules and runs tests/fixtures/monitoring/
+alerts_test.yaml, where each alert is shown firing and not firing on series named as the server
+exports them. The names the server exports come from the metrics it defines
+(webhook/serving/metrics.py), with the suffixes the Prometheus text format gives each type; every
+name the rules, the dashboard and the promtool tests use must be among them.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import pytest
+import yaml
+
+import test_deploy as deploy
+from test_deploy import Obj, name_of
+from tools import gotools
+
+MONITORING = deploy.DEPLOY / "components" / "monitoring"
+ALERT_TESTS = deploy.REPO / "tests" / "fixtures" / "monitoring" / "alerts_test.yaml"
+README = deploy.DEPLOY / "README.md"
+# Prometheus's own series for each scrape target.
+PROMETHEUS_SERIES = {"up"}
+SUFFIXES = {"counter": ("_total",), "gauge": ("",), "histogram": ("_bucket", "_count", "_sum")}
+PROMQL_WORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "bool", "and", "or", "unless",
+                "offset", "inf", "nan"}
+EXPECTED_ALERTS = {"GpuClassNoReplicaUp", "GpuClassAdmissionErrors", "GpuClassRefusalsRising",
+                   "GpuClassInventoryStale", "GpuClassCertificateExpiringSoon", "GpuClassWatchRestarting"}
+
+
+def promtool_path() -> Path:
+    try:
+        return gotools.path_of("promtool")
+    except gotools.ToolError as e:
+        pytest.fail(f"promtool is missing and could not be built: {e}", pytrace=False)
+
+
+def exported_series() -> set[str]:
+    """Sample names of every metric the server defines."""
+    from prometheus_client.metrics import MetricWrapperBase
+
+    from webhook.serving import metrics
+
+    names: set[str] = set()
+    for value in vars(metrics).values():
+        if isinstance(value, MetricWrapperBase):
+            for family in value.describe():
+                names.update(family.name + suffix for suffix in SUFFIXES[family.type])
+    return names
+
+
+def metric_names(expr: str) -> set[str]:
+    """The series names a PromQL expression selects (label matchers, ranges, strings and grouping
+    clauses removed; an identifier before "(" is a function)."""
+    text = re.sub(r'"(?:[^"\\]|\\.)*"', '""', expr)
+    text = re.sub(r"\{[^}]*\}", "", text)
+    text = re.sub(r"\[[^\]]*\]", "", text)
+    text = re.sub(r"\b(by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", "", text)
+    names = set()
+    for match in re.finditer(r"[A-Za-z_:][A-Za-z0-9_:]*", text):
+        after = text[match.end():].lstrip()
+        if after.startswith("(") or match.group() in PROMQL_WORDS:
+            continue
+        names.add(match.group())
+    return names
+
+
+def rule_object() -> Obj:
+    rule: Obj = yaml.safe_load((MONITORING / "prometheusrule.yaml").read_text())
+    return rule
+
+
+def rules() -> list[Obj]:
+    return [r for group in rule_object()["spec"]["groups"] for r in group["rules"]]
+
+
+def dashboard_queries() -> Iterator[tuple[str, str]]:
+    dashboard = json.loads((MONITORING / "gpu-class-dashboard.json").read_text())
+    for panel in dashboard["panels"]:
+        for target in panel.get("targets") or []:
+            yield panel["title"], target["expr"]
+
+
+def test_metric_names_reads_promql() -> None:
+    assert metric_names('histogram_quantile(0.99, sum by (le) (rate(a_bucket{job="x", le!="+Inf"}[5m])))') == {"a_bucket"}
+    assert metric_names("time() - max by (pod) (b_seconds) > 600 and on (pod) c") == {"b_seconds", "c"}
+
+
+def test_exported_series_include_each_kind() -> None:
+    names = exported_series()
+    assert {"gpu_class_admission_requests_total", "gpu_class_admission_duration_seconds_bucket",
+            "gpu_class_inventory_free_gpus", "gpu_class_certificate_expiry_timestamp_seconds"} <= names
+
+
+def test_rules_name_only_exported_series() -> None:
+    unknown = {r["alert"]: metric_names(r["expr"]) - exported_series() - PROMETHEUS_SERIES for r in rules()}
+    assert {alert: names for alert, names in unknown.items() if names} == {}
+
+
+def test_dashboard_queries_name_only_exported_series() -> None:
+    queries = list(dashboard_queries())
+    assert len(queries) >= 10
+    unknown = {f"{title}: {expr}": metric_names(expr) - exported_series() - PROMETHEUS_SERIES for title, expr in queries}
+    assert {q: names for q, names in unknown.items() if names} == {}
+
+
+def test_dashboard_covers_what_operators_look_at() -> None:
+    used = {name for _, expr in dashboard_queries() for name in metric_names(expr)}
+    assert used >= exported_series() - {"gpu_class_admission_duration_seconds_count",
+                                        "gpu_class_admission_duration_seconds_sum"}
+    exprs = " ".join(expr for _, expr in dashboard_queries())
+    assert "histogram_quantile(0.5," in exprs and "histogram_quantile(0.99," in exprs
+
+
+def test_promtool_tests_use_exported_series() -> None:
+    tests = yaml.safe_load(ALERT_TESTS.read_text())["tests"]
+    used = {re.match(r"[A-Za-z_:][A-Za-z0-9_:]*", s["series"]).group()  # type: ignore[union-attr]
+            for t in tests for s in t["input_series"]}
+    assert used - exported_series() - PROMETHEUS_SERIES == set()
+
+
+def test_every_alert_has_summary_severity_and_a_runbook_section() -> None:
+    readme = README.read_text()
+    anchors = {re.sub(r"[^a-z0-9 -]", "", h.lower()).strip().replace(" ", "-")
+               for h in re.findall(r"^#+\s+(.*)$", readme, re.M)}
+    assert {r["alert"] for r in rules()} == EXPECTED_ALERTS
+    for rule in rules():
+        assert rule["labels"]["severity"] in {"critical", "warning"}, rule["alert"]
+        assert rule["annotations"]["summary"], rule["alert"]
+        page, anchor = rule["annotations"]["runbook"].split("#")
+        assert page == "deploy/README.md" and anchor in anchors, f"{rule['alert']}: no section #{anchor} in {page}"
+
+
+def promtool(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(promtool_path()), *args], capture_output=True, text=True, timeout=300, cwd=cwd,
+                          check=False)
+
+
+@pytest.fixture
+def rules_dir(tmp_path: Path) -> Path:
+    """The PrometheusRule's groups as a Prometheus rule file, beside a copy of the promtool tests."""
+    (tmp_path / "rules.yaml").write_text(yaml.safe_dump(rule_object()["spec"]))
+    shutil.copy(ALERT_TESTS, tmp_path / ALERT_TESTS.name)
+    return tmp_path
+
+
+def test_promtool_check_rules(rules_dir: Path) -> None:
+    done = promtool("check", "rules", "rules.yaml", cwd=rules_dir)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"SUCCESS: {len(EXPECTED_ALERTS)} rules found" in done.stdout
+
+
+def test_promtool_checks_the_dashboard_queries(tmp_path: Path) -> None:
+    """promtool parses rule expressions: the dashboard's queries, as recording rules, must parse too."""
+    records = [{"record": f"dashboard:query{i}", "expr": expr.replace("$__rate_interval", "5m")}
+               for i, (_, expr) in enumerate(dashboard_queries())]
+    (tmp_path / "dashboard.yaml").write_text(yaml.safe_dump({"groups": [{"name": "dashboard", "rules": records}]}))
+    done = promtool("check", "rules", "dashboard.yaml", cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_promtool_test_rules_each_alert_fires_and_stays_quiet(rules_dir: Path) -> None:
+    tests = yaml.safe_load(ALERT_TESTS.read_text())["tests"]
+    fired = {c["alertname"] for t in tests for c in t["alert_rule_test"] if c.get("exp_alerts")}
+    quiet = {c["alertname"] for t in tests for c in t["alert_rule_test"] if not c.get("exp_alerts")}
+    assert fired == quiet == EXPECTED_ALERTS
+    done = promtool("test", "rules", ALERT_TESTS.name, cwd=rules_dir)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_promtool_test_rules_catches_a_wrong_expectation(rules_dir: Path) -> None:
+    """The tests above would pass vacuously if promtool ignored expectations; a wrong one must fail."""
+    path = rules_dir / ALERT_TESTS.name
+    path.write_text(path.read_text().replace("for 20m 0s.", "for 19m 0s.", 1))
+    done = promtool("test", "rules", ALERT_TESTS.name, cwd=rules_dir)
+    assert done.returncode != 0 and "GpuClassInventoryStale" in done.stdout + done.stderr
+
+
+# --- the Prometheus Operator objects, checked by hand (no core schema describes them) --------------
+
+
+def monitoring_problems(obj: Obj, objects: Sequence[Obj]) -> list[str]:
+    """What the Prometheus Operator needs of a ServiceMonitor or PrometheusRule in this install."""
+    problems: list[str] = []
+    spec = obj.get("spec") or {}
+    if obj["apiVersion"] != "monitoring.coreos.com/v1":
+        problems.append(f"apiVersion {obj['apiVersion']}")
+    namespace = obj["metadata"].get("namespace")
+    if obj["kind"] == "ServiceMonitor":
+        services = [s for s in deploy.all_of(objects, "Service") if s["metadata"].get("namespace") == namespace
+                    and deploy.selects(spec.get("selector"), s["metadata"].get("labels") or {})]
+        if [s["metadata"]["name"] for s in services] != [deploy.SERVICE]:
+            problems.append(f"selects Services {[s['metadata']['name'] for s in services]}, not {deploy.SERVICE} alone")
+        for endpoint in spec.get("endpoints") or [{}]:
+            ports = {p.get("name") for s in services for p in s["spec"]["ports"]}
+            if endpoint.get("port") not in ports or endpoint.get("scheme") != "https":
+                problems.append(f"endpoint {endpoint} is not a named HTTPS port of the Service")
+            tls = endpoint.get("tlsConfig") or {}
+            if tls.get("serverName") != f"{deploy.SERVICE}.{namespace}.svc" or tls.get("insecureSkipVerify"):
+                problems.append(f"tlsConfig {tls} does not verify the Service's name")
+            mounted = {name for _, name, _ in deploy.mounted_files(
+                deploy.webhook_deployment(objects)["spec"]["template"]["spec"],
+                deploy.webhook_container(deploy.webhook_deployment(objects))).values()}
+            if deploy.dig(tls, "ca", "secret", "key") != "ca.crt" or deploy.dig(tls, "ca", "secret", "name") not in mounted:
+                problems.append("tlsConfig.ca is not ca.crt of the Secret the webhook serves from")
+    elif obj["kind"] == "PrometheusRule":
+        if not spec.get("groups") or not all(g.get("rules") for g in spec["groups"]):
+            problems.append("no rule groups")
+    else:
+        problems.append(f"kind {obj['kind']} has no hand check")
+    return [f"{name_of(obj)}: {p}" for p in problems]
+
+
+def test_component_renders_with_an_install(tmp_path: Path) -> None:
+    from test_chart import kustomize_install
+
+    objects = kustomize_install(tmp_path, deploy.make_test_certificates(), [deploy.SELF_MANAGED],
+                                ["components/monitoring"])
+    monitoring = [o for o in objects if o["apiVersion"].startswith("monitoring.coreos.com/")]
+    assert sorted(o["kind"] for o in monitoring) == ["PrometheusRule", "ServiceMonitor"]
+    assert [p for o in monitoring for p in monitoring_problems(o, objects)] == []
+    dashboard = deploy.one_of(objects, "ConfigMap", "gpu-class-dashboard", deploy.SYSTEM_NAMESPACE)
+    assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert dashboard["data"]["gpu-class-dashboard.json"] == (MONITORING / "gpu-class-dashboard.json").read_text()

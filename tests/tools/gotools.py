@@ -1,0 +1,94 @@
+"""helm and promtool for the chart and monitoring tests, built from their Go modules at the releases
+pinned in tests/tools/go.mod and cached outside the repository, as tests/e2e/local_cluster.py does
+for the control plane.
+
+`tests/tools/build-tools` builds both (once; later calls find them in the cache and return at
+once). The tests call `helm()` and `promtool()`, which build what is missing, so a fresh machine
+needs nothing but Go; without Go they fail with a message that says so.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
+# The one cache the project's builds share, and how they are keyed.
+from local_cluster import ClusterError, cache_dir, files_digest, go_toolchain  # noqa: E402
+
+MODULE_DIR = Path(__file__).resolve().parent
+# The package each tool is built from, and the go.mod line that pins its version.
+TOOLS = {
+    "helm": ("helm.sh/helm/v4/cmd/helm", "helm.sh/helm/v4"),
+    "promtool": ("github.com/prometheus/prometheus/cmd/promtool", "github.com/prometheus/prometheus"),
+}
+# Measured on 2 shared cores with an empty Go build cache: 35 s of module downloads, then 6 min 49 s
+# of compiling (promtool, which pulls in most of Prometheus, is the bulk of it).
+FIRST_BUILD = "about 7.5 minutes"
+
+
+class ToolError(Exception):
+    """A tool that could not be built, with what to do about it."""
+
+
+def pinned(module: str) -> str:
+    found = re.search(rf"^\s*(?:require\s+)?{re.escape(module)} (v\S+)", (MODULE_DIR / "go.mod").read_text(), re.M)
+    if not found:
+        raise ToolError(f"{MODULE_DIR / 'go.mod'} does not require {module}")
+    return found.group(1)
+
+
+def bin_dir() -> Path:
+    return cache_dir() / f"tools-helm-{pinned(TOOLS['helm'][1])}-{files_digest(MODULE_DIR, ('go.mod', 'go.sum'))}" / "bin"
+
+
+def build(log: Callable[[str], None] = print) -> Path:
+    """Build helm and promtool into the cache unless they are there; return the directory."""
+    out = bin_dir()
+    if (out / ".complete").exists():
+        return out
+    try:
+        go = go_toolchain("helm and promtool are built from tests/tools/go.mod")
+    except ClusterError as e:
+        raise ToolError(str(e)) from None
+    helm_version = pinned(TOOLS["helm"][1])
+    # What the release Makefile stamps; without it `helm version` says v4.x+unreleased.
+    ldflags = f"-s -w -X helm.sh/helm/v4/internal/version.version={helm_version} -X helm.sh/helm/v4/internal/version.metadata="
+    out.mkdir(parents=True, exist_ok=True)
+    cmd = [go, "build", "-trimpath", "-buildvcs=false", f"-ldflags={ldflags}", "-o", str(out) + "/",
+           *(package for package, _ in TOOLS.values())]
+    env = dict(os.environ, GOTOOLCHAIN="local", GOFLAGS="-mod=readonly", CGO_ENABLED="0")
+    log(f"building helm {helm_version} and promtool {pinned(TOOLS['promtool'][1])} into {out} "
+        f"(the first build took {FIRST_BUILD} on 2 cores)")
+    started = time.monotonic()
+    done = subprocess.run(cmd, cwd=MODULE_DIR, env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise ToolError("go build of helm and promtool failed:\n" + "\n".join(done.stderr.splitlines()[-40:]))
+    missing = [name for name in TOOLS if not (out / name).exists()]
+    if missing:
+        raise ToolError(f"go build finished without {', '.join(missing)} in {out}")
+    (out / ".complete").write_text(f"{helm_version}\n")
+    log(f"built in {time.monotonic() - started:.0f} s")
+    return out
+
+
+def path_of(name: str) -> Path:
+    return build(lambda line: print(line, file=sys.stderr, flush=True)) / name
+
+
+def main() -> int:
+    try:
+        print(build())
+    except ToolError as e:
+        print(f"build-tools: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

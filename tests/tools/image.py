@@ -1,0 +1,184 @@
+"""The gpu-class image, built from the Dockerfile and run with podman, with no registry in reach.
+
+The Dockerfile starts FROM an image no registry here can give us, so the base is made locally:
+debootstrap a Debian with Python into a directory, put pip into /usr/local as the official Python
+images do (so the Dockerfile's `pip uninstall pip` works as it would there), and `podman import` it
+under the name the Dockerfile's FROM uses. The build then runs with `--pull=never`; its pip reaches
+the package index through the host network with the host's CA certificates.
+
+Everything is cached in the project's cache directory (tests/e2e/local_cluster.py `cache_dir()`):
+the root filesystem as a tarball and podman's own storage, so a second run reuses the base image
+and every layer the Dockerfile's inputs did not change. Podman runs with runc (crun refuses the
+hybrid cgroup layout of these machines) and a containers.conf of its own: `default_ulimits = []`,
+because the default asks for more open files than this machine's hard limit.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable, Sequence
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
+from local_cluster import REPO, cache_dir  # noqa: E402
+
+SUITE = "bookworm"
+MIRROR = "http://deb.debian.org/debian"
+# python3-pip-whl and python3-setuptools-whl: the wheels pip is installed from, without a download.
+PACKAGES = ("python3", "python3-pip-whl", "python3-setuptools-whl", "ca-certificates")
+HOST_PACKAGES = {"podman": "podman", "runc": "runc", "debootstrap": "debootstrap"}
+HOST_CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
+HOST_PIP_CONF = Path("/etc/pip.conf")
+IMAGE = "localhost/gpu-class:test"
+
+# Run inside the new root filesystem: pip into /usr/local, as the python images have it, and no
+# "externally managed" marker (those images have none, and the Dockerfile installs with plain pip).
+FINISH_ROOTFS = r"""
+set -eu
+rm -f /usr/lib/python3*/EXTERNALLY-MANAGED
+wheel=$(ls /usr/share/python-wheels/pip-*.whl)
+python3 "$wheel/pip" install --no-index --no-cache-dir "$wheel"
+ln -sf /usr/bin/python3 /usr/local/bin/python
+apt-get clean
+rm -rf /var/lib/apt/lists/* /var/cache/apt/*
+"""
+
+
+class ImageError(Exception):
+    """A step of the image build that failed, with its output."""
+
+
+def recipe_digest() -> str:
+    return hashlib.sha256(repr((SUITE, PACKAGES, FINISH_ROOTFS)).encode()).hexdigest()[:12]
+
+
+def work_dir() -> Path:
+    return cache_dir() / "image"
+
+
+def base_image_name() -> str:
+    """The image the Dockerfile's stages start FROM (all of them must name the same one)."""
+    names = set()
+    for line in (REPO / "Dockerfile").read_text().splitlines():
+        found = re.match(r"\s*FROM\s+(?:--\S+\s+)*(\S+)", line, re.I)
+        if found:
+            names.add(found.group(1))
+    if len(names) != 1:
+        raise ImageError(f"the Dockerfile's FROM lines name {sorted(names)}; the test makes one base image")
+    return names.pop()
+
+
+def run(argv: Sequence[str], *, timeout: float = 1800, env: dict[str, str] | None = None) -> str:
+    done = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, env=env)
+    if done.returncode != 0:
+        tail = "\n".join((done.stdout + done.stderr).splitlines()[-40:])
+        raise ImageError(f"{' '.join(argv[:4])} ... failed (exit {done.returncode}):\n{tail}")
+    return done.stdout
+
+
+def ensure_host_packages(log: Callable[[str], None]) -> None:
+    """podman, runc and debootstrap from Debian's packages; installed here when missing and we are root."""
+    missing = [package for command, package in HOST_PACKAGES.items() if shutil.which(command) is None]
+    if not missing:
+        return
+    if os.geteuid() != 0 or shutil.which("apt-get") is None:
+        raise ImageError(f"{', '.join(missing)} missing: install them with `apt-get install -y {' '.join(missing)}`")
+    log(f"installing {' '.join(missing)} with apt-get")
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    run(["apt-get", "update", "-q"], env=env)
+    run(["apt-get", "install", "-y", "-q", *missing], env=env)
+
+
+def containers_conf() -> Path:
+    path = work_dir() / "containers.conf"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(
+        "[containers]\n"
+        "default_ulimits = []\n"
+        "[engine]\n"
+        'runtime = "runc"\n'
+        'cgroup_manager = "cgroupfs"\n'
+        'events_logger = "file"\n'
+    )
+    return path
+
+
+def podman_argv(*args: str) -> list[str]:
+    """podman on the project's own storage, apart from any other use of podman on the machine."""
+    storage = work_dir() / "storage"
+    return ["podman", "--root", str(storage / "root"), "--runroot", str(storage / "run"),
+            "--storage-driver", "overlay", *args]
+
+
+def podman_env() -> dict[str, str]:
+    return dict(os.environ, CONTAINERS_CONF=str(containers_conf()))
+
+
+def podman(*args: str, timeout: float = 1800) -> str:
+    return run(podman_argv(*args), timeout=timeout, env=podman_env())
+
+
+def rootfs_tarball(log: Callable[[str], None]) -> Path:
+    tarball = work_dir() / f"debian-{SUITE}-python-{recipe_digest()}.tar"
+    if tarball.exists():
+        return tarball
+    root = work_dir() / f"rootfs-{recipe_digest()}"
+    started = time.monotonic()
+    # debootstrap is most of the time; a finishing step that failed need not repeat it.
+    if not (root / ".debootstrapped").exists():
+        shutil.rmtree(root, ignore_errors=True)
+        log(f"debootstrap {SUITE} with {', '.join(PACKAGES)} into {root}")
+        run(["debootstrap", "--variant=minbase", f"--include={','.join(PACKAGES)}", SUITE, str(root), MIRROR])
+        (root / ".debootstrapped").touch()
+    run(["chroot", str(root), "/bin/sh", "-c", FINISH_ROOTFS])
+    partial = tarball.with_suffix(".partial")
+    run(["tar", "-C", str(root), "--numeric-owner", "--exclude=./.debootstrapped", "-cf", str(partial), "."])
+    partial.rename(tarball)
+    shutil.rmtree(root, ignore_errors=True)
+    log(f"base root filesystem made in {time.monotonic() - started:.0f} s")
+    return tarball
+
+
+def base_image(log: Callable[[str], None]) -> str:
+    name = base_image_name()
+    tarball = rootfs_tarball(log)
+    label = f"gpu-class.test/recipe={recipe_digest()}"
+    present = podman("images", "--filter", f"label={label}", "--filter", f"reference={name}", "--quiet").strip()
+    if not present:
+        podman("import", "--change", f"LABEL {label}", "--change", 'CMD ["python3"]', str(tarball), name)
+    return name
+
+
+def build_image(log: Callable[[str], None] = print) -> str:
+    """The Dockerfile built on the local base image; returns the image name."""
+    ensure_host_packages(log)
+    base_image(log)
+    started = time.monotonic()
+    # The host's trust (and its pip.conf, which may name it) reach the build's RUN steps as mounts,
+    # so they leave nothing in a layer.
+    mounts = [f"{HOST_CA_BUNDLE}:/etc/ssl/certs/ca-certificates.crt:ro"]
+    if HOST_PIP_CONF.exists():
+        mounts.append(f"{HOST_PIP_CONF}:/etc/pip.conf:ro")
+    podman("build", "--pull=never", "--network", "host", "--layers",
+           *(f"--volume={m}" for m in mounts), "-t", IMAGE, "-f", str(REPO / "Dockerfile"), str(REPO))
+    log(f"image built in {time.monotonic() - started:.0f} s")
+    return IMAGE
+
+
+def main() -> int:
+    try:
+        print(build_image())
+    except ImageError as e:
+        print(f"build-image: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
