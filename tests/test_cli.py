@@ -116,6 +116,12 @@ def test_readme_starts_with_the_demo_command_alone() -> None:
         "python3 -m venv .venv && .venv/bin/pip install -q -e '.[test]' && .venv/bin/gpuclass demo"]
 
 
+def test_ci_runs_the_readme_test_command() -> None:
+    test_command = README.read_text().split("```")[3].splitlines()[1]
+    ci = (README.parent / ".ci" / "run").read_text().splitlines()
+    assert ci[-1] == test_command
+
+
 def test_readme_shows_what_inventory_prints_on_the_demo(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["inventory", *INVENTORY]) == 0
     printed = capsys.readouterr().out

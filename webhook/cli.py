@@ -296,7 +296,7 @@ def _explain_file_pod(args: argparse.Namespace, pod: dict[str, Any], namespace: 
     )
     result = review_pod(req, snapshot, catalog)
     if args.output == "json":
-        print(json.dumps(explain_json(result, namespace, pod), indent=2))
+        print(json.dumps(explain_json(result, namespace, pod, catalog), indent=2))
     else:
         print(explain_text(result, namespace, pod, catalog))
     return 0 if result.decision.allowed else 1

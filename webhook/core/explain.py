@@ -8,8 +8,27 @@ from typing import Any, Mapping
 from .catalog import Catalog
 from .review import Review
 
+# The scheduler profile deploy/scheduler runs, whose extender filters to the promised nodes.
+EXTENDER_PROFILE = "gpu-class-scheduler"
 
-def explain_json(result: Review, namespace: str, pod: Mapping[str, Any]) -> dict[str, Any]:
+
+def guarantee(pod: Mapping[str, Any], result: Review, catalog: Catalog) -> tuple[str, str]:
+    """Which promise the placement gets: ("strict" | "preferred" | "none", why)."""
+    p = result.decision.placement
+    if p is None:
+        return "none", "no placement"
+    spec = pod.get("spec") or {}
+    scheduler = spec.get("schedulerName") or p.scheduler_name or "default-scheduler"
+    extender_profiles = {EXTENDER_PROFILE, *([catalog.scheduler_name] if catalog.scheduler_name else [])}
+    if scheduler in extender_profiles:
+        return "strict", (f"scheduled by {scheduler}: its extender keeps only the nodes the strategy promises "
+                          "among those that fit at scheduling time")
+    return "preferred", (f"scheduled by {scheduler}: the required affinity holds; the order is a preference that "
+                         "the scheduler weighs against its own scores (for a strict order, set schedulerName: "
+                         f"{EXTENDER_PROFILE} in the catalog and run deploy/scheduler)")
+
+
+def explain_json(result: Review, namespace: str, pod: Mapping[str, Any], catalog: Catalog) -> dict[str, Any]:
     d = result.decision
     p = d.placement
     return {
@@ -34,6 +53,7 @@ def explain_json(result: Review, namespace: str, pod: Mapping[str, Any]) -> dict
                             for x in p.preferences],
             "tolerations": [{"key": t.key, "effect": t.effect or None} for t in p.tolerations],
         },
+        "guarantee": dict(zip(("kind", "reason"), guarantee(pod, result, catalog))),
         "warnings": list(d.warnings),
         "patch": result.patch,
     }
@@ -69,6 +89,8 @@ def explain_text(result: Review, namespace: str, pod: Mapping[str, Any], catalog
         lines.append("required: " + "; ".join(f"{k} in {', '.join(v)}" for k, v in p.required))
         tolerations = ", ".join(f"{t.key}:{t.effect or 'any effect'}" for t in p.tolerations)
         lines.append(f"tolerations: {tolerations or '(none needed)'}")
+        kind, why = guarantee(pod, result, catalog)
+        lines.append(f"order: {kind} ({why})")
     for w in d.warnings:
         lines.append(f"warning: {w}")
     lines.append("")
