@@ -25,6 +25,7 @@ Ties are all right answers. A Pod left Pending while a node of its class could h
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import random
 import subprocess
@@ -60,7 +61,9 @@ GPU = "nvidia.com/gpu"
 GPU_TAINT = {"key": GPU, "value": "present", "effect": "NoSchedule"}
 # The built-in catalog's classes, one per strategy.
 STRATEGY_CLASS = {"performance": "high", "cost": "economy", "balanced": "standard", "binpack": "inference"}
-PENDING_SECONDS = 4.0  # a workload not bound by then counts as Pending (the scheduler answers in milliseconds)
+# A workload not bound by then counts as Pending. The scheduler decides in milliseconds, but an
+# unschedulable Pod waits in its backoff queue (1 s, doubling) before the next try.
+PENDING_SECONDS = 3.0
 
 
 @dataclass(frozen=True)
@@ -158,13 +161,59 @@ def read_catalog() -> Catalog:
 
 @dataclass
 class NodeState:
-    spec: NodeSpec
+    name: str
     gpu_type: str | None
+    gpus: int
     free_gpus: int
     free_cpu_millis: int
 
     def holds(self, w: Workload) -> bool:
         return self.free_gpus >= w.gpus and self.free_cpu_millis >= w.cpu_millis
+
+
+def _cpu_millis(quantity: str | None) -> int:
+    if not quantity:
+        return 0
+    return int(quantity[:-1]) if quantity.endswith("m") else int(float(quantity) * 1000)
+
+
+def _requests(pod: Mapping[str, Any]) -> tuple[int, int]:
+    """(GPUs, CPU millis) a Pod holds on its node: its containers' requests (limits default them)."""
+    gpus = cpu = 0
+    for c in pod["spec"].get("containers", []):
+        resources = c.get("resources") or {}
+        wanted = {**(resources.get("limits") or {}), **(resources.get("requests") or {})}
+        gpus += int(wanted.get(GPU, 0))
+        cpu += _cpu_millis(wanted.get("cpu"))
+    return gpus, cpu
+
+
+def cluster_state(core: CoreApi, catalog: Catalog) -> dict[str, NodeState]:
+    """The schedulable GPU nodes as the cluster holds them now, less what bound Pods take.
+
+    Read from the API rather than from the fleet's spec, so nodes and Pods the benchmark did not
+    make (another test's, on a shared cluster) are judged too.
+    """
+    nodes: dict[str, NodeState] = {}
+    for node in json.loads(core.list_node(_preload_content=False).data)["items"]:
+        labels = node["metadata"].get("labels") or {}
+        product = labels.get("nvidia.com/gpu.product") or labels.get("gpu-type") or ""
+        ready = any(c["type"] == "Ready" and c["status"] == "True" for c in node["status"].get("conditions") or [])
+        foreign = [t for t in node["spec"].get("taints") or [] if t["key"] != GPU]  # class Pods tolerate GPU taints
+        if not ready or node["spec"].get("unschedulable") or foreign:
+            continue
+        allocatable = node["status"].get("allocatable") or {}
+        gpus = int(allocatable.get(GPU, 0))
+        nodes[node["metadata"]["name"]] = NodeState(node["metadata"]["name"], catalog.type_of_product.get(product),
+                                                    gpus, gpus, _cpu_millis(allocatable.get("cpu")))
+    pods = json.loads(core.list_pod_for_all_namespaces(_preload_content=False).data)["items"]
+    for pod in pods:
+        state = nodes.get(pod["spec"].get("nodeName") or "")
+        if state and pod["status"].get("phase") not in ("Succeeded", "Failed"):
+            gpus, cpu = _requests(pod)
+            state.free_gpus -= gpus
+            state.free_cpu_millis -= cpu
+    return nodes
 
 
 @dataclass
@@ -176,16 +225,16 @@ class Verdicts:
     wrong: list[str] = field(default_factory=list)
 
 
-def judge(strategy: str, fleet: Sequence[NodeSpec], outcomes: Sequence[Outcome], catalog: Catalog) -> Verdicts:
-    nodes = {n.name: NodeState(n, catalog.type_of_product.get(n.product), n.gpus, n.cpu_millis - n.filled_cpu_millis)
-             for n in fleet}
+def judge(strategy: str, start: Mapping[str, NodeState], outcomes: Sequence[Outcome], catalog: Catalog) -> Verdicts:
+    """Replay the binds in order from the cluster's state before the stream (`start`)."""
+    nodes = {name: dataclasses.replace(n) for name, n in start.items()}
     verdicts = Verdicts()
     for o in outcomes:
         fitting = [n for n in nodes.values() if n.gpu_type in o.types and n.holds(o.workload)]
         if o.node is None:
             if fitting:
                 verdicts.wrongly_pending += 1
-                verdicts.wrong.append(f"{o.pod} Pending while {fitting[0].spec.name} could hold it")
+                verdicts.wrong.append(f"{o.pod} Pending while {fitting[0].name} could hold it")
             else:
                 verdicts.rightly_pending += 1
             continue
@@ -218,21 +267,18 @@ def promised(strategy: str, fitting: Sequence[NodeState], all_nodes: Iterator[No
     return [n for n in fitting if n.free_gpus - w.gpus == fewest_left]
 
 
-def utilisation_spread(fleet: Sequence[NodeSpec], outcomes: Sequence[Outcome], catalog: Catalog,
-                       types: Sequence[str]) -> float:
+def utilisation_spread(start: Mapping[str, NodeState], outcomes: Sequence[Outcome], types: Sequence[str]) -> float:
     """max - min over the class's types of the share of their GPUs in use at the end."""
     total: dict[str, int] = defaultdict(int)
     used: dict[str, int] = defaultdict(int)
-    by_name = {n.name: n for n in fleet}
-    for n in fleet:
-        t = catalog.type_of_product.get(n.product)
-        if t is not None and t in types:
-            total[t] += n.gpus
+    for n in start.values():
+        if n.gpu_type is not None and n.gpu_type in types:
+            total[n.gpu_type] += n.gpus
+            used[n.gpu_type] += n.gpus - n.free_gpus
     for o in outcomes:
-        if o.node:
-            t = catalog.type_of_product.get(by_name[o.node].product)
-            if t:
-                used[t] += o.workload.gpus
+        t = start[o.node].gpu_type if o.node is not None and o.node in start else None
+        if t is not None:
+            used[t] += o.workload.gpus
     shares = [used[t] / total[t] for t in total if total[t]]
     return max(shares) - min(shares) if shares else 0.0
 
@@ -328,8 +374,8 @@ def _pod_manifest(w: Workload, scheduler: str | None) -> dict[str, Any]:
             "spec": spec}
 
 
-def run_stream(api: Any, namespace: str, workloads: Sequence[Workload],
-               scheduler: str | None) -> list[Outcome]:
+def run_stream(api: Any, namespace: str, workloads: Sequence[Workload], scheduler: str | None,
+               pending_seconds: float = PENDING_SECONDS) -> list[Outcome]:
     core: CoreApi = kubernetes.client.CoreV1Api(api)
     apps: Any = kubernetes.client.AppsV1Api(api)
     recorder = BindRecorder(core, namespace)
@@ -347,7 +393,7 @@ def run_stream(api: Any, namespace: str, workloads: Sequence[Workload],
             else:
                 core.create_namespaced_pod(namespace, {**manifest, "metadata": {**manifest["metadata"],
                                                                                 "name": w.name}})
-            deadline = time.monotonic() + PENDING_SECONDS
+            deadline = time.monotonic() + pending_seconds
             while True:
                 listed = core.list_namespaced_pod(namespace, label_selector=f"workload={w.name}").items
                 names = {p.metadata.name for p in listed}
@@ -360,8 +406,11 @@ def run_stream(api: Any, namespace: str, workloads: Sequence[Workload],
                 if time.monotonic() > deadline:
                     binds_so_far = recorder.count()
                     pending.extend((binds_so_far, n) for n in sorted(names - recorder.bound(names)))
-                    if w.replicas:  # a Deployment keeps retrying; stop it from filling later capacity
-                        apps.patch_namespaced_deployment_scale(w.name, namespace, {"spec": {"replicas": 0}})
+                    if w.replicas:
+                        # A Deployment keeps retrying: shrink it to the replicas that were bound, so it
+                        # cannot fill later capacity. Its ReplicaSet deletes unscheduled Pods first.
+                        apps.patch_namespaced_deployment_scale(
+                            w.name, namespace, {"spec": {"replicas": len(recorder.bound(names))}})
                     for n in names - recorder.bound(names):
                         try:
                             core.delete_namespaced_pod(n, namespace, grace_period_seconds=0)
@@ -388,7 +437,7 @@ class StreamResult:
 
 
 def run_all(cluster: local_cluster.Cluster, fleet: Sequence[NodeSpec], streams: Mapping[str, Sequence[Workload]],
-            paths: Sequence[Path_] = PATHS) -> list[StreamResult]:
+            paths: Sequence[Path_] = PATHS, pending_seconds: float = PENDING_SECONDS) -> list[StreamResult]:
     api = kubernetes.config.new_client_from_config(config_file=str(cluster.kubeconfig))
     core: CoreApi = kubernetes.client.CoreV1Api(api)
     catalog = read_catalog()
@@ -400,10 +449,11 @@ def run_all(cluster: local_cluster.Cluster, fleet: Sequence[NodeSpec], streams: 
         for strategy, workloads in streams.items():
             for path in paths:
                 ns = _namespace(core, f"pl-{strategy[:4]}-{path[:3]}", opted_in=True)
-                outcomes = run_stream(api, ns, workloads, SCHEDULER[path])
+                start = cluster_state(core, catalog)
+                outcomes = run_stream(api, ns, workloads, SCHEDULER[path], pending_seconds)
                 types = sorted({t for o in outcomes for t in o.types})
-                results.append(StreamResult(strategy, path, judge(strategy, fleet, outcomes, catalog),
-                                            utilisation_spread(fleet, outcomes, catalog, types)
+                results.append(StreamResult(strategy, path, judge(strategy, start, outcomes, catalog),
+                                            utilisation_spread(start, outcomes, types)
                                             if strategy == "balanced" else None))
                 _drop_namespace(core, ns)
     finally:
