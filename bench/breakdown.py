@@ -42,7 +42,7 @@ def measure_steps(nodes_file: str) -> list[Step]:
     from webhook.serving.config import ServeConfig
     from webhook.cluster.loading import load_snapshot
     from webhook.core.planner import plan
-    from webhook.core.review import build_response, parse_review, review_pod
+    from webhook.core.review import build_response, load_json, parse_review, review_pod
 
     from .variant import create_baseline_app
 
@@ -71,7 +71,8 @@ def measure_steps(nodes_file: str) -> list[Step]:
     baseline_app = create_baseline_app(ServeConfig("", ""))
     root = logging.getLogger()
     steps: list[Step] = [
-        ("json.loads(body)", best_microseconds(lambda: json.loads(body))),
+        ("json.loads(body) (the baseline's parser)", best_microseconds(lambda: json.loads(body))),
+        ("review.load_json(body) (orjson, json.loads where they differ)", best_microseconds(lambda: load_json(body))),
         ("review.parse_review", best_microseconds(lambda: parse_review(body))),
         ("planner.plan", best_microseconds(lambda: plan(request.object, snapshot, catalog, namespace=request.namespace))),
         ("review.review_pod (plan + patch)", best_microseconds(lambda: review_pod(request, snapshot, catalog))),

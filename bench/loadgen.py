@@ -63,6 +63,7 @@ class Outcome(TypedDict):
     cpu_seconds: float  # this process, during the measured window
     late_sends: int  # open mode: requests sent more than 1 ms after they were due
     ready_late: bool  # the start time given had passed already (the window is skewed)
+    ok_by_port: dict[str, int]  # answered in the window, by the connection's local port (the server's worker holds its peer)
 
 
 class ResponseError(Exception):
@@ -78,10 +79,12 @@ class Connection:
     sock: ssl.SSLSocket | None = None
     buffer: bytearray = field(default_factory=bytearray)
     reconnects: int = 0
+    port: int = 0
 
     def open(self) -> ssl.SSLSocket:
         raw = socket.create_connection((self.plan["host"], self.plan["port"]), timeout=self.plan["timeout_seconds"])
         raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # as Go's net/http does
+        self.port = raw.getsockname()[1]
         self.sock = self.context.wrap_socket(raw, server_hostname=self.plan["server_hostname"])
         self.buffer.clear()
         return self.sock
@@ -165,6 +168,7 @@ class Worker:
     errors: dict[str, int] = field(default_factory=dict)
     samples: list[str] = field(default_factory=list)
     late_sends: int = 0
+    ok_by_port: dict[int, int] = field(default_factory=dict)
 
     def one(self, seq: int, due: float, window_start: float) -> None:
         uid = f"{self.plan['process_index']:08x}-{self.conn_index:04x}-4000-8000-{seq:012x}"
@@ -186,6 +190,8 @@ class Worker:
         if due >= window_start:
             self.ok += 1
             self.latencies.append((done - due) * 1000.0)
+            port = self.conn.port
+            self.ok_by_port[port] = self.ok_by_port.get(port, 0) + 1
 
     def closed_loop(self, window_start: float, end: float) -> None:
         seq = 0
@@ -264,6 +270,7 @@ def run(plan: Plan, start_at: Callable[[], float]) -> Outcome:
         "cpu_seconds": cpu_seconds,
         "late_sends": sum(w.late_sends for w in workers),
         "ready_late": ready_late,
+        "ok_by_port": {str(port): n for w in workers for port, n in w.ok_by_port.items()},
     }
 
 

@@ -31,6 +31,7 @@ class LoadSettings:
     round_seconds: float = 3.0
     timeout_seconds: float = 15.0
     start_margin_seconds: float = 0.05  # from "every load generator is connected" to the common start
+    quiet_wait_seconds: float = 30.0  # before a round, at most this long for other work on the machine to stop
 
 
 @dataclass(frozen=True)
@@ -54,9 +55,30 @@ class RawRun:
     outcomes: tuple[Outcome, ...]
     server_cpu_seconds: tuple[float, ...]  # master, then each worker
     connections_per_worker: tuple[int, ...]
+    requests_per_worker: tuple[int, ...]  # answered in the window, by the worker holding the connection
     machine_busy: float  # fraction of all cores' time not idle over the window
     other_cpu_seconds: float  # busy time neither the server nor the load generator used: a noisy machine
     workers_restarted: bool
+
+
+@dataclass(frozen=True)
+class RoundFigures:
+    """One round against one server, as the report shows it."""
+
+    throughput_rps: float
+    server_cpu_us_per_request: float
+    p99_ms: float
+    connections_per_worker: tuple[int, ...]
+    requests_per_worker: tuple[int, ...]
+    worker_cpu_seconds: tuple[float, ...]
+    master_cpu_seconds: float
+    machine_busy: float
+
+    @property
+    def balance(self) -> float:
+        """The least busy worker's requests over the busiest's (1: even; 0: a worker idle)."""
+        most = max(self.requests_per_worker, default=0)
+        return min(self.requests_per_worker) / most if most else 1.0
 
 
 @dataclass(frozen=True)
@@ -82,6 +104,7 @@ class LoadResult:
     connections_per_worker: tuple[tuple[int, ...], ...]  # per round: how accept() spread them
     workers_restarted: bool
     late_starts: int  # load generator processes that were not connected by the common start (window skewed)
+    rounds: tuple[RoundFigures, ...] = ()
 
     @property
     def failed(self) -> int:
@@ -116,13 +139,13 @@ def machine_busy_now(seconds: float = 1.0) -> float:
 
 
 QUIET_BUSY = 0.15  # between rounds only idle servers run: more busy than this is someone else's work
-QUIET_WAIT_SECONDS = 30.0
+QUIET_WAIT_SECONDS = LoadSettings.quiet_wait_seconds
 
 
-def wait_until_quiet() -> float:
+def wait_until_quiet(limit_seconds: float = QUIET_WAIT_SECONDS) -> float:
     """Before a round, wait (a bounded time) while other work keeps the machine busy; seconds waited."""
     started = time.monotonic()
-    while machine_busy_now(0.25) > QUIET_BUSY and time.monotonic() - started < QUIET_WAIT_SECONDS:
+    while machine_busy_now(0.25) > QUIET_BUSY and time.monotonic() - started < limit_seconds:
         time.sleep(0.5)
     return time.monotonic() - started
 
@@ -130,7 +153,7 @@ def wait_until_quiet() -> float:
 def run_round(target: Target, body: Body, mode: Mode, settings: LoadSettings, workdir: Path,
               rate_per_second: float = 0.0, warmup_seconds: float | None = None) -> RawRun:
     server = target.server
-    wait_until_quiet()
+    wait_until_quiet(settings.quiet_wait_seconds)
     warmup = settings.warmup_seconds if warmup_seconds is None else warmup_seconds
     processes: list[subprocess.Popen[bytes]] = []
     per_process = spread(settings.connections, settings.processes)
@@ -160,9 +183,11 @@ def run_round(target: Target, body: Body, mode: Mode, settings: LoadSettings, wo
         window_start = start_at + warmup
         time.sleep(max(window_start - time.time(), 0.0))
         cpu_before, machine_before = server.cpu_seconds(), _machine_times()
-        connections_seen = server.connections_per_worker()
+        peers = server.peers_per_worker()
         time.sleep(max(window_start + settings.round_seconds - time.time(), 0.0))
         cpu_after, machine_after = server.cpu_seconds(), _machine_times()
+        # a connection reopened during the window is found at its end
+        peers = [a | b for a, b in zip(peers, server.peers_per_worker())]
         outcomes: list[Outcome] = []
         for p in processes:
             assert p.stdout is not None
@@ -181,10 +206,15 @@ def run_round(target: Target, body: Body, mode: Mode, settings: LoadSettings, wo
     busy = 1.0 - idle / total
     server_cpu = tuple(after - before for before, after in zip(cpu_before, cpu_after))
     client_cpu = sum(o["cpu_seconds"] for o in outcomes)
+    ok_by_port: dict[int, int] = {}
+    for o in outcomes:
+        for port, n in o["ok_by_port"].items():
+            ok_by_port[int(port)] = ok_by_port.get(int(port), 0) + n
     return RawRun(
         outcomes=tuple(outcomes),
         server_cpu_seconds=server_cpu,
-        connections_per_worker=tuple(connections_seen),
+        connections_per_worker=tuple(len(p) for p in peers),
+        requests_per_worker=tuple(sum(ok_by_port.get(port, 0) for port in p) for p in peers),
         machine_busy=busy,
         other_cpu_seconds=max(busy * CORES * settings.round_seconds - sum(server_cpu) - client_cpu, 0.0),
         workers_restarted=not server.workers_unchanged(),
@@ -237,4 +267,30 @@ def summarize(label: str, mode: Mode, rate: float, settings: LoadSettings, runs:
         connections_per_worker=tuple(r.connections_per_worker for r in runs),
         workers_restarted=any(r.workers_restarted for r in runs),
         late_starts=sum(1 for o in outcomes if o["ready_late"]),
+        rounds=tuple(_round_figures(r, settings.round_seconds) for r in runs),
     )
+
+
+def _round_figures(run: RawRun, seconds: float) -> RoundFigures:
+    ok = sum(o["ok"] for o in run.outcomes)
+    answered = max(ok + sum(sum(o["errors"].values()) for o in run.outcomes), 1)
+    latencies = sorted(x for o in run.outcomes for x in o["latencies_ms"])
+    return RoundFigures(
+        throughput_rps=ok / seconds, server_cpu_us_per_request=sum(run.server_cpu_seconds) / answered * 1e6,
+        p99_ms=percentile(latencies, 0.99), connections_per_worker=run.connections_per_worker,
+        requests_per_worker=run.requests_per_worker, worker_cpu_seconds=run.server_cpu_seconds[1:],
+        master_cpu_seconds=run.server_cpu_seconds[0], machine_busy=run.machine_busy,
+    )
+
+
+def paired_ratios(a: LoadResult, b: LoadResult, figure: str) -> list[float]:
+    """a's figure over b's, round by round: rounds i of both ran next to each other."""
+    return [getattr(x, figure) / getattr(y, figure) for x, y in zip(a.rounds, b.rounds) if getattr(y, figure)]
+
+
+def median(values: Sequence[float]) -> float:
+    ordered = sorted(values)
+    if not ordered:
+        return 0.0
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2

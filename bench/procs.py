@@ -57,7 +57,12 @@ def cpu_seconds(pid: int) -> float:
 
 def established_connections(pids: Sequence[int], port: int) -> list[int]:
     """How many established TCP connections to local `port` each process holds (by socket inode)."""
-    inodes: set[str] = set()
+    return [len(peers) for peers in peer_ports(pids, port)]
+
+
+def peer_ports(pids: Sequence[int], port: int) -> list[set[int]]:
+    """For each process, the remote ports of the established TCP connections to local `port` it holds."""
+    inodes: dict[str, int] = {}
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         try:
             lines = Path(table).read_text().splitlines()[1:]
@@ -66,10 +71,10 @@ def established_connections(pids: Sequence[int], port: int) -> list[int]:
         for line in lines:
             cols = line.split()
             if cols[3] == "01" and int(cols[1].rsplit(":", 1)[1], 16) == port:  # 01: ESTABLISHED
-                inodes.add(cols[9])
-    counts: list[int] = []
+                inodes[cols[9]] = int(cols[2].rsplit(":", 1)[1], 16)
+    found: list[set[int]] = []
     for pid in pids:
-        held = 0
+        held: set[int] = set()
         try:
             fds = os.listdir(f"/proc/{pid}/fd")
         except OSError:
@@ -80,9 +85,9 @@ def established_connections(pids: Sequence[int], port: int) -> list[int]:
             except OSError:
                 continue
             if target.startswith("socket:[") and target[8:-1] in inodes:
-                held += 1
-        counts.append(held)
-    return counts
+                held.add(inodes[target[8:-1]])
+        found.append(held)
+    return found
 
 
 @dataclass(frozen=True)
@@ -142,6 +147,10 @@ class ServerProcess:
 
     def connections_per_worker(self) -> list[int]:
         return established_connections(self.worker_pids, self.port)
+
+    def peers_per_worker(self) -> list[set[int]]:
+        """The client ports of each worker's connections."""
+        return peer_ports(self.worker_pids, self.port)
 
     def worker_memory(self) -> list[Memory]:
         return [memory_of(p) for p in self.worker_pids]
@@ -249,13 +258,13 @@ def gpuclass_serve_command(*, port: int, cert_dir: Path, nodes_file: Path, worke
 
 
 def variant_command(*, app: str, port: int, cert_dir: Path, nodes_file: Path | None, workers: int, threads: int,
-                    worker_class: str = "gthread", log_level: str = "info") -> list[str]:
+                    worker_class: str = "gthread", log_level: str = "info", placement: str = "balanced") -> list[str]:
     """A bench variant on webhook.serving.server.WebhookServer (see bench/variant.py)."""
     command = [
         sys.executable, "-m", "bench.variant", "--app", app,
         "--cert-file", str(cert_dir / "tls.crt"), "--key-file", str(cert_dir / "tls.key"),
         "--bind", f"127.0.0.1:{port}", "--workers", str(workers), "--threads", str(threads),
-        "--worker-class", worker_class, "--log-level", log_level,
+        "--worker-class", worker_class, "--log-level", log_level, "--placement", placement,
     ]
     if nodes_file is not None:
         command += ["--nodes", str(nodes_file)]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
-from .measure import LoadResult
+from .measure import LoadResult, median, paired_ratios
 from .procs import REPO_ROOT
 
 if TYPE_CHECKING:
@@ -13,6 +13,8 @@ if TYPE_CHECKING:
 
 # the targets, for a 2-core machine
 MIN_THROUGHPUT_RATIO = 0.90
+MAX_CPU_RATIO = 1.10
+MIN_WORKER_SHARE = 1 / 3  # of the busiest worker's requests, in every round
 MAX_P99_RATIO = 1.5
 MAX_COST_GROWTH = 0.10
 MAX_WORKER_RSS_MB = 150.0
@@ -53,15 +55,40 @@ def errors_cell(result: LoadResult) -> str:
     return f"**{result.failed}**: " + "; ".join(f"{k} x{v}" for k, v in result.errors.items()) + noisy
 
 
+def default_loads(r: Results) -> list[LoadResult]:
+    """Every measurement of `gpuclass serve`'s default settings (and the baseline on the same)."""
+    loads = [r.baseline_closed, r.mutation_closed, r.baseline_open, r.mutation_open, *(s.closed for s in r.sizes)]
+    return [x for x in loads if x is not None]
+
+
 def verdicts(r: Results) -> list[Verdict]:
     out: list[Verdict] = []
     heads = f"{r.options.headline_nodes:,} nodes"
-    if r.baseline_closed and r.mutation_closed and r.baseline_closed.throughput_rps:
-        ratio = r.mutation_closed.throughput_rps / r.baseline_closed.throughput_rps
+    rounds = [x for load in default_loads(r) for x in load.rounds if x.requests_per_worker]
+    if rounds:
+        worst = min(rounds, key=lambda x: x.balance)
         out.append(Verdict(
-            f"mutation ({heads}) keeps >= {MIN_THROUGHPUT_RATIO:.0%} of the baseline's peak throughput",
-            f"{ratio:.0%} ({r.mutation_closed.throughput_rps:,.0f} / {r.baseline_closed.throughput_rps:,.0f} req/s)",
+            f"in every round, no worker below {MIN_WORKER_SHARE:.2f} of the busiest worker's requests "
+            f"({len(rounds)} rounds, {r.default_config.name})",
+            f"worst {worst.balance:.2f} ({_slash(worst.requests_per_worker)} requests, "
+            f"{_slash(worst.connections_per_worker)} connections)",
+            worst.balance >= MIN_WORKER_SHARE))
+    if r.baseline_closed and r.mutation_closed and r.baseline_closed.throughput_rps:
+        ratios = paired_ratios(r.mutation_closed, r.baseline_closed, "throughput_rps")
+        ratio = median(ratios)
+        out.append(Verdict(
+            f"mutation ({heads}) keeps >= {MIN_THROUGHPUT_RATIO:.0%} of the baseline's peak throughput "
+            f"(median of {len(ratios)} interleaved rounds)",
+            f"{ratio:.0%} (rounds {_ratios(ratios)}; all rounds {r.mutation_closed.throughput_rps:,.0f} / "
+            f"{r.baseline_closed.throughput_rps:,.0f} req/s)",
             ratio >= MIN_THROUGHPUT_RATIO))
+        cpu = paired_ratios(r.mutation_closed, r.baseline_closed, "server_cpu_us_per_request")
+        out.append(Verdict(
+            f"mutation ({heads}) costs <= {MAX_CPU_RATIO:.2f}x the baseline's server CPU per request "
+            f"(median of {len(cpu)} interleaved rounds)",
+            f"{median(cpu):.2f}x (rounds {_ratios(cpu)}; all rounds {r.mutation_closed.server_cpu_us_per_request:,.0f} / "
+            f"{r.baseline_closed.server_cpu_us_per_request:,.0f} us)",
+            median(cpu) <= MAX_CPU_RATIO))
     if r.baseline_open and r.mutation_open and r.baseline_open.p99_ms:
         ratio = r.mutation_open.p99_ms / r.baseline_open.p99_ms
         out.append(Verdict(
@@ -72,9 +99,12 @@ def verdicts(r: Results) -> list[Verdict]:
     small, large = by_nodes.get(10), by_nodes.get(5000)
     if small and large:
         a, b = small.closed.server_cpu_us_per_request, large.closed.server_cpu_us_per_request
+        growth = paired_ratios(large.closed, small.closed, "server_cpu_us_per_request")
         out.append(Verdict(
-            "5,000 nodes cost no more per request than 10 nodes, within 10% (server CPU per request)",
-            f"{b / a - 1:+.0%} ({b:,.0f} / {a:,.0f} us)", b <= a * (1 + MAX_COST_GROWTH)))
+            "5,000 nodes cost no more per request than 10 nodes, within 10% (server CPU per request, "
+            f"median of {len(growth)} interleaved rounds)",
+            f"{median(growth) - 1:+.0%} (rounds {_ratios(growth)}; all rounds {b:,.0f} / {a:,.0f} us)",
+            median(growth) <= 1 + MAX_COST_GROWTH))
         rss = max(m.rss_kib for m in large.worker_memory) / 1024
         out.append(Verdict(f"a worker with 5,000 nodes under {MAX_WORKER_RSS_MB:.0f} MB RSS",
                            f"{rss:.0f} MB",
@@ -83,6 +113,28 @@ def verdicts(r: Results) -> list[Verdict]:
         out.append(Verdict("5,000 nodes cost no more per request than 10 nodes, within 10%", "not run", None))
         out.append(Verdict(f"a worker with 5,000 nodes under {MAX_WORKER_RSS_MB:.0f} MB RSS", "not run", None))
     return out
+
+
+def _slash(values: Sequence[int]) -> str:
+    return "/".join(f"{v:,}" for v in values)
+
+
+def _ratios(values: Sequence[float]) -> str:
+    return " ".join(f"{v:.2f}" for v in values)
+
+
+def round_rows(label: str, result: LoadResult) -> list[list[str]]:
+    rows = []
+    for i, x in enumerate(result.rounds, 1):
+        rows.append([label, str(i), f"{x.throughput_rps:,.0f}", f"{x.server_cpu_us_per_request:,.0f}", ms(x.p99_ms),
+                     _slash(x.connections_per_worker), _slash(x.requests_per_worker),
+                     "/".join(f"{c:.2f}" for c in x.worker_cpu_seconds), f"{x.master_cpu_seconds:.2f}",
+                     f"{x.balance:.2f}", f"{x.machine_busy:.0%}"])
+    return rows
+
+
+ROUND_HEADER = ["server", "round", "req/s", "server CPU us/req", "p99 ms", "connections per worker",
+                "requests per worker", "worker CPU s", "master CPU s", "least/most requests", "CPU busy"]
 
 
 def load_row(label: str, result: LoadResult) -> list[str]:
@@ -132,14 +184,16 @@ def render(r: Results) -> str:
             load_row("baseline", r.baseline_closed), load_row("mutation", r.mutation_closed),
             load_row("baseline", r.baseline_open), load_row("mutation", r.mutation_open),
         ]))
-        cpu_ratio = r.baseline_closed.server_cpu_us_per_request / max(r.mutation_closed.server_cpu_us_per_request, 1)
+        tput = median(paired_ratios(r.mutation_closed, r.baseline_closed, "throughput_rps"))
+        cpu_ratio = median(paired_ratios(r.baseline_closed, r.mutation_closed, "server_cpu_us_per_request"))
         parts += ["", (
-            f"Throughput ratio mutation/baseline: {r.mutation_closed.throughput_rps / max(r.baseline_closed.throughput_rps, 1):.2f}; "
-            f"server CPU per request ratio baseline/mutation: {cpu_ratio:.2f} (the throughput ratio the server would "
-            f"reach with the machine to itself); p99 ratio at {r.half_rate:,.0f} req/s: "
+            f"Medians over the interleaved rounds: throughput ratio mutation/baseline {tput:.2f}; "
+            f"server CPU per request ratio baseline/mutation {cpu_ratio:.2f} (the throughput ratio the server would "
+            f"reach with the machine to itself); p99 ratio at {r.half_rate:,.0f} req/s (all rounds): "
             f"{r.mutation_open.p99_ms / max(r.baseline_open.p99_ms, 1e-9):.2f}. "
-            f"Connections per worker in each round (accept() decides): baseline "
-            f"{_spread(r.baseline_closed)}, mutation {_spread(r.mutation_closed)}."
+            f"Connections per worker in each round: baseline "
+            f"{_spread(r.baseline_closed)}, mutation {_spread(r.mutation_closed)}. Every round of these and of the "
+            "cluster sizes below is listed under \"Rounds\"."
         )]
 
     if r.sizes:
@@ -183,6 +237,41 @@ def render(r: Results) -> str:
                   "spends more per request than these add up to: gunicorn, TLS and several threads per worker "
                   "contending for the GIL and the log handler's lock."]
 
+    if default_loads(r):
+        parts += ["", f"## Rounds ({r.default_config.name})", ""]
+        parts.append("Each measurement above, round by round; round i of the servers compared ran next to each other. "
+                     "Connections per worker: read from /proc at the start of the window (and again at its end, for "
+                     "any connection reopened); requests per worker: the requests each connection answered in the "
+                     "window (the load generator counts them by local port), added up by the worker holding it; "
+                     "worker CPU: user + system seconds of each worker over the window.")
+        parts.append("")
+        rows = []
+        for label, load in _labelled_loads(r):
+            rows += round_rows(label, load)
+        parts.append(table(ROUND_HEADER, rows))
+
+    if r.spread:
+        trials = len(r.spread[0].rounds)
+        parts += ["", f"## Connection placement ({min(o.sizes):,} GPU nodes, {r.default_config.name})", ""]
+        parts.append(
+            f"Each way of placing connections on workers, over {trials} fresh pools of {s.connections} connections "
+            f"(each loaded {0.6:g} s in closed loop; interleaved; bench/spread.py). balanced: `gpuclass serve`'s "
+            "worker (webhook/serving/balance.py: a worker leaves a new connection to a sibling holding fewer); "
+            "accept: gunicorn's gthread worker, the first worker to call accept() wins; reuse-port: gunicorn's "
+            "`reuse_port`, a SO_REUSEPORT listener per worker, the kernel picks by a hash of the addresses; "
+            "cap: gunicorn's gthread worker with `worker_connections` just above an even share (5).")
+        parts.append("")
+        parts.append(table(
+            ["placement", "connections per worker (fullest first) x pools", "worst least/most requests",
+             f"pools with a worker below {MIN_WORKER_SHARE:.2f}", "reconnects", "failed"],
+            [[x.placement, ", ".join(x.splits()), f"{x.worst_balance:.2f}", str(x.rounds_below(MIN_WORKER_SHARE)),
+              f"{x.reconnects:,}", str(x.failed)] for x in r.spread]))
+        parts += ["", "The cap evens the split only by refusing: gthread closes a kept-alive connection once "
+                  "`worker_connections - threads` others are kept alive (the reconnects), and connections beyond "
+                  "workers x cap wait in the backlog until one closes; it also needs the client's pool size. "
+                  "A SO_REUSEPORT listener belongs to one worker: connections the kernel queued on it while that "
+                  "worker starts, stops or dies are lost."]
+
     if r.configs:
         parts += ["", f"## gunicorn settings ({min(o.sizes):,} GPU nodes)", ""]
         rows = []
@@ -218,6 +307,16 @@ def render(r: Results) -> str:
               "machine); `client CPU us/req` the same for the load generator, which shares the cores; "
               "`CPU busy` the share of all cores not idle during the window. See bench/README.md.", ""]
     return "\n".join(parts)
+
+
+def _labelled_loads(r: Results) -> list[tuple[str, LoadResult]]:
+    out: list[tuple[str, LoadResult]] = []
+    for label, load in (("baseline closed", r.baseline_closed), (f"mutation-{r.options.headline_nodes} closed", r.mutation_closed),
+                        ("baseline open", r.baseline_open), (f"mutation-{r.options.headline_nodes} open", r.mutation_open)):
+        if load is not None:
+            out.append((label, load))
+    out += [(f"mutation-{size.nodes} closed (sizes)", size.closed) for size in r.sizes]
+    return out
 
 
 def _spread(result: LoadResult) -> str:

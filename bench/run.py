@@ -33,6 +33,7 @@ from webhook.serving.config import ServeConfig
 from . import report
 from .idle import IdleProbe, probe_with_idle_connections
 from .sections import carry_sections
+from .spread import SpreadResult, measure_spread
 from .inventory_cost import LiveSyncCost, SnapshotCost, measure_live_sync, time_build_snapshot
 from .measure import Body, LoadResult, LoadSettings, Target, machine_busy_now, measure, prime
 from .procs import (
@@ -84,6 +85,7 @@ class Options:
     startup_timeout_seconds: float
     snapshot_nodes: int
     command: str
+    spread_trials: int = 0  # 0: placements not compared
 
 
 @dataclass(frozen=True)
@@ -146,13 +148,14 @@ class Results:
     snapshot: SnapshotCost | None = None
     breakdown: list[tuple[str, float]] = field(default_factory=list)
     live: LiveSyncCost | None = None
+    spread: list[SpreadResult] = field(default_factory=list)
     wall_seconds: float = 0.0
 
     def correctness_errors(self) -> int:
         loads = [self.baseline_closed, self.mutation_closed, self.baseline_open, self.mutation_open]
         loads += [s.closed for s in self.sizes]
         loads += [r for c in self.configs for r in (c.closed, c.open)]
-        return sum(r.failed for r in loads if r is not None)
+        return sum(r.failed for r in loads if r is not None) + sum(s.failed for s in self.spread)
 
 
 class Suite:
@@ -222,6 +225,18 @@ class Suite:
             self.written.add(nodes)
         return path
 
+    def start_placement(self, nodes: int, placement: str) -> ServerProcess | None:
+        """The real app on bench/variant.py with another way of placing connections on workers."""
+        try:
+            command = variant_command(app="mutation", port=free_port(), cert_dir=self.cert_dir,
+                                      nodes_file=self.nodes_file(nodes), workers=DEFAULT_CONFIG.workers,
+                                      threads=DEFAULT_CONFIG.threads, placement=placement)
+            return self._start(f"placement-{placement}-{nodes}", command, nodes, DEFAULT_CONFIG,
+                               note=f"bench/variant.py --placement {placement}")
+        except StartupFailed as exc:
+            self.results.startup_problems.append(StartupProblem(f"placement-{placement}", nodes, str(exc)))
+            return None
+
     def start_mutation(self, nodes: int, config: ServerConfig = DEFAULT_CONFIG) -> ServerProcess | None:
         """`gpuclass serve --nodes` (sync workers: bench/variant.py); None when it does not start."""
         label = f"mutation-{nodes}" + ("" if config == DEFAULT_CONFIG else f"-{config.worker_class}-{config.workers}x{config.threads}")
@@ -276,6 +291,11 @@ class Suite:
             ))
         r.snapshot = time_build_snapshot(o.snapshot_nodes)
 
+        # 5: how each way of placing connections spreads them over the workers
+        if o.spread_trials:
+            r.spread = measure_spread(lambda p: self.start_placement(sizes[0], p), self.body, o.settings, self.work,
+                                      o.spread_trials)
+
         # 6: gunicorn settings, against the smallest inventory (the cost does not depend on it)
         if o.compare_configs:
             self._compare_configs(mutation_by_size[sizes[0]])
@@ -300,7 +320,7 @@ class Suite:
                 targets.append(Target(server, expect_patch=True))
         others = targets[1:]
         prime(others, self.body, o.settings, self.work)
-        settings = dataclasses.replace(o.settings, rounds=max(1, o.settings.rounds - 1))
+        settings = dataclasses.replace(o.settings, rounds=min(2, o.settings.rounds))  # a side comparison: kept short
         closed = measure(targets, self.body, "closed", settings, self.work)
         opened = measure(targets, self.body, "open", settings, self.work, rate_per_second=r.half_rate)
         for config, target, c, op in zip(configs, targets, closed, opened):
@@ -357,7 +377,9 @@ def parse_args(argv: Sequence[str] | None) -> Options:
     p = argparse.ArgumentParser(prog="python -m bench", description="Benchmark gpuclass serve (see bench/README.md)")
     p.add_argument("--quick", action="store_true", help="a few seconds: 10 nodes, one short round (CI smoke test)")
     p.add_argument("--sizes", default=None, help="GPU node counts, comma separated (default 10,1000,5000)")
-    p.add_argument("--rounds", type=int, default=None, help="alternating rounds per measurement (default 3)")
+    p.add_argument("--rounds", type=int, default=None, help="alternating rounds per measurement (default 5)")
+    p.add_argument("--spread-trials", type=int, default=None,
+                   help="reconnects of the pool per connection placement compared (default 12; --quick: none)")
     p.add_argument("--round-seconds", type=float, default=None, help="measured seconds per round (default 3)")
     p.add_argument("--connections", type=int, default=8, help="persistent connections in all (default 8)")
     p.add_argument("--processes", type=int, default=2, help="load generator processes (default 2)")
@@ -376,7 +398,7 @@ def parse_args(argv: Sequence[str] | None) -> Options:
     sizes = tuple(int(s) for s in args.sizes.split(",")) if args.sizes else ((10,) if quick else (10, 1000, 5000))
     settings = LoadSettings(
         processes=args.processes, connections=args.connections,
-        rounds=args.rounds or (1 if quick else 3),
+        rounds=args.rounds or (1 if quick else 5),
         warmup_seconds=0.2 if quick else 0.5,
         round_seconds=args.round_seconds or (0.7 if quick else 3.0),
     )
@@ -384,11 +406,12 @@ def parse_args(argv: Sequence[str] | None) -> Options:
     output = args.output or (REPO_ROOT / "bench" / "out" / "quick" / "RESULTS.md" if quick else DEFAULT_OUTPUT)
     python = os.path.relpath(sys.executable, Path.cwd()) if sys.executable.startswith(str(Path.cwd())) else sys.executable
     return Options(
-        quick=quick, sizes=sizes, headline_nodes=1000 if 1000 in sizes else sizes[0], settings=settings,
+        quick=quick, sizes=sizes, headline_nodes=max(sizes), settings=settings,
         compare_configs=not (quick or args.no_configs), live=bool(args.live), live_nodes=args.live_nodes,
         live_pods=args.live_pods, live_gpu_pods=args.live_gpu_pods, output=output, json_output=args.json_output,
         workdir=workdir.resolve(), startup_timeout_seconds=args.startup_timeout,
         snapshot_nodes=max(sizes) if quick else 5000,
+        spread_trials=args.spread_trials if args.spread_trials is not None else (0 if quick else 12),
         command=" ".join([python, "-m", "bench", *(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))]),
     )
 

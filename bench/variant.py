@@ -3,8 +3,11 @@
 - `--app baseline`: the same gunicorn settings, TLS and Flask, answering every AdmissionReview with
   allowed: true and no patch. It still parses the body (to echo the uid), so the difference to the
   real server is the webhook's own work: review parsing, planning, the patch, its log line.
-- `--app mutation`: the real application, started as webhook.serving.server.serve() starts it, for a
-  setting `gpuclass serve` does not expose: the worker class (sync workers).
+- `--app mutation`: the real application, started as webhook.serving.server.serve() starts it, for
+  settings `gpuclass serve` does not expose: the worker class (sync workers) and how connections are
+  placed on workers (`--placement`: the project's balanced gthread worker, gunicorn's own gthread
+  worker where accept() decides, gunicorn's `reuse_port` (a SO_REUSEPORT listener per worker), or a
+  per-worker connection cap (`worker_connections`) so a worker holding its share stops accepting).
 
     python -m bench.variant --app baseline --cert-file F --key-file F --bind 127.0.0.1:PORT
 """
@@ -20,6 +23,12 @@ from flask import Flask, Response, request
 
 from webhook.serving.config import ServeConfig
 from webhook.serving.server import WebhookServer, build_app, check_config, prepare_metrics_dir
+
+
+PLACEMENTS = ("balanced", "accept", "reuse-port", "cap")
+# the cap: the bench's 8 connections over 2 workers, plus one, since gthread closes a kept-alive
+# connection when worker_connections - threads others are kept alive
+CAP_CONNECTIONS = 5
 
 
 def create_baseline_app(config: ServeConfig) -> Flask:
@@ -50,13 +59,20 @@ def create_baseline_app(config: ServeConfig) -> Flask:
 class VariantServer(WebhookServer):
     """WebhookServer with one gunicorn setting changed after the project's own settings."""
 
-    def __init__(self, config: ServeConfig, app_factory: Callable[[ServeConfig], Flask], worker_class: str) -> None:
+    def __init__(self, config: ServeConfig, app_factory: Callable[[ServeConfig], Flask], worker_class: str,
+                 placement: str = "balanced") -> None:
         self.worker_class = worker_class
+        self.placement = placement
         super().__init__(config, app_factory=app_factory)
 
     def load_config(self) -> None:
         super().load_config()
-        self.cfg.set("worker_class", self.worker_class)
+        if self.worker_class == "sync" or self.placement != "balanced":
+            self.cfg.set("worker_class", self.worker_class)  # gunicorn's own worker
+        if self.placement == "reuse-port":
+            self.cfg.set("reuse_port", True)
+        if self.placement == "cap":
+            self.cfg.set("worker_connections", CAP_CONNECTIONS)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -69,6 +85,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--threads", type=int, default=4)
     p.add_argument("--worker-class", choices=("gthread", "sync"), default="gthread")
+    p.add_argument("--placement", choices=PLACEMENTS, default="balanced")
     p.add_argument("--log-level", default="info")
     args = p.parse_args(argv)
     config = ServeConfig(
@@ -79,7 +96,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.app == "mutation":  # as webhook.serving.server.serve() does
         factory = functools.partial(build_app, loaded=check_config(config))
     prepare_metrics_dir()
-    VariantServer(config, factory, args.worker_class).run()
+    VariantServer(config, factory, args.worker_class, args.placement).run()
 
 
 if __name__ == "__main__":

@@ -163,3 +163,34 @@ def test_a_huge_class_name_gives_a_short_message() -> None:
     status, answer = post(body)
     assert status == 200 and answer["response"]["allowed"] is False
     assert len(answer["response"]["status"]["message"]) < 400
+
+
+def wsgi_answer(call: Any, method: str, body: bytes, content_length: int | None = None) -> tuple[str, list[Any], bytes]:
+    from werkzeug.test import EnvironBuilder
+
+    environ = EnvironBuilder(method=method, path="/mutate", query_string="timeout=10s", data=body,
+                             content_type="application/json").get_environ()
+    if content_length is not None:
+        environ["CONTENT_LENGTH"] = str(content_length)
+    seen: dict[str, Any] = {}
+    chunks = call(environ, lambda status, headers, exc_info=None: seen.update(status=status, headers=headers))
+    return seen["status"], list(seen["headers"]), b"".join(chunks)
+
+
+@pytest.mark.parametrize("method, body, content_length", [
+    pytest.param("POST", json.dumps(make_review(make_pod(annotations={"gpu-class.io/class": "high"}))).encode(), None,
+                 id="patched"),
+    pytest.param("POST", json.dumps(make_review(make_pod(annotations={"gpu-class.io/class": "nope"}))).encode(), None,
+                 id="refused"),
+    pytest.param("POST", b"{not json", None, id="not-json"),
+    pytest.param("POST", b'{"kind": "AdmissionReview"}', None, id="not-a-review"),
+    pytest.param("POST", b"{}", 300 * 1024, id="too-large"),
+    pytest.param("GET", b"", None, id="wrong-method"),
+])
+def test_admission_entry_answers_as_the_flask_route(method: str, body: bytes, content_length: int | None) -> None:
+    from flask import Flask
+
+    fast = wsgi_answer(APP.wsgi_app, method, body, content_length)
+    routed = wsgi_answer(lambda env, sr: Flask.wsgi_app(APP, env, sr), method, body, content_length)
+    assert fast == routed
+    assert fast[0].split()[0] in {"200", "400", "405", "413"}

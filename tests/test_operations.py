@@ -335,3 +335,52 @@ def test_faults_under_load(tmp_path: Path) -> None:
         "watch_restarts": restarts,
     }
     print(f"faults under load: {report}")
+
+
+def connections_held(pids: list[int], port: int) -> list[int]:
+    """Established connections to local `port` that each process holds (socket inodes from /proc)."""
+    inodes = set()
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        cols = line.split()
+        if cols[3] == "01" and int(cols[1].rsplit(":", 1)[1], 16) == port:
+            inodes.add(f"socket:[{cols[9]}]")
+    return [sum(1 for fd in os.listdir(f"/proc/{pid}/fd") if _link(f"/proc/{pid}/fd/{fd}") in inodes) for pid in pids]
+
+
+def _link(path: str) -> str:
+    try:
+        return os.readlink(path)
+    except OSError:
+        return ""
+
+
+@pytest.mark.parametrize("workers, connections", [
+    pytest.param(2, 8, id="2-workers-8-connections"),
+    pytest.param(3, 6, id="3-workers-6-connections"),
+])
+def test_keep_alive_connections_spread_evenly_over_workers(tmp_path: Path, workers: int, connections: int) -> None:
+    nodes = write_objects(tmp_path / "nodes.yaml", CATALOG_NODES)
+    with running_server(tmp_path, ["--nodes", str(nodes)], workers=workers) as server:
+        pids = worker_pids(server.process.pid, expected=workers)
+        review = make_review(make_pod({"gpu-class.io/class": "high"}))
+
+        def open_pool() -> list[int]:
+            """A fresh pool, opened at once as the API server's is: the connections each worker holds."""
+            pool = [server.connection() for _ in range(connections)]
+            threads = [threading.Thread(target=server.post, args=("/mutate", review, c)) for c in pool]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            held = connections_held(pids, server.port)
+            for c in pool:
+                c.close()
+            time.sleep(0.3)  # the workers see the closed connections
+            return held
+
+        # a worker still loading its app does not accept yet (rightly): wait until all of them do
+        deadline = time.monotonic() + 15
+        while 0 in open_pool() and time.monotonic() < deadline:
+            pass
+        for _ in range(3):
+            assert open_pool() == [connections // workers] * workers

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import base64
 import json
+import sys
 from typing import Any
 
 import jsonpatch
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from builders import CATALOG_NODES, assert_valid_pod, make_catalog, make_pod, make_review
 from webhook.core.inventory import build_snapshot
-from webhook.core.review import BadReview, build_response, parse_review, review_pod
+from webhook.core.review import BadReview, build_response, load_json, parse_review, review_pod
 
 CATALOG = make_catalog()
 SNAPSHOT = build_snapshot(CATALOG, CATALOG_NODES)
@@ -104,3 +107,72 @@ def test_admitted_unsatisfiable_pod_is_marked_but_not_placed() -> None:
     patched = jsonpatch.apply_patch(pod, json.loads(base64.b64decode(response["patch"])))
     assert patched["metadata"]["annotations"]["gpu-class.io/types"] == ""
     assert patched["spec"] == pod["spec"]
+
+
+def outcome(parse: Any, body: bytes) -> tuple[str, str]:
+    """What a parser makes of a body: the value's repr (NaN equals NaN, 1 differs from 1.0), or the error's type."""
+    try:
+        return "value", repr(parse(body))
+    except (ValueError, RecursionError) as exc:
+        return "error", type(exc).__name__
+
+
+@pytest.mark.parametrize("body", [
+    pytest.param(b'{"a": NaN, "b": Infinity, "c": -Infinity}', id="nan-and-infinities"),
+    pytest.param(b"123456789012345678901234567890", id="integer-beyond-64-bits"),
+    pytest.param(b"-9223372036854775809", id="integer-below-int64"),
+    pytest.param(b"18446744073709551615", id="largest-uint64"),
+    pytest.param(b"9223372036854775807", id="largest-int64"),
+    pytest.param(b"[1e400, -1e400, 1e-400]", id="float-overflow-and-underflow"),
+    pytest.param(b"[0.1, 1E2, -0.0, -0, 2.5e-308, 1.7976931348623157e308]", id="float-forms"),
+    pytest.param(b'{"a": 1, "a": 2, "b": {"c": 1, "c": [3]}}', id="duplicate-keys-last-wins"),
+    pytest.param('{"é": "ü\u2603", "k": "\\u00e9\\ud83d\\ude00"}'.encode(), id="unicode-raw-and-escaped"),
+    pytest.param(b'"\\ud800"', id="lone-surrogate-escaped"),
+    pytest.param(b'"\\udc00\\ud800"', id="reversed-surrogates-escaped"),
+    pytest.param(b'"\xed\xa0\x80"', id="surrogate-raw-utf8"),
+    pytest.param(b'"\xff"', id="invalid-utf8"),
+    pytest.param(b"\xef\xbb\xbf{}", id="utf8-byte-order-mark"),
+    pytest.param('{"a": [1, "\u00e9"]}'.encode("utf-16"), id="utf16"),
+    pytest.param('{"a": 1}'.encode("utf-32-le"), id="utf32"),
+    pytest.param(b"[" * 1100 + b"]" * 1100, id="nested-beyond-1024"),
+    pytest.param(b"[" * 1000 + b"]" * 1000, id="nested-1000"),
+    pytest.param(b'"a\tb"', id="raw-control-character"),
+    pytest.param(b"{} x", id="trailing-garbage"),
+    pytest.param(b" \n{}\r\n\t", id="surrounding-whitespace"),
+    pytest.param(b"[01]", id="leading-zero"),
+    pytest.param(b"[1.]", id="bare-decimal-point"),
+    pytest.param(b"", id="empty"),
+    pytest.param(b'{"a": "\\u0000"}', id="escaped-nul"),
+])
+def test_load_json_reads_every_body_as_the_standard_library_does(body: bytes) -> None:
+    assert outcome(load_json, body) == outcome(json.loads, body)
+
+
+json_scalars = (st.none() | st.booleans() | st.integers() | st.integers(min_value=2**62, max_value=2**70)
+                | st.integers(min_value=-(2**70), max_value=-(2**62)) | st.floats() | st.text())
+json_values = st.recursive(json_scalars, lambda inner: st.lists(inner, max_size=4)
+                           | st.dictionaries(st.text(max_size=8), inner, max_size=4), max_leaves=25)
+
+
+@settings(max_examples=400, deadline=None)
+@given(json_values, st.booleans())
+def test_load_json_matches_the_standard_library_on_generated_documents(value: Any, ensure_ascii: bool) -> None:
+    # floats() includes NaN and infinities, text() lone surrogates: both written as json.dumps writes them
+    body = json.dumps(value, ensure_ascii=ensure_ascii).encode("utf-8", "surrogatepass")
+    assert outcome(load_json, body) == outcome(json.loads, body)
+
+
+@pytest.mark.parametrize("body, error", [
+    pytest.param(b'{"kind": "AdmissionReview", "apiVersion": "admission.k8s.io/v1", "request": NaN}',
+                 "request must be an object", id="nan-request"),
+    pytest.param(b"[" * 1100 + b"]" * 1100, "body is not JSON", id="too-deep"),
+    pytest.param(b'"\xff"', "body is not JSON", id="invalid-utf8"),
+])
+def test_bodies_the_fast_parser_refuses_get_the_standard_answer(body: bytes, error: str) -> None:
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(1000)  # Python's default, which json.loads' depth follows (hypothesis raises it)
+    try:
+        with pytest.raises(BadReview, match=error):
+            parse_review(body)
+    finally:
+        sys.setrecursionlimit(limit)

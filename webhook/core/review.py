@@ -11,6 +11,8 @@ import json
 from dataclasses import dataclass
 from typing import Any, Mapping, NotRequired, TypedDict
 
+import orjson
+
 from .catalog import Catalog
 from .inventory import Snapshot
 from .patch import PatchOp, build_patch, build_unplaced_patch
@@ -19,6 +21,29 @@ from .planner import Decision, plan
 # one encoder for every response: json.dumps with options builds a new one per call
 COMPACT = json.JSONEncoder(separators=(",", ":"))
 API_VERSIONS = ("admission.k8s.io/v1", "admission.k8s.io/v1beta1")
+
+
+# a byte table that turns every digit into b"0" and everything else into b" "
+_DIGITS = bytes(48 if 48 <= i <= 57 else 32 for i in range(256))
+_LONG_NUMBER = b"0" * 19  # 19 digits or more may not fit 64 bits: orjson would read the integer as a float
+
+
+def load_json(body: bytes) -> Any:
+    """json.loads(body): the same value for every body, the same errors, in about half the time.
+
+    orjson parses the API server's 14 kB reviews twice as fast as the standard library, which was
+    the largest single cost of an admission (bench/RESULTS.md). It differs where JSON is loose:
+    it refuses NaN, Infinity, lone surrogates, a byte order mark, UTF-16/32 and nesting beyond
+    1,024, all of which json.loads reads, and it reads an integer beyond 64 bits as a float. So a
+    body with a run of 19 digits or one orjson refuses goes to json.loads, which decides: what the
+    webhook accepts and how it reads it are exactly what they were with the standard library.
+    """
+    if body.translate(_DIGITS).find(_LONG_NUMBER) < 0:
+        try:
+            return orjson.loads(body)
+        except orjson.JSONDecodeError:
+            pass
+    return json.loads(body)
 
 
 class BadReview(ValueError):
@@ -63,7 +88,7 @@ class Request:
 
 def parse_review(body: bytes) -> Request:
     try:
-        review = json.loads(body)
+        review = load_json(body)
     except (ValueError, RecursionError) as exc:
         raise BadReview(f"body is not JSON: {str(exc)[:200]}") from None
     if not isinstance(review, dict):

@@ -4,17 +4,19 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
+from typing import Any, Callable, Iterable
 
 from flask import Flask, Response, request
-from werkzeug.exceptions import ClientDisconnected, HTTPException
+from werkzeug.exceptions import ClientDisconnected, HTTPException, InternalServerError
+from werkzeug.http import HTTP_STATUS_CODES
+from werkzeug.wrappers import Request as WerkzeugRequest
 
 from ..cluster.source import InventorySource
 from ..core.catalog import Catalog
 from ..core.review import BadReview, Review, build_response, parse_review, review_pod
 from . import logs
 from .extender_routes import register_extender_routes
-from .responses import json_response
+from .responses import encode_json, json_response
 
 log = logging.getLogger("gpu_class.admission")
 
@@ -38,24 +40,26 @@ def create_app(
     def http_error(exc: HTTPException) -> Response:
         return json_response({"error": exc.name, "message": exc.description}, exc.code or 400)
 
-    @app.post("/mutate")
-    def mutate() -> Response:
+    def admit(environ: dict[str, Any]) -> tuple[bytes, int]:
+        """/mutate: the encoded answer and its HTTP status."""
         started = time.perf_counter()
-        sock = request.environ.get("gunicorn.socket")
+        sock = environ.get("gunicorn.socket")
         if sock is not None:
             # a client that trickles its body must not hold a thread past the API server's timeout
             sock.settimeout(read_budget_seconds)
+        reader = WerkzeugRequest(environ)
+        reader.max_content_length = max_body_bytes  # larger: RequestEntityTooLarge, before reading
         try:
-            body = request.get_data(cache=False)
+            body = reader.get_data(cache=False)
         except (OSError, ClientDisconnected):  # the read budget ran out (werkzeug reports it as a disconnect)
             metrics.observe_admission(None, time.perf_counter() - started, catalog, "bad-request")
-            return json_response({"error": "Request Timeout", "message": f"body not received within {read_budget_seconds}s"}, 408)
+            return encode_json({"error": "Request Timeout", "message": f"body not received within {read_budget_seconds}s"}), 408
         try:
             req = parse_review(body)
         except BadReview as exc:
             metrics.observe_admission(None, time.perf_counter() - started, catalog, "bad-request")
             _log_request(None, None, started, "bad-request", str(exc))
-            return json_response({"error": "Bad Request", "message": str(exc)}, 400)
+            return encode_json({"error": "Bad Request", "message": str(exc)}), 400
         try:
             result = review_pod(req, inventory.snapshot(), catalog)
             answer = build_response(req, result)
@@ -65,10 +69,15 @@ def create_app(
             log.exception("admission failed uid=%s", req.uid)
             metrics.observe_admission(None, time.perf_counter() - started, catalog, "error")
             _log_request(req, None, started, "error", "internal error")
-            return json_response(_internal_error(req.api_version, req.uid))
+            return encode_json(_internal_error(req.api_version, req.uid)), 200
         metrics.observe_admission(result, time.perf_counter() - started, catalog)
         _log_request(req, result, started, result.decision.outcome, result.decision.message)
-        return json_response(answer)
+        return encode_json(answer), 200
+
+    @app.post("/mutate")
+    def mutate() -> Response:  # reached only when the WSGI entry below passes a request on (tests may call it)
+        body, status = admit(request.environ)
+        return Response(body, status=status, mimetype="application/json")
 
     @app.get("/healthz")
     def healthz() -> Response:
@@ -85,7 +94,41 @@ def create_app(
         return Response(body, mimetype=content_type.split(";")[0], content_type=content_type)
 
     register_extender_routes(app, catalog, inventory)
+    app.wsgi_app = _admission_first(app.wsgi_app, admit)  # type: ignore[method-assign, assignment]
     return app
+
+
+WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
+
+
+def _admission_first(flask_app: WsgiApp, admit: Callable[[dict[str, Any]], tuple[bytes, int]]) -> WsgiApp:
+    """POST /mutate answered straight from WSGI; every other request goes through Flask.
+
+    Flask's request dispatch (contexts, URL matching, session, signals, the Response object) cost
+    more per admission than the decision itself (bench/RESULTS.md). The answer is what the Flask
+    route gave: the same body, status line and headers, the same JSON error for a body that is too
+    large, the same JSON 500 for a bug outside the decision (which Flask would also log).
+    """
+
+    def wsgi_app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        if environ.get("PATH_INFO") != "/mutate" or environ.get("REQUEST_METHOD") != "POST":
+            return flask_app(environ, start_response)
+        try:
+            body, status = admit(environ)
+        except HTTPException as exc:  # RequestEntityTooLarge
+            status = exc.code or 400
+            body = encode_json({"error": exc.name, "message": exc.description})
+        except Exception:
+            log.exception("Exception on /mutate [POST]")
+            status = 500
+            body = encode_json({"error": "Internal Server Error",
+                                "message": InternalServerError.description})
+        # werkzeug's status line: the reason phrase in capitals
+        start_response(f"{status} {HTTP_STATUS_CODES.get(status, 'UNKNOWN').upper()}",
+                       [("Content-Type", "application/json"), ("Content-Length", str(len(body)))])
+        return [body]
+
+    return wsgi_app
 
 
 def _internal_error(api_version: str, uid: str) -> dict[str, Any]:

@@ -9,5 +9,9 @@ from flask import Response
 from ..core.review import COMPACT
 
 
+def encode_json(body: Any) -> bytes:
+    return COMPACT.encode(body).encode()
+
+
 def json_response(body: Any, status: int = 200) -> Response:
-    return Response(COMPACT.encode(body), status=status, mimetype="application/json")
+    return Response(encode_json(body), status=status, mimetype="application/json")

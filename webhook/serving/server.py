@@ -26,6 +26,7 @@ from ..core.catalog import Catalog, load_catalog_file, load_default_catalog
 from ..core.inventory import Snapshot
 from . import logs
 from .app import create_app
+from .balance import BalancedThreadWorker, ConnectionTable
 from .config import ServeConfig
 from .tls import CertReloader
 
@@ -88,6 +89,11 @@ class WebhookServer(BaseApplication):  # type: ignore[misc]
     def load_config(self) -> None:
         c = self.config_values
         reloader: dict[str, CertReloader] = {}
+        table = ConnectionTable()  # mapped here, in the master, so every worker forked later shares it
+
+        def child_exit(_arbiter: Any, worker: Any) -> None:
+            table.release(worker)
+            _mark_worker_dead(worker.pid)
 
         def ssl_context(_conf: Any, _default_factory: Any) -> ssl.SSLContext:
             # called per connection, in the worker; one reloader per process
@@ -98,7 +104,7 @@ class WebhookServer(BaseApplication):  # type: ignore[misc]
         settings: dict[str, Any] = {
             "bind": [c.bind],
             "workers": c.workers,
-            "worker_class": "gthread",
+            "worker_class": BalancedThreadWorker,
             "threads": c.threads,
             "certfile": c.cert_file,
             "keyfile": c.key_file,
@@ -115,7 +121,8 @@ class WebhookServer(BaseApplication):  # type: ignore[misc]
             # gunicorn's runtime control socket is not needed and would write under $HOME (read-only in the image)
             "control_socket_disable": True,
             "post_worker_init": lambda worker: logs.configure(c.log_level),
-            "child_exit": lambda _arbiter, worker: _mark_worker_dead(worker.pid),
+            "pre_fork": lambda _arbiter, worker: table.assign(worker),
+            "child_exit": child_exit,
         }
         for key, value in settings.items():
             if key in self.cfg.settings:  # control_socket_disable exists from gunicorn 24 on
