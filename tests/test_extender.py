@@ -34,7 +34,8 @@ from servers import serving_test_inventory, Server
 from webhook.cluster.source import StaticInventory
 from webhook.serving.app import create_app
 from webhook.core.catalog import Catalog, load_catalog_file
-from webhook.core.extender import MAX_EXTENDER_PRIORITY, NodeVerdict, PodNeeds, score_nodes
+from webhook.core.extender import (ASSUME_SECONDS, MAX_EXTENDER_PRIORITY, Assumed, NodeVerdict, PodNeeds, score_nodes,
+                                   with_assumed)
 from webhook.serving.extender_routes import register_extender_routes
 from webhook.core.inventory import InventoryState, Snapshot, node_info_from_object
 
@@ -506,7 +507,7 @@ def test_a_bug_is_a_200_never_a_5xx(monkeypatch: pytest.MonkeyPatch) -> None:
     def broken(*_: Any) -> Any:
         raise KeyError("bug")
 
-    monkeypatch.setattr(routes, "filter_nodes", broken)
+    monkeypatch.setattr(routes, "filter_assuming", broken)
     monkeypatch.setattr(routes, "prioritize_nodes", broken)
     app = Flask("bare")
     register_extender_routes(app, CATALOG, StaticInventory(snapshot_of()))
@@ -751,3 +752,42 @@ def test_scheduler_pods_are_not_webhook_pods(rendered: list[dict[str, Any]]) -> 
     pdb_selector = one(base, "PodDisruptionBudget", "gpu-class")["spec"]["selector"]["matchLabels"]
     for selector in (service_selector, pdb_selector):
         assert not all(labels.get(k) == v for k, v in selector.items())
+
+
+# --- assumed binds -------------------------------------------------------------------------
+
+
+def _with_uid(pod: dict[str, Any], uid: str) -> dict[str, Any]:
+    out = copy.deepcopy(pod)
+    out["metadata"]["uid"] = uid
+    return out
+
+
+def test_a_burst_of_pods_counts_the_ones_just_sent() -> None:
+    """The scheduler binds the next replica before the watch shows the last one bound."""
+    client = make_app().test_client()
+    pod = placed_pod("L4,T4", class_name="balanced")  # free: L4 2 (l4-hand), T4 1 (t4-a)
+    kept = []
+    for uid in ("uid-replica-0", "uid-replica-1"):
+        _, result = post(client, "filter", args_by_names(_with_uid(pod, uid), ["t4-a", "l4-hand"]))
+        kept.append(result["NodeNames"])
+    # the first takes one of L4's 2 GPUs; with it counted, L4 and T4 tie at 1 and the first listed wins
+    assert kept == [["l4-hand"], ["t4-a"]]
+    # the first asking again (its bind failed) is not counted against itself: L4 has its 2 free GPUs
+    # back, T4's one is assumed taken by the second
+    _, again = post(client, "filter", args_by_names(_with_uid(pod, "uid-replica-0"), ["t4-a", "l4-hand"]))
+    assert again["NodeNames"] == ["l4-hand"]
+    assert again["FailedNodes"] == {"t4-a": "gpu-class: 0 GPUs free, Pod needs 1"}
+
+
+@pytest.mark.parametrize("requested_now, age_seconds, counted", [
+    pytest.param(1, 0.0, True, id="not-yet-bound-counted"),
+    pytest.param(3, 0.0, False, id="watch-saw-the-bind"),
+    pytest.param(1, ASSUME_SECONDS + 1, False, id="expired"),
+])
+def test_assumptions_end_when_the_bind_is_seen_or_late(requested_now: int, age_seconds: float, counted: bool) -> None:
+    snapshot = snapshot_of(pods=[("ml/other", "a100-idle", requested_now)])
+    assumed = {"uid-1": Assumed("a100-idle", "nvidia.com/gpu", 2, requested_then=1, at_seconds=100.0)}
+    adjusted, live = with_assumed(snapshot, assumed, 100.0 + age_seconds)
+    assert (adjusted.requested[("a100-idle", "nvidia.com/gpu")] == requested_now + 2) is counted
+    assert ("uid-1" in live) is counted

@@ -14,7 +14,9 @@ extender_routes.py.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, Iterable, Literal, Mapping, Sequence, TypedDict
 
 from .catalog import Catalog
@@ -284,22 +286,27 @@ def keep_promised(verdicts: Sequence[NodeVerdict], needs: PodNeeds, snapshot: Sn
     the promised ones among them cannot strand the Pod: at least one stays when any could run it.
 
     - performance, cost, annotation: the nodes of the best type (by type_order) that has one;
-    - balanced: the nodes of the type with the most free GPUs, among the types that have one;
-    - binpack: the fullest nodes: fewest GPUs left after placing the Pod.
+    - balanced: the emptiest node of the type with the most free GPUs, among the types that have one;
+    - binpack: the fullest node: fewest GPUs left after placing the Pod.
     """
     fitting = [v for v in verdicts if v.passed]
     if not fitting:
         return list(verdicts)
     ordering = ordering_for(needs, catalog)
+    # binpack and balanced keep one node (ties go to the first name), so the extender knows where
+    # the Pod goes and can count it there at once (Assumed): the scheduler binds a Deployment's next
+    # replica before the watch has seen this one bound.
     if ordering == "binpack":
         fewest = min(v.free_gpus for v in fitting)
-        keep = {v.name for v in fitting if v.free_gpus == fewest}
+        keep = {min(v.name for v in fitting if v.free_gpus == fewest)}
         why = f"gpu-class: binpack: a fuller node ({fewest - needs.gpus} GPUs left) can take it"
     elif ordering == "balanced":
         free = type_free_gpus(snapshot)
         most = max(free.get(v.type_name or "", 0) for v in fitting)
         best = next(v.type_name for v in fitting if free.get(v.type_name or "", 0) == most)
-        keep = {v.name for v in fitting if free.get(v.type_name or "", 0) == most}
+        in_best = [v for v in fitting if v.type_name == best]
+        emptiest = max(v.free_gpus for v in in_best)
+        keep = {min(v.name for v in in_best if v.free_gpus == emptiest)}
         why = f"gpu-class: balanced: type {best} has the most free GPUs ({most})"
     else:
         present = {v.type_name for v in fitting}
@@ -310,6 +317,78 @@ def keep_promised(verdicts: Sequence[NodeVerdict], needs: PodNeeds, snapshot: Sn
     return [v if not v.passed or v.name in keep else NodeVerdict(v.name, False, why, free_gpus=v.free_gpus,
                                                                   type_name=v.type_name)
             for v in verdicts]
+
+
+ASSUME_SECONDS = 10.0  # a bind not seen by then failed, or the Pod went elsewhere
+
+
+@dataclass(frozen=True)
+class Assumed:
+    """A Pod `filter` sent to exactly one node, counted there until the inventory shows it bound.
+
+    kube-scheduler does the same in its own cache ("assume"): it binds asynchronously and schedules
+    the next Pod at once, milliseconds before the watch brings the binding to the webhook.
+    """
+
+    node: str
+    resource: str
+    gpus: int
+    requested_then: int  # the node's devices of `resource` held by bound Pods when filter answered
+    at_seconds: float
+
+
+def assume(result: ExtenderFilterResult, needs: PodNeeds, snapshot: Snapshot, now_seconds: float) -> Assumed | None:
+    """The assumption a filter answer makes: only when it left exactly one node."""
+    kept = result["NodeNames"] if result["NodeNames"] is not None else [
+        o["metadata"]["name"] for o in (result["Nodes"] or {}).get("items", [])]
+    if result["Error"] or len(kept) != 1 or needs.gpus <= 0:
+        return None
+    node = kept[0]
+    return Assumed(node, needs.resource, needs.gpus, snapshot.requested.get((node, needs.resource), 0), now_seconds)
+
+
+def filter_assuming(args: ExtenderArgs, snapshot: Snapshot, catalog: Catalog, assumed: Mapping[str, Assumed],
+                    now_seconds: float) -> tuple[ExtenderFilterResult, dict[str, Assumed]]:
+    """`filter` on the snapshot with the other Pods' pending assumptions counted; and the assumptions after it.
+
+    A retry of the same Pod (its bind failed) does not count its own assumption, and replaces it.
+    """
+    uid = pod_uid(args)
+    others = {k: a for k, a in assumed.items() if k != uid}
+    adjusted, live = with_assumed(snapshot, others, now_seconds)
+    result = filter_nodes(args, adjusted, catalog)
+    try:
+        needs = read_pod(args.pod, catalog)
+    except PodProblem:
+        needs = None
+    made = assume(result, needs, snapshot, now_seconds) if needs is not None and uid else None
+    if made is not None:
+        live[uid] = made
+    return result, live
+
+
+def pod_uid(args: ExtenderArgs) -> str:
+    metadata = args.pod.get("metadata")
+    uid = metadata.get("uid") if isinstance(metadata, Mapping) else None
+    return uid if isinstance(uid, str) else ""
+
+
+def with_assumed(snapshot: Snapshot, assumed: Mapping[str, Assumed],
+                 now_seconds: float) -> tuple[Snapshot, dict[str, Assumed]]:
+    """The snapshot as if the assumed Pods were bound, and the assumptions still pending (by Pod uid).
+
+    An assumption ends when the node's bound devices have grown by its Pod's (the watch saw the
+    binding, or as many others), or after ASSUME_SECONDS.
+    """
+    live = {uid: a for uid, a in assumed.items()
+            if now_seconds - a.at_seconds < ASSUME_SECONDS
+            and snapshot.requested.get((a.node, a.resource), 0) < a.requested_then + a.gpus}
+    if not live:
+        return snapshot, live
+    requested = dict(snapshot.requested)
+    for a in live.values():
+        requested[(a.node, a.resource)] = requested.get((a.node, a.resource), 0) + a.gpus
+    return dataclasses.replace(snapshot, requested=MappingProxyType(requested), memo={}), live
 
 
 def _filter_answer(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 from typing import Any
 
@@ -18,13 +19,16 @@ from flask import Flask, Response, request
 from ..cluster.source import InventorySource
 from ..core.catalog import Catalog
 from ..core.extender import (
+    Assumed,
     BadExtenderArgs,
     ExtenderArgs,
+    filter_assuming,
     filter_error,
-    filter_nodes,
     neutral_priorities,
     parse_extender_args,
+    pod_uid,
     prioritize_nodes,
+    with_assumed,
 )
 from .responses import json_response
 
@@ -41,6 +45,11 @@ def _read_args(body: bytes) -> ExtenderArgs:
 
 def register_extender_routes(app: Flask, catalog: Catalog, inventory: InventorySource) -> None:
     """Add the extender's verbs to `app` (deploy/scheduler configures filterVerb and prioritizeVerb so)."""
+    # Pods sent to one node and not yet seen bound there, by uid (extender.Assumed). Per worker:
+    # kube-scheduler sends one Pod at a time over a kept-alive connection, so its next Pod comes
+    # to the worker that answered the last.
+    assumed: dict[str, Assumed] = {}
+    lock = threading.Lock()
 
     @app.post("/filter")
     def extender_filter() -> Response:
@@ -51,7 +60,10 @@ def register_extender_routes(app: Flask, catalog: Catalog, inventory: InventoryS
             _log("filter", None, started, error=str(exc))
             return json_response({"error": "Bad Request", "message": str(exc)}, 400)
         try:
-            result = filter_nodes(args, inventory.snapshot(), catalog)
+            with lock:
+                result, live = filter_assuming(args, inventory.snapshot(), catalog, assumed, time.monotonic())
+                assumed.clear()
+                assumed.update(live)
         except Exception:
             log.exception("extender filter failed pod=%s", args.pod_ref)
             result = filter_error(f"gpu-class: internal error filtering nodes for Pod {args.pod_ref}; see its logs")
@@ -68,7 +80,10 @@ def register_extender_routes(app: Flask, catalog: Catalog, inventory: InventoryS
             _log("prioritize", None, started, error=str(exc))
             return json_response({"error": "Bad Request", "message": str(exc)}, 400)
         try:
-            priorities = prioritize_nodes(args, inventory.snapshot(), catalog)
+            with lock:
+                others = {uid: a for uid, a in assumed.items() if uid != pod_uid(args)}
+            snapshot = with_assumed(inventory.snapshot(), others, time.monotonic())[0]
+            priorities = prioritize_nodes(args, snapshot, catalog)
         except Exception:
             log.exception("extender prioritize failed pod=%s", args.pod_ref)
             priorities = neutral_priorities(args.candidates)
