@@ -19,7 +19,9 @@ import json
 import re
 import subprocess
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import kubernetes_validate
 import pytest
@@ -245,16 +247,62 @@ def test_webhook_settings_follow_the_values() -> None:
     assert all_of(objects, "ResourceQuota") == [], "the quota exists only to admit system-cluster-critical"
 
 
-def test_catalog_inline_reaches_the_configmap_and_the_expressions(tmp_path: Path) -> None:
-    catalog = (CHART / "files" / "catalog.yaml").read_text().replace("gpuResource: nvidia.com/gpu",
-                                                                      "gpuResource: example.com/accel")
-    (tmp_path / "values.yaml").write_text(yaml.safe_dump({"catalog": {"inline": catalog}}))
+SHIPPED_CATALOG = (CHART / "files" / "catalog.yaml").read_text()
+# The shipped catalog with whole GPUs requested as another resource: its MIG and AMD types keep theirs.
+ACCEL_CATALOG = SHIPPED_CATALOG.replace("gpuResource: nvidia.com/gpu", "gpuResource: example.com/accel")
+
+
+@dataclass(frozen=True)
+class ResourcesCase:
+    values: Mapping[str, Any]
+    catalog: str | None  # the catalog whose resources the chart must serve, or None: `named`
+    not_sent: tuple[str, ...]
+    named: tuple[str, ...] = ()
+
+    def resources(self) -> tuple[str, ...]:
+        """What the extender manages, in this order; the Pods the webhook is sent."""
+        from webhook.core.catalog import load_catalog_text
+
+        return load_catalog_text(self.catalog).resources if self.catalog is not None else self.named
+
+
+RESOURCES_CASES = [
+    pytest.param(ResourcesCase({}, SHIPPED_CATALOG, ("example.com/accel", "nvidia.com/gpu.shared")),
+                 id="shipped-catalog"),
+    pytest.param(ResourcesCase({"catalog": {"inline": ACCEL_CATALOG}}, ACCEL_CATALOG, ("nvidia.com/gpu",)),
+                 id="inline-catalog-other-gpu-resource"),
+    pytest.param(ResourcesCase({"catalog": {"existingConfigMap": "mine"}}, SHIPPED_CATALOG, ("example.com/accel",)),
+                 id="own-configmap-resources-unset-are-the-shipped"),
+    pytest.param(ResourcesCase({"catalog": {"existingConfigMap": "mine", "resources": ["example.com/accel", "amd.com/gpu"]}},
+                               None, ("nvidia.com/gpu", "nvidia.com/mig-1g.5gb"), ("example.com/accel", "amd.com/gpu")),
+                 id="own-configmap-resources-named"),
+]
+
+
+@pytest.mark.parametrize("case", RESOURCES_CASES)
+def test_catalog_resources_reach_the_expressions_and_the_scheduler(tmp_path: Path, case: ResourcesCase) -> None:
+    """A Pod asking for any resource the catalog's types are requested as is sent to the webhook,
+    checked by the backstop and sent to the extender; one asking for another resource is not."""
+    from test_extender import scheduler_config
+
+    resources = case.resources()
+    (tmp_path / "values.yaml").write_text(yaml.safe_dump({**case.values, "scheduler": {"enabled": True}}))
     objects = template("--values", str(tmp_path / "values.yaml"))
-    configmap = one_of(objects, "ConfigMap", "gpu-class-catalog", NAMESPACE)
-    assert configmap["data"]["catalog.yaml"] == catalog
-    conditions = deploy.the_webhook(objects)["matchConditions"]
-    assert any("'example.com/accel'" in c["expression"] for c in conditions)
-    assert not any("nvidia.com/gpu" in c["expression"] for c in conditions)
+    if "inline" in case.values.get("catalog", {}):
+        configmap = one_of(objects, "ConfigMap", "gpu-class-catalog", NAMESPACE)
+        assert configmap["data"]["catalog.yaml"] == case.values["catalog"]["inline"]
+    webhook = deploy.the_webhook(objects)
+    policy, binding = deploy.policy_and_binding(objects)
+    # Every MIG profile is sent, as deploy/base/webhook.yaml sends it, whether the catalog has it or not.
+    sent = [*resources, *(["nvidia.com/mig-9g.99gb"] if any("/mig-" in r for r in resources) else [])]
+    for resource, expected in [*((r, True) for r in sent), *((r, False) for r in case.not_sent)]:
+        for part in ("limits", "requests"):
+            pod = deploy.make_pod(containers=[deploy.make_container(**{part: {resource: "1"}})])
+            assert deploy.webhook_is_called(webhook, pod, deploy.OPTED_IN) is expected, (resource, part)
+            outcome = deploy.backstop_outcome(policy, binding, pod, deploy.OPTED_IN)
+            assert outcome == ("refused" if expected else "not-matched"), (resource, part)
+    (extender,) = scheduler_config([one_of(objects, "ConfigMap", "gpu-class-scheduler-config", NAMESPACE)])["extenders"]
+    assert extender["managedResources"] == [{"name": r, "ignoredByScheduler": False} for r in resources]
 
 
 def test_shipped_catalog_is_deploys() -> None:

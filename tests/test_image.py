@@ -2,16 +2,19 @@
 
 tests/tools/image.py makes the base image locally (no registry is reachable) and builds the
 Dockerfile on it; the first build takes about 100 s (debootstrap is most of it), later ones reuse
-the cached base and layers and take seconds. The container then runs with the Deployment's
-security context (user 65532, read-only root filesystem, every capability dropped, no privilege
+the cached base image, and the image itself while its sources do not change. The container then
+runs with the Deployment's security context (user 65532, read-only root filesystem, every capability dropped, no privilege
 escalation, /tmp in memory), its args and its file layout under /etc/gpu-class (the shipped
 catalog, the certificate in tls/), plus a nodes file for an inventory, since there is no API server
-here. A review sent to it over TLS comes back placed.
+here. A review sent to it over TLS comes back placed. The image is the one built from the sources
+as they are (tests/tools/image.py keys it by them), and a test checks that its installed package
+is those sources, file for file.
 """
 
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import os
 import shutil
@@ -126,3 +129,24 @@ def test_the_image_keeps_no_pip(built: str) -> None:
     """The Dockerfile uninstalls pip once it has installed the wheels."""
     done = podman("run", "--rm", "--entrypoint", "python3", built, "-c", "import pip", check=False)
     assert done.returncode != 0 and "No module named 'pip'" in done.stderr
+
+
+# Run in the image: the files of the installed package, and their digests.
+INSTALLED_FILES = """
+import hashlib, json, pathlib, webhook
+root = pathlib.Path(webhook.__file__).parent
+print(json.dumps({str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+                  for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts}))
+"""
+
+
+def test_the_image_holds_these_sources(built: str) -> None:
+    """An image of older sources would pass or fail for the wrong reasons: what is installed in it
+    is exactly the package as the checkout has it."""
+    done = podman("run", "--rm", "--entrypoint", "python3", built, "-c", INSTALLED_FILES)
+    installed: dict[str, str] = json.loads(done.stdout)
+    package = deploy.REPO / "webhook"
+    sources = {str(p.relative_to(package)): hashlib.sha256(p.read_bytes()).hexdigest()
+               for p in package.rglob("*") if p.is_file() and "__pycache__" not in p.parts}
+    assert {k for k in sources if k.endswith(".py")} <= set(installed), "a module is missing"
+    assert {k: sources.get(k) for k in installed} == installed, "the image holds other sources"

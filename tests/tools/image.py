@@ -8,14 +8,23 @@ the package index through the host network with the host's CA certificates.
 
 Everything is cached in the project's cache directory (tests/e2e/local_cluster.py `cache_dir()`):
 the root filesystem as a tarball and podman's own storage, so a second run reuses the base image
-and every layer the Dockerfile's inputs did not change. Podman runs with runc (crun refuses the
-hybrid cgroup layout of these machines) and a containers.conf of its own: `default_ulimits = []`,
-because the default asks for more open files than this machine's hard limit.
+and every layer the Dockerfile's inputs did not change.
+
+That storage is shared by every checkout of the project on the machine, and podman's layer cache
+cannot tell when the image is stale: buildah (1.28, Debian's) keys a RUN step's cache on its text
+and parent layer only, so the runtime stage's `RUN --mount=...,from=build` keeps the wheels of
+whatever sources it first saw, however the build stage changed. So the image is keyed by its
+sources instead: the Dockerfile, every file its COPY lines take from the context and the base
+image's recipe. An image labelled with that digest is reused; otherwise the Dockerfile is built
+again without podman's cache (the base image stays; the build's pip fetches the dependencies
+again, some tens of seconds). The caller gets the image's ID, never a shared tag another checkout's
+build could move onto an image of other sources meanwhile.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -35,7 +44,8 @@ PACKAGES = ("python3", "python3-pip-whl", "python3-setuptools-whl", "ca-certific
 HOST_PACKAGES = {"podman": "podman", "runc": "runc", "debootstrap": "debootstrap"}
 HOST_CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
 HOST_PIP_CONF = Path("/etc/pip.conf")
-IMAGE = "localhost/gpu-class:test"
+IMAGE_REPOSITORY = "localhost/gpu-class"
+SOURCES_LABEL = "gpu-class.test/sources"
 
 # Run inside the new root filesystem: pip into /usr/local, as the python images have it, and no
 # "externally managed" marker (those images have none, and the Dockerfile installs with plain pip).
@@ -65,13 +75,54 @@ def work_dir() -> Path:
 def base_image_name() -> str:
     """The image the Dockerfile's stages start FROM (all of them must name the same one)."""
     names = set()
-    for line in (REPO / "Dockerfile").read_text().splitlines():
+    for line in dockerfile_lines():
         found = re.match(r"\s*FROM\s+(?:--\S+\s+)*(\S+)", line, re.I)
         if found:
             names.add(found.group(1))
     if len(names) != 1:
         raise ImageError(f"the Dockerfile's FROM lines name {sorted(names)}; the test makes one base image")
     return names.pop()
+
+
+def dockerfile_lines() -> list[str]:
+    return (REPO / "Dockerfile").read_text().splitlines()
+
+
+def build_inputs() -> list[Path]:
+    """The files the Dockerfile's COPY lines take from the build context (not from another stage)."""
+    found: set[Path] = set()
+    for line in dockerfile_lines():
+        copy = re.match(r"\s*COPY\s+(.*)", line, re.I)
+        if not copy:
+            continue
+        words = copy.group(1).split()
+        if any(w.startswith("--from") for w in words):
+            continue
+        if words and words[0].startswith("["):
+            raise ImageError(f"the Dockerfile's {line.strip()!r}: only the plain form of COPY is read here")
+        for source in [w for w in words if not w.startswith("--")][:-1]:
+            path = REPO / source
+            if path.is_dir():
+                # .dockerignore keeps __pycache__ out of the context, so it is no input either.
+                found.update(f for f in path.rglob("*") if f.is_file() and "__pycache__" not in f.parts)
+            elif path.is_file():
+                found.add(path)
+            else:
+                raise ImageError(f"the Dockerfile copies {source}, which is not in {REPO}")
+    if not found:
+        raise ImageError("the Dockerfile's COPY lines name no file of the repository")
+    return sorted(found)
+
+
+def sources_digest() -> str:
+    """What the image is made of: the base recipe, the Dockerfile and every file it copies."""
+    digest = hashlib.sha256(recipe_digest().encode())
+    for path in [REPO / "Dockerfile", *build_inputs()]:
+        data = path.read_bytes()
+        # Name and length first, so that no two file sets hash alike.
+        digest.update(f"{path.relative_to(REPO)}\0{len(data)}\0".encode())
+        digest.update(data)
+    return digest.hexdigest()[:16]
 
 
 def run(argv: Sequence[str], *, timeout: float = 1800, env: dict[str, str] | None = None) -> str:
@@ -155,20 +206,54 @@ def base_image(log: Callable[[str], None]) -> str:
     return name
 
 
+def labelled_image(digest: str) -> str | None:
+    """The ID of an image already built from these sources, if there is one."""
+    found = podman("images", "--filter", f"label={SOURCES_LABEL}={digest}", "--no-trunc", "--quiet").split()
+    return found[0].removeprefix("sha256:") if found else None
+
+
+def remove_images_of_other_sources(digest: str) -> None:
+    """Images of other sources a day old: no test of any checkout is about to run them. One still in
+    use cannot be removed and is left."""
+    old = podman("images", "--filter", f"label={SOURCES_LABEL}", "--filter", "until=24h", "--no-trunc",
+                 "--format", "{{.ID}} {{.Labels}}").splitlines()
+    for line in old:
+        image_id, _, labels = line.partition(" ")
+        if f"{SOURCES_LABEL}:{digest}" not in labels:
+            subprocess.run(podman_argv("rmi", image_id), capture_output=True, env=podman_env(), timeout=120, check=False)
+
+
 def build_image(log: Callable[[str], None] = print) -> str:
-    """The Dockerfile built on the local base image; returns the image name."""
+    """The Dockerfile built on the local base image from the sources as they are now; returns the
+    image's ID."""
     ensure_host_packages(log)
     base_image(log)
+    digest = sources_digest()
+    existing = labelled_image(digest)
+    if existing:
+        log(f"image {existing[:12]} is built from these sources ({IMAGE_REPOSITORY}:{digest})")
+        return existing
     started = time.monotonic()
     # The host's trust (and its pip.conf, which may name it) reach the build's RUN steps as mounts,
     # so they leave nothing in a layer.
     mounts = [f"{HOST_CA_BUNDLE}:/etc/ssl/certs/ca-certificates.crt:ro"]
     if HOST_PIP_CONF.exists():
         mounts.append(f"{HOST_PIP_CONF}:/etc/pip.conf:ro")
-    podman("build", "--pull=never", "--network", "host", "--layers",
-           *(f"--volume={m}" for m in mounts), "-t", IMAGE, "-f", str(REPO / "Dockerfile"), str(REPO))
-    log(f"image built in {time.monotonic() - started:.0f} s")
-    return IMAGE
+    iid_file = work_dir() / f"iid-{digest}-{os.getpid()}"
+    try:
+        podman("build", "--pull=never", "--no-cache", "--network", "host",
+               *(f"--volume={m}" for m in mounts), "--label", f"{SOURCES_LABEL}={digest}",
+               "--iidfile", str(iid_file), "-t", f"{IMAGE_REPOSITORY}:{digest}",
+               "-f", str(REPO / "Dockerfile"), str(REPO))
+        image_id = iid_file.read_text().strip().removeprefix("sha256:")
+    finally:
+        iid_file.unlink(missing_ok=True)
+    labels = json.loads(podman("image", "inspect", "--format", "{{json .Labels}}", image_id)) or {}
+    if labels.get(SOURCES_LABEL) != digest:
+        raise ImageError(f"image {image_id[:12]} carries {SOURCES_LABEL}={labels.get(SOURCES_LABEL)}, not {digest}")
+    log(f"image {image_id[:12]} ({IMAGE_REPOSITORY}:{digest}) built in {time.monotonic() - started:.0f} s")
+    remove_images_of_other_sources(digest)
+    return image_id
 
 
 def main() -> int:

@@ -31,17 +31,51 @@ gpu-class-tls
 {{- .Values.catalog.existingConfigMap | default "gpu-class-catalog" -}}
 {{- end -}}
 
-{{/* The GPU resource the expressions look for: the catalog's own, when the chart holds it. */}}
-{{- define "gpu-class.gpuResource" -}}
-{{- if .Values.catalog.existingConfigMap -}}
-{{ .Values.catalog.gpuResource }}
+{{/* Every resource a type of the catalog is requested as (a type without `resource` is requested
+as gpuResource), in the catalog's order, as a JSON list: webhook.core.catalog's Catalog.resources.
+With existingConfigMap the chart cannot read the catalog, so catalog.resources says them; left
+empty, they are the shipped catalog's. */}}
+{{- define "gpu-class.catalogResources" -}}
+{{- if and .Values.catalog.existingConfigMap .Values.catalog.resources -}}
+{{- toJson .Values.catalog.resources -}}
 {{- else -}}
-{{- $catalog := include "gpu-class.catalogText" . | fromYaml -}}
+{{- $text := .Files.Get "files/catalog.yaml" -}}
+{{- if not .Values.catalog.existingConfigMap -}}
+{{- $text = include "gpu-class.catalogText" . -}}
+{{- end -}}
+{{- $catalog := $text | fromYaml -}}
 {{- if hasKey $catalog "Error" -}}
 {{- fail (printf "catalog.inline is not YAML: %s" $catalog.Error) -}}
 {{- end -}}
-{{ $catalog.gpuResource | default "nvidia.com/gpu" }}
+{{- $default := $catalog.gpuResource | default "nvidia.com/gpu" -}}
+{{- $resources := list -}}
+{{- range $catalog.types | default list -}}
+{{- $resources = append $resources (.resource | default $default) -}}
 {{- end -}}
+{{- $resources | uniq | toJson -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The CEL test of a resource name `r` for the catalog's resources, as deploy/base/webhook.yaml
+writes it: exact names, and one prefix for every MIG profile, so that a Pod asking for a profile
+the catalog lacks still reaches the webhook and is told so, rather than start unplaced. */}}
+{{- define "gpu-class.resourceTest" -}}
+{{- $tests := list -}}
+{{- $mig := false -}}
+{{- range include "gpu-class.catalogResources" . | fromJsonArray -}}
+{{- if hasPrefix "nvidia.com/mig-" . -}}
+{{- $mig = true -}}
+{{- else -}}
+{{- $tests = append $tests (printf "r == '%s'" .) -}}
+{{- end -}}
+{{- end -}}
+{{- if $mig -}}
+{{- $tests = append $tests "r.startsWith('nvidia.com/mig-')" -}}
+{{- end -}}
+{{- if not $tests -}}
+{{- fail "the catalog has no types: it names no resource to request" -}}
+{{- end -}}
+({{ join " || " $tests }})
 {{- end -}}
 
 {{/* The namespaces the webhook and the backstop serve: opted in, never their own nor the excluded. */}}
@@ -61,7 +95,7 @@ matchExpressions:
 {{/* One list for the webhook and the backstop: the policy must check exactly the Pods the webhook
 was sent. */}}
 {{- define "gpu-class.matchConditions" -}}
-{{- $r := include "gpu-class.gpuResource" . -}}
+{{- $test := include "gpu-class.resourceTest" . -}}
 - name: not-mirror-pod
   expression: >-
     !has(object.metadata.annotations) ||
@@ -73,12 +107,12 @@ was sent. */}}
     (object.spec.containers +
      (has(object.spec.initContainers) ? object.spec.initContainers : [])
     ).exists(c, has(c.resources) && (
-      (has(c.resources.limits) &&
-       '{{ $r }}' in c.resources.limits &&
-       c.resources.limits['{{ $r }}'] != '0') ||
-      (has(c.resources.requests) &&
-       '{{ $r }}' in c.resources.requests &&
-       c.resources.requests['{{ $r }}'] != '0')))
+      (has(c.resources.limits) && c.resources.limits.exists(r,
+        {{ $test }} &&
+        c.resources.limits[r] != '0')) ||
+      (has(c.resources.requests) && c.resources.requests.exists(r,
+        {{ $test }} &&
+        c.resources.requests[r] != '0'))))
 {{- end -}}
 
 {{/* The hardening every container here shares (the namespace enforces Pod Security "restricted"). */}}

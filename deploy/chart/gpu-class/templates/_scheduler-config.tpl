@@ -42,12 +42,16 @@ extenders:
     # node names, not whole Node objects (which can exceed the webhook's 3 MiB
     # request limit in a large cluster).
     nodeCacheCapable: true
-    # Only Pods that request nvidia.com/gpu are sent to the extender. The
-    # scheduler still counts nvidia.com/gpu itself (NodeResourcesFit), so a
-    # node is never overcommitted whatever the extender answers.
+    # Only Pods that request one of these resources are sent to the extender:
+    # every resource a type of the built-in catalog is requested as (whole
+    # NVIDIA GPUs, each MIG profile, AMD GPUs; names are exact, no prefixes).
+    # The scheduler still counts them itself (NodeResourcesFit), so a node is
+    # never overcommitted whatever the extender answers.
     managedResources:
-      - name: nvidia.com/gpu
+      {{- range include "gpu-class.catalogResources" . | fromJsonArray }}
+      - name: {{ . }}
         ignoredByScheduler: false
+      {{- end }}
     # Ignorable: if the webhook is unreachable or answers an error, schedule
     # without it rather than leave every GPU Pod Pending. Placement stays
     # correct without the extender: the webhook wrote a required node affinity
