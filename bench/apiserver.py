@@ -113,7 +113,6 @@ def measure_node_changes(core: CoreApi, namespace: str, changes: int) -> list[fl
     name = "bench-h100"
     for i in range(changes):
         present = i % 2 == 0
-        started = time.perf_counter()
         if present:
             core.create_node({"metadata": {"name": name, "labels": NODE_LABELS}})
             core.patch_node_status(name, {"status": {
@@ -127,7 +126,6 @@ def measure_node_changes(core: CoreApi, namespace: str, changes: int) -> list[fl
             if time.perf_counter() - changed > 30:
                 raise RuntimeError("the webhook did not see a node change within 30 s")
         seen.append((time.perf_counter() - changed) * 1000)
-        del started
     return seen
 
 

@@ -16,9 +16,11 @@ kubelets or a missing cloud (see CONTROLLERS_OFF).
 from __future__ import annotations
 
 import argparse
+import base64
 import contextlib
 import datetime
 import hashlib
+import ipaddress
 import json
 import os
 import re
@@ -176,7 +178,6 @@ def _issue(subject: x509.Name, key: Any, issuer: tuple[x509.Certificate, Any] | 
                           key_encipherment=False, data_encipherment=False, key_agreement=False,
                           encipher_only=False, decipher_only=False), critical=True)
     if server_names:
-        import ipaddress
         sans: list[x509.GeneralName] = []
         for n in server_names:
             try:
@@ -457,7 +458,6 @@ def render_install(cluster: Cluster) -> list[dict[str, Any]]:
     if proc.returncode != 0:
         raise ClusterError(f"kubectl kustomize deploy/ failed: {proc.stderr.strip()}")
     ca_bundle = (cluster.dir / "webhook" / "ca.crt").read_bytes()
-    import base64
     objects = []
     for obj in yaml.safe_load_all(proc.stdout):
         # No kubelets: the webhook, the second scheduler and the labeller run
