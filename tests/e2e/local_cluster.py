@@ -397,8 +397,38 @@ class Cluster:
         return revision
 
     def restart_apiserver(self) -> None:
+        """Restart the API server, then what exited because of it, as a kubelet restarts static Pods.
+
+        kube-scheduler with leader election exits when it cannot renew its lease ("leaderelection
+        lost"): that is the second scheduler, whose deploy/scheduler configuration elects a leader.
+        """
         self.restart("kube-apiserver")
         self.wait_ready("kube-apiserver", self.apiserver_ready)
+        deadline = time.monotonic() + 12  # a lease is lost within its renew deadline (10 s)
+        while time.monotonic() < deadline:
+            if "gpu-class-scheduler" in self.revive():
+                self.wait_leader("gpu-class-scheduler", since=datetime.datetime.now(datetime.timezone.utc))
+            time.sleep(0.5)
+
+    def wait_leader(self, lease: str, since: datetime.datetime, seconds: float = 40.0) -> None:
+        """Until a scheduler started at `since` holds its lease (the dead one's expires after 15 s)."""
+        def acquired() -> bool:
+            proc = self.kubectl("-n", WEBHOOK_NAMESPACE, "get", "lease", lease, "-o", "json", check=False)
+            if proc.returncode != 0:
+                return False
+            stamp = json.loads(proc.stdout)["spec"].get("acquireTime") or ""
+            return bool(stamp) and datetime.datetime.fromisoformat(stamp.replace("Z", "+00:00")) >= since
+        self.wait_ready(lease, acquired, seconds)
+
+    def revive(self) -> list[str]:
+        """Start again every component that was started and has exited since; return their names."""
+        revived = []
+        for argv_file in sorted((self.dir / "run").glob("*.argv")):
+            name = argv_file.stem
+            if self.pid(name) is not None and not self.is_running(name):
+                self.start(name, json.loads(argv_file.read_text()))
+                revived.append(name)
+        return revived
 
     def kubectl(self, *args: str, input_text: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
         proc = subprocess.run([kubectl_path(), f"--kubeconfig={self.kubeconfig}", *args], input=input_text,
