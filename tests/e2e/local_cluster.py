@@ -124,14 +124,21 @@ def build(log: Callable[[str], None] = print) -> Path:
         + [f"-X k8s.io/component-base/version.{k}={v}" for k, v in
            (("gitVersion", version), ("gitMajor", "1"), ("gitMinor", minor), ("gitTreeState", "clean"))]
     )
-    out.mkdir(parents=True, exist_ok=True)
-    cmd = [go, "build", "-v", "-trimpath", "-buildvcs=false", f"-ldflags={ldflags}", "-o", str(out) + "/",
-           "k8s.io/kubernetes/cmd/kube-apiserver", "k8s.io/kubernetes/cmd/kube-controller-manager",
-           "k8s.io/kubernetes/cmd/kube-scheduler", "./etcd"]
-    env = dict(os.environ, GOTOOLCHAIN="local", GOFLAGS="-mod=readonly")
     log(f"building Kubernetes {version} components into {out} (the first build, downloads included, took 6 minutes on 2 cores)")
+    return go_build(go, MODULE_DIR, ["k8s.io/kubernetes/cmd/kube-apiserver", "k8s.io/kubernetes/cmd/kube-controller-manager",
+                                     "k8s.io/kubernetes/cmd/kube-scheduler", "./etcd"],
+                    out, ldflags=ldflags, expect=COMPONENTS, stamp=version, log=log)
+
+
+def go_build(go: str, module_dir: Path, packages: Sequence[str], out: Path, *, ldflags: str, expect: Sequence[str],
+             stamp: str, log: Callable[[str], None], env: Mapping[str, str] | None = None) -> Path:
+    """`go build` of `packages` into `out`, showing progress; marks `out` complete when `expect` is all there."""
+    out.mkdir(parents=True, exist_ok=True)
+    cmd = [go, "build", "-v", "-trimpath", "-buildvcs=false", f"-ldflags={ldflags}", "-o", str(out) + "/", *packages]
     started = time.monotonic()
-    proc = subprocess.Popen(cmd, cwd=MODULE_DIR, env=env, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(cmd, cwd=module_dir, env=dict(os.environ, GOTOOLCHAIN="local", GOFLAGS="-mod=readonly",
+                                                          **(env or {})),
+                            stderr=subprocess.PIPE, text=True)
     assert proc.stderr is not None
     tail: list[str] = []
     count = 0
@@ -143,11 +150,11 @@ def build(log: Callable[[str], None] = print) -> Path:
             if count % 250 == 0:
                 log(f"  {count} packages compiled, {time.monotonic() - started:.0f} s ({line})")
     if proc.wait() != 0:
-        raise ClusterError("go build of the control plane failed:\n" + "\n".join(tail))
-    missing = [c for c in COMPONENTS if not (out / c).exists()]
+        raise ClusterError(f"go build in {module_dir} failed:\n" + "\n".join(tail))
+    missing = [name for name in expect if not (out / name).exists()]
     if missing:
         raise ClusterError(f"go build finished without {', '.join(missing)} in {out}")
-    (out / ".complete").write_text(f"{version}\n")
+    (out / ".complete").write_text(f"{stamp}\n")
     log(f"built in {time.monotonic() - started:.0f} s")
     return out
 

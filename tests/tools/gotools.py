@@ -9,17 +9,14 @@ needs nothing but Go; without Go they fail with a message that says so.
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
 # The one cache the project's builds share, and how they are keyed.
-from local_cluster import ClusterError, cache_dir, files_digest, go_toolchain  # noqa: E402
+from local_cluster import ClusterError, cache_dir, files_digest, go_build, go_toolchain  # noqa: E402
 
 MODULE_DIR = Path(__file__).resolve().parent
 # The package each tool is built from, and the go.mod line that pins its version.
@@ -59,22 +56,13 @@ def build(log: Callable[[str], None] = print) -> Path:
     helm_version = pinned(TOOLS["helm"][1])
     # What the release Makefile stamps; without it `helm version` says v4.x+unreleased.
     ldflags = f"-s -w -X helm.sh/helm/v4/internal/version.version={helm_version} -X helm.sh/helm/v4/internal/version.metadata="
-    out.mkdir(parents=True, exist_ok=True)
-    cmd = [go, "build", "-trimpath", "-buildvcs=false", f"-ldflags={ldflags}", "-o", str(out) + "/",
-           *(package for package, _ in TOOLS.values())]
-    env = dict(os.environ, GOTOOLCHAIN="local", GOFLAGS="-mod=readonly", CGO_ENABLED="0")
     log(f"building helm {helm_version} and promtool {pinned(TOOLS['promtool'][1])} into {out} "
         f"(the first build took {FIRST_BUILD} on 2 cores)")
-    started = time.monotonic()
-    done = subprocess.run(cmd, cwd=MODULE_DIR, env=env, capture_output=True, text=True)
-    if done.returncode != 0:
-        raise ToolError("go build of helm and promtool failed:\n" + "\n".join(done.stderr.splitlines()[-40:]))
-    missing = [name for name in TOOLS if not (out / name).exists()]
-    if missing:
-        raise ToolError(f"go build finished without {', '.join(missing)} in {out}")
-    (out / ".complete").write_text(f"{helm_version}\n")
-    log(f"built in {time.monotonic() - started:.0f} s")
-    return out
+    try:
+        return go_build(go, MODULE_DIR, [package for package, _ in TOOLS.values()], out, ldflags=ldflags,
+                        expect=list(TOOLS), stamp=helm_version, log=log, env={"CGO_ENABLED": "0"})
+    except ClusterError as e:
+        raise ToolError(str(e)) from None
 
 
 def path_of(name: str) -> Path:
