@@ -10,6 +10,7 @@ misconfiguration fails at start.
 from __future__ import annotations
 
 import fnmatch
+import functools
 import re
 from dataclasses import dataclass, field
 from importlib import resources
@@ -99,13 +100,19 @@ class Catalog:
     _globs: tuple[tuple[str, str], ...] = field(default=(), repr=False, compare=False)
     _matchers: Mapping[str, tuple[_Matcher, ...]] = field(default_factory=dict, repr=False, compare=False)
 
-    @property
+    # Derived once: the planner asks on every admission. (cached_property writes the instance's
+    # __dict__ directly, so it works on a frozen dataclass.)
+    @functools.cached_property
     def resources(self) -> tuple[str, ...]:
         """Every resource a type is requested as, in the catalog's order."""
         return tuple(dict.fromkeys(t.resource for t in self.types.values()))
 
+    @functools.cached_property
+    def _class_resources(self) -> Mapping[str, tuple[str, ...]]:
+        return {name: tuple(dict.fromkeys(self.types[t].resource for t in c.types)) for name, c in self.classes.items()}
+
     def class_resources(self, class_name: str) -> tuple[str, ...]:
-        return tuple(dict.fromkeys(self.types[t].resource for t in self.classes[class_name].types))
+        return self._class_resources[class_name]
 
     def product_label(self, labels: Mapping[str, Any]) -> tuple[str, str] | None:
         """(key, value) of the first productLabels key present on a node."""

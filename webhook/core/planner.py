@@ -278,9 +278,12 @@ def _requested_resources(pod: Mapping[str, Any], resources: Sequence[str]) -> li
     for field in ("containers", "initContainers"):
         for i, c in enumerate(_list(spec.get(field), f"spec.{field}")):
             where = f"spec.{field}[{i}]"
-            c = _mapping(c, where)
-            found.update(r for r in resources for part in ("limits", "requests")
-                         if _resource_value(c, part, r, where) is not None)
+            container_resources = _mapping(_mapping(c, where).get("resources"), f"{where}.resources")
+            # Each container's few keys against the catalog's resources, not every resource looked up
+            # in every container: this runs on every admission.
+            for part in ("limits", "requests"):
+                found.update(k for k, v in _mapping(container_resources.get(part), f"{where}.resources.{part}").items()
+                             if v is not None)
     return [r for r in resources if r in found]
 
 
