@@ -16,22 +16,14 @@ import pytest
 
 import local_cluster
 from fleet import CPU_NODES, FLEET
-from kubeobjects import create_node, delete_nodes, force_delete_pods, make_namespace
+from kubeobjects import create_node, delete_nodes, force_delete_pods, make_namespace, running_cluster
 
 
 @pytest.fixture(scope="session")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[local_cluster.Cluster]:
     directory = Path(os.environ.get("GPUCLASS_E2E_DIR") or tmp_path_factory.mktemp("cluster"))
-    try:
-        c = local_cluster.up(directory, log=lambda line: print(line, flush=True))
-    except local_cluster.ClusterError as e:
-        local_cluster.down(directory)
-        pytest.fail(f"the local control plane did not come up: {e}", pytrace=False)
-    try:
+    with running_cluster(directory, keep=bool(os.environ.get("GPUCLASS_E2E_KEEP"))) as c:
         yield c
-    finally:
-        if not os.environ.get("GPUCLASS_E2E_KEEP"):
-            local_cluster.down(directory)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

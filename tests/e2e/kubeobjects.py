@@ -18,11 +18,29 @@ import pytest
 import yaml
 from kubernetes.client.exceptions import ApiException
 
+import local_cluster
+
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
 NOT_READY_TAINT = {"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}
 CLASS = "gpu-class.io/class"
 TYPES = "gpu-class.io/types"
+
+
+@contextlib.contextmanager
+def running_cluster(directory: Path, *, keep: bool = False) -> Iterator[Any]:
+    """tests/e2e/local-cluster up in `directory` for a fixture: the test fails with the component's
+    log tail when it does not start, and the cluster is stopped afterwards unless `keep`."""
+    try:
+        cluster = local_cluster.up(directory, log=lambda line: print(line, flush=True))
+    except local_cluster.ClusterError as e:
+        local_cluster.down(directory)
+        pytest.fail(f"the local control plane did not come up: {e}", pytrace=False)
+    try:
+        yield cluster
+    finally:
+        if not keep:
+            local_cluster.down(directory)
 
 
 def wait_for(what: str, probe: Callable[[], Any], seconds: float = 30.0, interval: float = 0.2) -> Any:

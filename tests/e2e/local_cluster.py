@@ -73,11 +73,16 @@ class Ports:
     webhook: int
 
 
+def pinned_version(go_mod: Path, module: str) -> str:
+    """The version `go_mod` requires `module` at (in a require block or line, direct or indirect)."""
+    found = re.search(rf"^\s*(?:require\s+)?{re.escape(module)} (v\S+)", go_mod.read_text(), re.M)
+    if not found:
+        raise ClusterError(f"{go_mod} does not require {module}")
+    return found.group(1)
+
+
 def kube_version() -> str:
-    found = re.search(r"^\s*(?:require\s+)?k8s\.io/kubernetes (v\S+)", (MODULE_DIR / "go.mod").read_text(), re.M)
-    if found:
-        return found.group(1)
-    raise ClusterError(f"{MODULE_DIR / 'go.mod'} does not require k8s.io/kubernetes")
+    return pinned_version(MODULE_DIR / "go.mod", "k8s.io/kubernetes")
 
 
 def cache_dir() -> Path:

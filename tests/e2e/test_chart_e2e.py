@@ -32,7 +32,7 @@ from cryptography.hazmat.primitives import serialization
 
 import local_cluster
 from fleet import H100_LABELS
-from kubeobjects import TYPES, create_node, make_namespace, make_pod, read_pod, wait_for
+from kubeobjects import TYPES, create_node, make_namespace, make_pod, read_pod, running_cluster, wait_for
 from tools import gotools
 
 CHART = local_cluster.REPO / "deploy" / "chart" / "gpu-class"
@@ -54,16 +54,8 @@ def helm(cluster: local_cluster.Cluster, *args: str) -> str:
 
 @pytest.fixture(scope="module")
 def own_cluster() -> Iterator[local_cluster.Cluster]:
-    directory = Path(tempfile.mkdtemp(prefix="gpu-class-chart-e2e-"))
-    try:
-        cluster = local_cluster.up(directory, log=lambda line: print(line, flush=True))
-    except local_cluster.ClusterError as e:
-        local_cluster.down(directory)
-        pytest.fail(f"the local control plane did not come up: {e}", pytrace=False)
-    try:
+    with running_cluster(Path(tempfile.mkdtemp(prefix="gpu-class-chart-e2e-"))) as cluster:
         yield cluster
-    finally:
-        local_cluster.down(directory)
 
 
 @pytest.fixture(scope="module")

@@ -9,14 +9,14 @@ needs nothing but Go; without Go they fail with a message that says so.
 
 from __future__ import annotations
 
-import re
 import sys
 from pathlib import Path
 from typing import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
 # The one cache the project's builds share, and how they are keyed.
-from local_cluster import ClusterError, cache_dir, files_digest, go_build, go_toolchain  # noqa: E402
+from local_cluster import (  # noqa: E402
+    ClusterError, cache_dir, files_digest, go_build, go_toolchain, pinned_version)
 
 MODULE_DIR = Path(__file__).resolve().parent
 # The package each tool is built from, and the go.mod line that pins its version.
@@ -34,10 +34,10 @@ class ToolError(Exception):
 
 
 def pinned(module: str) -> str:
-    found = re.search(rf"^\s*(?:require\s+)?{re.escape(module)} (v\S+)", (MODULE_DIR / "go.mod").read_text(), re.M)
-    if not found:
-        raise ToolError(f"{MODULE_DIR / 'go.mod'} does not require {module}")
-    return found.group(1)
+    try:
+        return pinned_version(MODULE_DIR / "go.mod", module)
+    except ClusterError as e:
+        raise ToolError(str(e)) from None
 
 
 def bin_dir() -> Path:
