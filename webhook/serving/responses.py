@@ -6,11 +6,11 @@ from typing import Any
 
 from flask import Response
 
-from ..core.review import COMPACT
+from ..core.review import encode_compact
 
 
 def encode_json(body: Any) -> bytes:
-    return COMPACT.encode(body).encode()
+    return encode_compact(body)
 
 
 def json_response(body: Any, status: int = 200) -> Response:
