@@ -59,6 +59,7 @@ class RawRun:
     machine_busy: float  # fraction of all cores' time not idle over the window
     other_cpu_seconds: float  # busy time neither the server nor the load generator used: a noisy machine
     workers_restarted: bool
+    instance: str  # the label of the server process that ran it
 
 
 @dataclass(frozen=True)
@@ -73,6 +74,7 @@ class RoundFigures:
     worker_cpu_seconds: tuple[float, ...]
     master_cpu_seconds: float
     machine_busy: float
+    instance: str = ""
 
     @property
     def balance(self) -> float:
@@ -218,6 +220,7 @@ def run_round(target: Target, body: Body, mode: Mode, settings: LoadSettings, wo
         machine_busy=busy,
         other_cpu_seconds=max(busy * CORES * settings.round_seconds - sum(server_cpu) - client_cpu, 0.0),
         workers_restarted=not server.workers_unchanged(),
+        instance=server.label,
     )
 
 
@@ -233,14 +236,19 @@ def prime(targets: Sequence[Target], body: Body, settings: LoadSettings, workdir
         run_round(target, body, "closed", short, workdir)
 
 
-def measure(targets: Sequence[Target], body: Body, mode: Mode, settings: LoadSettings, workdir: Path,
+def measure(servers: Sequence[Sequence[Target]], body: Body, mode: Mode, settings: LoadSettings, workdir: Path,
             rate_per_second: float = 0.0) -> list[LoadResult]:
-    """`settings.rounds` rounds, alternating over the targets; one merged result per target."""
-    runs: list[list[RawRun]] = [[] for _ in targets]
-    for _ in range(settings.rounds):
-        for i, target in enumerate(targets):
-            runs[i].append(run_round(target, body, mode, settings, workdir, rate_per_second))
-    return [summarize(t.server.label, mode, rate_per_second, settings, r) for t, r in zip(targets, runs)]
+    """`settings.rounds` rounds, alternating over the servers; one merged result per server.
+
+    Each server may run as several instances (processes started alike): round i is run against
+    instance i % instances, so that what one process happens to get at start (processes started
+    alike differ by a few percent for as long as they run) is not taken for the server's cost.
+    """
+    runs: list[list[RawRun]] = [[] for _ in servers]
+    for r in range(settings.rounds):
+        for i, instances in enumerate(servers):
+            runs[i].append(run_round(instances[r % len(instances)], body, mode, settings, workdir, rate_per_second))
+    return [summarize(instances[0].server.label, mode, rate_per_second, settings, r) for instances, r in zip(servers, runs)]
 
 
 def summarize(label: str, mode: Mode, rate: float, settings: LoadSettings, runs: Sequence[RawRun]) -> LoadResult:
@@ -279,7 +287,7 @@ def _round_figures(run: RawRun, seconds: float) -> RoundFigures:
         throughput_rps=ok / seconds, server_cpu_us_per_request=sum(run.server_cpu_seconds) / answered * 1e6,
         p99_ms=percentile(latencies, 0.99), connections_per_worker=run.connections_per_worker,
         requests_per_worker=run.requests_per_worker, worker_cpu_seconds=run.server_cpu_seconds[1:],
-        master_cpu_seconds=run.server_cpu_seconds[0], machine_busy=run.machine_busy,
+        master_cpu_seconds=run.server_cpu_seconds[0], machine_busy=run.machine_busy, instance=run.instance,
     )
 
 

@@ -15,7 +15,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Collection, Sequence
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -23,6 +23,28 @@ CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 class StartupFailed(RuntimeError):
     """The server did not come up; the message says why (and quotes its log)."""
+
+
+@dataclass(frozen=True)
+class Cores:
+    """Which CPUs the servers run on, and which the load generators (and the bench itself) run on."""
+
+    server: frozenset[int]
+    load: frozenset[int]
+
+
+def split_cores() -> Cores | None:
+    """The first half of this process's CPUs for the servers, the rest for the load; None on one CPU.
+
+    With servers and load generators free to share every core, one and the same server measured in
+    back-to-back rounds differed by up to 15% in CPU per request (the scheduler moving and stacking
+    them); on cores of their own, by about 1% (bench/README.md).
+    """
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        return None
+    half = len(cpus) // 2
+    return Cores(frozenset(cpus[:half]), frozenset(cpus[half:]))
 
 
 def free_port() -> int:
@@ -216,14 +238,19 @@ def _check_alive(server: ServerProcess) -> None:
 
 
 def start_server(label: str, command: Sequence[str], *, port: int, ca_file: Path, log_file: Path, workers: int,
-                 startup_timeout_seconds: float) -> ServerProcess:
-    """Start a server command (it must bind 127.0.0.1:`port`) and wait until every worker is ready."""
+                 startup_timeout_seconds: float, cpus: Collection[int] | None = None) -> ServerProcess:
+    """Start a server command (it must bind 127.0.0.1:`port`) and wait until every worker is ready.
+
+    `cpus`: the CPUs the master and its workers run on (set before the master forks its workers).
+    """
     started = time.monotonic()
     with open(log_file, "wb") as log:
         process = subprocess.Popen(
             list(command), stdout=log, stderr=subprocess.STDOUT, cwd=REPO_ROOT, start_new_session=True,
             env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
         )
+    if cpus:
+        os.sched_setaffinity(process.pid, cpus)
     server = ServerProcess(label, process, port, ca_file, log_file, workers)
     deadline = started + startup_timeout_seconds
     try:
@@ -238,6 +265,8 @@ def start_server(label: str, command: Sequence[str], *, port: int, ca_file: Path
             server.master_check_seconds = time.monotonic() - started
         _wait_until_idle(server, deadline)
         _check_alive(server)
+        if cpus and any(os.sched_getaffinity(pid) != set(cpus) for pid in server.worker_pids):
+            raise StartupFailed(f"{label}: a worker was forked before it was placed on CPUs {sorted(cpus)}")
     except BaseException:
         server.stop()
         raise

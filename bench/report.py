@@ -119,6 +119,34 @@ def _slash(values: Sequence[int]) -> str:
     return "/".join(f"{v:,}" for v in values)
 
 
+def _placement_note(r: Results) -> str:
+    o = r.options
+    where = (f" Servers run on CPU {_cpus(r.cores_used.server)}, the load generators and the bench on CPU "
+             f"{_cpus(r.cores_used.load)} (sched_setaffinity): sharing every core, one and the same server differed by "
+             "up to 15% in CPU per request from one round to the next; on cores of their own, by about 1%."
+             if r.cores_used else " Servers and load generators share every CPU (`--no-pin`).")
+    if o.instances > 1:
+        where += (f" The baseline and the {o.headline_nodes:,}-node server each run as {o.instances} processes "
+                  "started alike, and their rounds go to each in turn: processes started alike differ by a few "
+                  "percent in CPU per request for as long as they run.")
+    return where
+
+
+def _cpus(cpus: frozenset[int]) -> str:
+    return ",".join(str(c) for c in sorted(cpus))
+
+
+def _instance_note(*results: LoadResult) -> str:
+    notes = []
+    for result in results:
+        by_instance: dict[str, list[float]] = {}
+        for x in result.rounds:
+            by_instance.setdefault(x.instance or result.server, []).append(x.server_cpu_us_per_request)
+        if len(by_instance) > 1:
+            notes.append(" / ".join(f"{name} {median(v):,.0f}" for name, v in by_instance.items()))
+    return f" Server CPU us per request by process (closed loop, median of its rounds): {'; '.join(notes)}." if notes else ""
+
+
 def _ratios(values: Sequence[float]) -> str:
     return " ".join(f"{v:.2f}" for v in values)
 
@@ -126,7 +154,7 @@ def _ratios(values: Sequence[float]) -> str:
 def round_rows(label: str, result: LoadResult) -> list[list[str]]:
     rows = []
     for i, x in enumerate(result.rounds, 1):
-        rows.append([label, str(i), f"{x.throughput_rps:,.0f}", f"{x.server_cpu_us_per_request:,.0f}", ms(x.p99_ms),
+        rows.append([label.replace(result.server, x.instance or result.server), str(i), f"{x.throughput_rps:,.0f}", f"{x.server_cpu_us_per_request:,.0f}", ms(x.p99_ms),
                      _slash(x.connections_per_worker), _slash(x.requests_per_worker),
                      "/".join(f"{c:.2f}" for c in x.worker_cpu_seconds), f"{x.master_cpu_seconds:.2f}",
                      f"{x.balance:.2f}", f"{x.machine_busy:.0%}"])
@@ -168,6 +196,7 @@ def render(r: Results) -> str:
         f"{s.warmup_seconds:g} s of warm-up, alternating between the servers compared. Every request is the "
         f"AdmissionReview of a Deployment's Pod ({r.body_bytes:,} bytes, `gpu-class.io/class: high`), with its own "
         "uid; every response is checked: HTTP 200, uid echoed, allowed, and a JSON patch from the webhook."
+        + _placement_note(r)
     )
     parts += ["", "## Targets (for a 2-core machine)", ""]
     parts.append(table(["target", "measured", "result"], [[v.target, v.measured, v.mark] for v in verdicts(r)]))
@@ -194,6 +223,7 @@ def render(r: Results) -> str:
             f"Connections per worker in each round: baseline "
             f"{_spread(r.baseline_closed)}, mutation {_spread(r.mutation_closed)}. Every round of these and of the "
             "cluster sizes below is listed under \"Rounds\"."
+            + _instance_note(r.baseline_closed, r.mutation_closed)
         )]
 
     if r.sizes:
@@ -304,7 +334,7 @@ def render(r: Results) -> str:
     ]))
     parts += ["", "Columns: `server CPU us/req` is the CPU time of the gunicorn master and workers over the measured "
               "window divided by the requests answered (the cost of a request, steadier than req/s on a shared "
-              "machine); `client CPU us/req` the same for the load generator, which shares the cores; "
+              "machine); `client CPU us/req` the same for the load generator; "
               "`CPU busy` the share of all cores not idle during the window. See bench/README.md.", ""]
     return "\n".join(parts)
 

@@ -37,7 +37,7 @@ from .spread import SpreadResult, measure_spread
 from .inventory_cost import LiveSyncCost, SnapshotCost, measure_live_sync, time_build_snapshot
 from .measure import Body, LoadResult, LoadSettings, Target, machine_busy_now, measure, prime
 from .procs import (
-    REPO_ROOT, Memory, ServerProcess, StartupFailed, free_port, gpuclass_serve_command, start_server, variant_command,
+    REPO_ROOT, Cores, Memory, ServerProcess, StartupFailed, free_port, split_cores, gpuclass_serve_command, start_server, variant_command,
 )
 from .workload import build_request_body, make_fleet, make_node_list
 
@@ -86,6 +86,8 @@ class Options:
     snapshot_nodes: int
     command: str
     spread_trials: int = 0  # 0: placements not compared
+    instances: int = 1  # processes of the baseline and of the headline server, rounds spread over them
+    pin: bool = True  # servers and load on CPUs of their own (procs.split_cores)
 
 
 @dataclass(frozen=True)
@@ -150,6 +152,7 @@ class Results:
     live: LiveSyncCost | None = None
     spread: list[SpreadResult] = field(default_factory=list)
     wall_seconds: float = 0.0
+    cores_used: Cores | None = None  # None: servers and load shared every CPU
 
     def correctness_errors(self) -> int:
         loads = [self.baseline_closed, self.mutation_closed, self.baseline_open, self.mutation_open]
@@ -183,6 +186,10 @@ class Suite:
                   "disturbed (see the report's notes)", file=sys.stderr)
         self.servers: list[ServerProcess] = []
         self.written: set[int] = set()
+        self.cores = split_cores() if options.pin else None
+        if self.cores is not None:
+            os.sched_setaffinity(0, self.cores.load)  # the load generators are started from here
+        self.results.cores_used = self.cores
 
     def _write_certs(self) -> Path:
         bundle = certs.generate(["localhost"], ["127.0.0.1"])
@@ -203,18 +210,19 @@ class Suite:
         port = int(command[command.index("--bind") + 1].rsplit(":", 1)[1])
         server = start_server(label, command, port=port, ca_file=self.cert_dir / "ca.crt",
                               log_file=self.work / f"{label}.log", workers=config.workers,
-                              startup_timeout_seconds=self.o.startup_timeout_seconds)
+                              startup_timeout_seconds=self.o.startup_timeout_seconds,
+                              cpus=self.cores.server if self.cores else None)
         self.servers.append(server)
         shown = " ".join(_shorten(a, self.work) for a in command[1:])
         self.results.servers.append(ServerInfo(label, nodes, config, shown, server.startup_seconds,
                                                server.master_check_seconds, note))
         return server
 
-    def start_baseline(self) -> ServerProcess:
+    def start_baseline(self, instance: int = 0) -> ServerProcess:
         port = free_port()
         command = variant_command(app="baseline", port=port, cert_dir=self.cert_dir, nodes_file=None,
                                   workers=DEFAULT_CONFIG.workers, threads=DEFAULT_CONFIG.threads)
-        return self._start("baseline", command, None, DEFAULT_CONFIG)
+        return self._start("baseline" + _instance_suffix(instance), command, None, DEFAULT_CONFIG)
 
     def nodes_file(self, nodes: int) -> Path:
         path = self.work / f"nodes-{nodes}.yaml"
@@ -237,9 +245,10 @@ class Suite:
             self.results.startup_problems.append(StartupProblem(f"placement-{placement}", nodes, str(exc)))
             return None
 
-    def start_mutation(self, nodes: int, config: ServerConfig = DEFAULT_CONFIG) -> ServerProcess | None:
+    def start_mutation(self, nodes: int, config: ServerConfig = DEFAULT_CONFIG, instance: int = 0) -> ServerProcess | None:
         """`gpuclass serve --nodes` (sync workers: bench/variant.py); None when it does not start."""
         label = f"mutation-{nodes}" + ("" if config == DEFAULT_CONFIG else f"-{config.worker_class}-{config.workers}x{config.threads}")
+        label += _instance_suffix(instance)
         nodes_file = self.nodes_file(nodes)
         port = free_port()
         try:
@@ -258,7 +267,7 @@ class Suite:
     # ------------------------------------------------------------------ the suite
     def run(self) -> Results:
         o, r = self.o, self.results
-        baseline = Target(self.start_baseline(), expect_patch=False)
+        baselines = tuple(Target(self.start_baseline(i), expect_patch=False) for i in range(o.instances))
         mutation_by_size: dict[int, Target] = {}
         for nodes in o.sizes:
             server = self.start_mutation(nodes)
@@ -266,21 +275,25 @@ class Suite:
                 mutation_by_size[nodes] = Target(server, expect_patch=True)
         if not mutation_by_size:
             return r  # the report shows why (startup problems)
-        headline = mutation_by_size.get(o.headline_nodes) or next(iter(mutation_by_size.values()))
+        headline_nodes = o.headline_nodes if o.headline_nodes in mutation_by_size else next(iter(mutation_by_size))
+        headlines = (mutation_by_size[headline_nodes], *(
+            Target(s, expect_patch=True) for i in range(1, o.instances)
+            if (s := self.start_mutation(headline_nodes, instance=i)) is not None))
         if not o.quick:
-            prime([baseline, *mutation_by_size.values()], self.body, o.settings, self.work)
+            prime([*baselines, *mutation_by_size.values(), *headlines[1:]], self.body, o.settings, self.work)
 
         # 1, 2: peak throughput, then latency at half the baseline's peak
-        r.baseline_closed, r.mutation_closed = measure([baseline, headline], self.body, "closed", o.settings, self.work)
+        compared = [baselines, headlines]
+        r.baseline_closed, r.mutation_closed = measure(compared, self.body, "closed", o.settings, self.work)
         r.half_rate = round(r.baseline_closed.throughput_rps / 2, 0)
-        r.baseline_open, r.mutation_open = measure([baseline, headline], self.body, "open", o.settings, self.work,
+        r.baseline_open, r.mutation_open = measure(compared, self.body, "open", o.settings, self.work,
                                                    rate_per_second=r.half_rate)
 
         # 3, 4: cost and memory against cluster size
         sizes = sorted(mutation_by_size)
         targets = [mutation_by_size[n] for n in sizes]
         if len(targets) > 1:
-            closed_by_size = measure(targets, self.body, "closed", o.settings, self.work)
+            closed_by_size = measure([(t,) for t in targets], self.body, "closed", o.settings, self.work)
         else:
             closed_by_size = [r.mutation_closed]
         for nodes, target, closed in zip(sizes, targets, closed_by_size):
@@ -321,8 +334,8 @@ class Suite:
         others = targets[1:]
         prime(others, self.body, o.settings, self.work)
         settings = dataclasses.replace(o.settings, rounds=min(2, o.settings.rounds))  # a side comparison: kept short
-        closed = measure(targets, self.body, "closed", settings, self.work)
-        opened = measure(targets, self.body, "open", settings, self.work, rate_per_second=r.half_rate)
+        closed = measure([(t,) for t in targets], self.body, "closed", settings, self.work)
+        opened = measure([(t,) for t in targets], self.body, "open", settings, self.work, rate_per_second=r.half_rate)
         for config, target, c, op in zip(configs, targets, closed, opened):
             info = next(s for s in r.servers if s.label == target.server.label)
             memory = tuple(target.server.worker_memory())
@@ -332,6 +345,10 @@ class Suite:
             r.configs.append(ConfigResult(config, info, c, op, memory, idle))
         for target in others:
             target.server.stop()
+
+
+def _instance_suffix(instance: int) -> str:
+    return f"#{instance + 1}" if instance else ""
 
 
 def measure_breakdown(nodes_file: Path) -> list[tuple[str, float]]:
@@ -377,7 +394,11 @@ def parse_args(argv: Sequence[str] | None) -> Options:
     p = argparse.ArgumentParser(prog="python -m bench", description="Benchmark gpuclass serve (see bench/README.md)")
     p.add_argument("--quick", action="store_true", help="a few seconds: 10 nodes, one short round (CI smoke test)")
     p.add_argument("--sizes", default=None, help="GPU node counts, comma separated (default 10,1000,5000)")
-    p.add_argument("--rounds", type=int, default=None, help="alternating rounds per measurement (default 5)")
+    p.add_argument("--rounds", type=int, default=None, help="alternating rounds per measurement (default 6)")
+    p.add_argument("--instances", type=int, default=None,
+                   help="processes each of the baseline and the headline server, rounds spread over them (default 2)")
+    p.add_argument("--no-pin", action="store_true",
+                   help="let servers and load generators share every CPU (default: CPUs of their own)")
     p.add_argument("--spread-trials", type=int, default=None,
                    help="reconnects of the pool per connection placement compared (default 12; --quick: none)")
     p.add_argument("--round-seconds", type=float, default=None, help="measured seconds per round (default 3)")
@@ -398,7 +419,7 @@ def parse_args(argv: Sequence[str] | None) -> Options:
     sizes = tuple(int(s) for s in args.sizes.split(",")) if args.sizes else ((10,) if quick else (10, 1000, 5000))
     settings = LoadSettings(
         processes=args.processes, connections=args.connections,
-        rounds=args.rounds or (1 if quick else 5),
+        rounds=args.rounds or (1 if quick else 6),
         warmup_seconds=0.2 if quick else 0.5,
         round_seconds=args.round_seconds or (0.7 if quick else 3.0),
     )
@@ -412,6 +433,7 @@ def parse_args(argv: Sequence[str] | None) -> Options:
         workdir=workdir.resolve(), startup_timeout_seconds=args.startup_timeout,
         snapshot_nodes=max(sizes) if quick else 5000,
         spread_trials=args.spread_trials if args.spread_trials is not None else (0 if quick else 12),
+        instances=max(1, args.instances or (1 if quick else 2)), pin=not args.no_pin,
         command=" ".join([python, "-m", "bench", *(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))]),
     )
 
@@ -446,6 +468,8 @@ def _jsonable(value: Any) -> Any:
         return out
     if isinstance(value, (list, tuple)):
         return [_jsonable(v) for v in value]
+    if isinstance(value, frozenset):
+        return sorted(value)
     if isinstance(value, dict):
         return {str(k): _jsonable(v) for k, v in value.items()}
     if isinstance(value, Path):

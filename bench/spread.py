@@ -54,7 +54,7 @@ def measure_spread(start: Callable[[str], ServerProcess | None], body: Body, set
     short = dataclasses.replace(settings, rounds=trials, warmup_seconds=0.2, round_seconds=0.6, quiet_wait_seconds=2.0)
     try:
         prime([t for _, t in targets], body, settings, workdir)
-        results = measure([t for _, t in targets], body, "closed", short, workdir)
+        results = measure([(t,) for _, t in targets], body, "closed", short, workdir)
     finally:
         for _, t in targets:
             t.server.stop()
