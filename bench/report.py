@@ -327,7 +327,10 @@ def render(r: Results) -> str:
                   "2 x workers x threads other connections sit silent after connecting (bench/idle.py): gthread "
                   "gives a new connection a thread and reads its first request blocking, so silent clients hold "
                   "threads; which worker they land on is luck, so a partial count is the same failure. "
-                  "Servers other than `gpuclass serve` are noted in the server list below."]
+                  "Servers other than `gpuclass serve` are noted in the server list below."
+                  + (f" Like every server here, these ran on CPU {_cpus(r.cores_used.server)} alone: the table "
+                     "compares what each setting costs there, not how more workers spread over more cores."
+                     if r.cores_used else "")]
 
     work = o.workdir.relative_to(REPO_ROOT) if o.workdir.is_relative_to(REPO_ROOT) else o.workdir
     parts += ["", "## Servers", "", f"Each ran as `.venv/bin/python COMMAND` from the repository root; `$WORK` is {work}.", ""]
