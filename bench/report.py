@@ -127,7 +127,8 @@ def _placement_note(r: Results) -> str:
     where = (f" Servers run on CPU {_cpus(r.cores_used.server)}, the load generators and the bench on CPU "
              f"{_cpus(r.cores_used.load)} (sched_setaffinity): sharing every core, one and the same server differed by "
              "up to 15% in CPU per request from one round to the next; on cores of their own, by about 1%."
-             if r.cores_used else " Servers and load generators share every CPU (`--no-pin`).")
+             if r.cores_used else " Servers and load generators share every CPU"
+             + (" (`--no-pin`)." if not o.pin else " (one CPU: nothing to split)."))
     if o.instances > 1:
         where += (f" The baseline and the {o.headline_nodes:,}-node server each run as {o.instances} processes "
                   "started alike, and their rounds go to each in turn: processes started alike differ by a few "

@@ -7,6 +7,7 @@ request correctly and that the numbers are the shape numbers must have.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -78,3 +79,15 @@ def test_report_has_the_targets_and_the_environment(results: dict[str, Any]) -> 
     size = results["sizes"][0]
     assert size["nodes"] == 10 and all(m["rss_kib"] > 0 for m in size["worker_memory"])
     assert len(size["worker_memory"]) == 2
+
+
+@pytest.mark.slow
+def test_servers_and_load_ran_on_cpus_of_their_own(results: dict[str, Any]) -> None:
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        assert results["cores_used"] is None and "share every CPU" in results["markdown"]
+        return
+    # the bench refuses to start a server whose workers are not on the server CPUs
+    server, load = results["cores_used"]["server"], results["cores_used"]["load"]
+    assert server and load and not set(server) & set(load) and sorted(server + load) == cpus
+    assert f"Servers run on CPU {','.join(map(str, server))}" in results["markdown"]

@@ -52,10 +52,10 @@ def encode_compact(value: Any) -> bytes:
     orjson writes a patch 15 times faster than the standard encoder. For dicts, lists, tuples,
     ASCII strings, integers, booleans and None the two write the same bytes. orjson differs on
     floats (0.00001 where the standard one writes 1e-05, null for NaN), on subclasses, enums, UUIDs
-    and dates (it writes them, the standard one may refuse), on text other than ASCII (raw UTF-8,
-    not escapes), and it refuses integers beyond 64 bits and lone surrogates. So the standard
-    encoder writes any value holding other types, output that is not ASCII, and what orjson refuses;
-    it also raises what it always raised.
+    and dates (it writes them, the standard one may refuse or ask them for their items), on DEL and
+    text other than ASCII (written raw, not escaped), and it refuses integers beyond 64 bits and
+    lone surrogates. So the standard encoder writes any value holding other types, output with a
+    byte that is not printable ASCII, and what orjson refuses; it also raises what it always raised.
     """
     if _plain(value):
         try:
@@ -63,7 +63,7 @@ def encode_compact(value: Any) -> bytes:
         except TypeError:  # orjson.JSONEncodeError
             pass
         else:
-            if out.isascii():
+            if out.isascii() and b"\x7f" not in out:
                 return out
     return COMPACT.encode(value).encode()
 
