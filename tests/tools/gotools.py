@@ -34,10 +34,7 @@ class ToolError(Exception):
 
 
 def pinned(module: str) -> str:
-    try:
-        return pinned_version(MODULE_DIR / "go.mod", module)
-    except ClusterError as e:
-        raise ToolError(str(e)) from None
+    return pinned_version(MODULE_DIR / "go.mod", module)
 
 
 def bin_dir() -> Path:
@@ -46,23 +43,24 @@ def bin_dir() -> Path:
 
 def build(log: Callable[[str], None] = print) -> Path:
     """Build helm and promtool into the cache unless they are there; return the directory."""
+    try:
+        return _build(log)
+    except ClusterError as e:  # what the build code shared with the control plane raises
+        raise ToolError(str(e)) from None
+
+
+def _build(log: Callable[[str], None]) -> Path:
     out = bin_dir()
     if (out / ".complete").exists():
         return out
-    try:
-        go = go_toolchain("helm and promtool are built from tests/tools/go.mod")
-    except ClusterError as e:
-        raise ToolError(str(e)) from None
+    go = go_toolchain("helm and promtool are built from tests/tools/go.mod")
     helm_version = pinned(TOOLS["helm"][1])
     # What the release Makefile stamps; without it `helm version` says v4.x+unreleased.
     ldflags = f"-s -w -X helm.sh/helm/v4/internal/version.version={helm_version} -X helm.sh/helm/v4/internal/version.metadata="
     log(f"building helm {helm_version} and promtool {pinned(TOOLS['promtool'][1])} into {out} "
         f"(the first build took {FIRST_BUILD} on 2 cores)")
-    try:
-        return go_build(go, MODULE_DIR, [package for package, _ in TOOLS.values()], out, ldflags=ldflags,
-                        expect=list(TOOLS), stamp=helm_version, log=log, env={"CGO_ENABLED": "0"})
-    except ClusterError as e:
-        raise ToolError(str(e)) from None
+    return go_build(go, MODULE_DIR, [package for package, _ in TOOLS.values()], out, ldflags=ldflags,
+                    expect=list(TOOLS), stamp=helm_version, log=log, env={"CGO_ENABLED": "0"})
 
 
 def path_of(name: str) -> Path:

@@ -13,10 +13,10 @@ from werkzeug.wrappers import Request as WerkzeugRequest
 
 from ..cluster.source import InventorySource
 from ..core.catalog import Catalog
-from ..core.review import BadReview, Review, build_response, parse_review, review_pod
+from ..core.review import BadReview, Review, build_response, encode_compact, parse_review, review_pod
 from . import logs
 from .extender_routes import register_extender_routes
-from .responses import encode_json, json_response
+from .responses import json_response
 
 log = logging.getLogger("gpu_class.admission")
 
@@ -53,13 +53,13 @@ def create_app(
             body = reader.get_data(cache=False)
         except (OSError, ClientDisconnected):  # the read budget ran out (werkzeug reports it as a disconnect)
             metrics.observe_admission(None, time.perf_counter() - started, catalog, "bad-request")
-            return encode_json({"error": "Request Timeout", "message": f"body not received within {read_budget_seconds}s"}), 408
+            return encode_compact({"error": "Request Timeout", "message": f"body not received within {read_budget_seconds}s"}), 408
         try:
             req = parse_review(body)
         except BadReview as exc:
             metrics.observe_admission(None, time.perf_counter() - started, catalog, "bad-request")
             _log_request(None, None, started, "bad-request", str(exc))
-            return encode_json({"error": "Bad Request", "message": str(exc)}), 400
+            return encode_compact({"error": "Bad Request", "message": str(exc)}), 400
         try:
             result = review_pod(req, inventory.snapshot(), catalog)
             answer = build_response(req, result)
@@ -69,10 +69,10 @@ def create_app(
             log.exception("admission failed uid=%s", req.uid)
             metrics.observe_admission(None, time.perf_counter() - started, catalog, "error")
             _log_request(req, None, started, "error", "internal error")
-            return encode_json(_internal_error(req.api_version, req.uid)), 200
+            return encode_compact(_internal_error(req.api_version, req.uid)), 200
         metrics.observe_admission(result, time.perf_counter() - started, catalog)
         _log_request(req, result, started, result.decision.outcome, result.decision.message)
-        return encode_json(answer), 200
+        return encode_compact(answer), 200
 
     @app.post("/mutate")
     def mutate() -> Response:  # reached only when the WSGI entry below passes a request on (tests may call it)
@@ -117,11 +117,11 @@ def _admission_first(flask_app: WsgiApp, admit: Callable[[dict[str, Any]], tuple
             body, status = admit(environ)
         except HTTPException as exc:  # RequestEntityTooLarge
             status = exc.code or 400
-            body = encode_json({"error": exc.name, "message": exc.description})
+            body = encode_compact({"error": exc.name, "message": exc.description})
         except Exception:
             log.exception("Exception on /mutate [POST]")
             status = 500
-            body = encode_json({"error": "Internal Server Error",
+            body = encode_compact({"error": "Internal Server Error",
                                 "message": InternalServerError.description})
         # werkzeug's status line: the reason phrase in capitals
         start_response(f"{status} {HTTP_STATUS_CODES.get(status, 'UNKNOWN').upper()}",

@@ -9,9 +9,5 @@ from flask import Response
 from ..core.review import encode_compact
 
 
-def encode_json(body: Any) -> bytes:
-    return encode_compact(body)
-
-
 def json_response(body: Any, status: int = 200) -> Response:
-    return Response(encode_json(body), status=status, mimetype="application/json")
+    return Response(encode_compact(body), status=status, mimetype="application/json")
