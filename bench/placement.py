@@ -7,7 +7,8 @@ Streams of Pods for every strategy (single Pods and Deployments, 1 to 8 GPUs, en
 best types), created one workload at a time, each run on two paths:
 
   (a) the stock default scheduler with the webhook alone;
-  (b) the gpu-class-scheduler profile, with the extender.
+  (b) gpu-class-scheduler: the strict profiles of the stock scheduler (deploy/scheduler);
+  (c) gpu-class-extender: the same profiles with gpu-class's extender.
 
 The order in which the scheduler bound the Pods is read from a watch; replaying the binds in that
 order against the cluster's capacity tells, for every Pod at the moment it was bound, which
@@ -15,8 +16,9 @@ choice the strategy promised:
 
   performance: the fastest type (catalog score) of its class with a node that could hold it;
   cost: the slowest such type;
-  balanced: the type of its class with the most free GPUs among those with a node that could hold it;
-  binpack: the fullest node (fewest GPUs left after placing it) of its class that could hold it.
+  balanced: the node with the largest share of its GPUs free once the Pod is placed;
+  binpack: the node with the largest share of its GPUs in use once the Pod is placed
+(the shares as kube-scheduler's NodeResourcesFit scores them: whole percent, rounded down).
 
 Ties are all right answers. A Pod left Pending while a node of its class could hold it is
 "wrongly Pending".
@@ -36,7 +38,7 @@ import uuid
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Literal, Mapping, Sequence
+from typing import Any, Literal, Mapping, Sequence
 
 import kubernetes
 import yaml
@@ -54,9 +56,11 @@ from bench.sections import write_section  # noqa: E402
 # read as the JSON they are.
 CoreApi = Any
 
-Path_ = Literal["default", "extender"]
-PATHS: tuple[Path_, ...] = ("default", "extender")
-SCHEDULER = {"default": None, "extender": "gpu-class-scheduler"}
+Path_ = Literal["default", "profiles", "extender"]
+PATHS: tuple[Path_, ...] = ("default", "profiles", "extender")
+SCHEDULER = {"default": None, "profiles": local_cluster.STRICT_SCHEDULER, "extender": local_cluster.EXTENDER_SCHEDULER}
+PATH_TITLE = {"default": "(a) default scheduler", "profiles": f"(b) {local_cluster.STRICT_SCHEDULER}",
+              "extender": f"(c) {local_cluster.EXTENDER_SCHEDULER}"}
 GPU = "nvidia.com/gpu"
 GPU_TAINT = {"key": GPU, "value": "present", "effect": "NoSchedule"}
 # The built-in catalog's classes, one per strategy.
@@ -240,7 +244,7 @@ def judge(strategy: str, start: Mapping[str, NodeState], outcomes: Sequence[Outc
             continue
         verdicts.placed += 1
         chosen = nodes[o.node]
-        if chosen in fitting and chosen in promised(strategy, fitting, nodes.values(), o.workload, catalog):
+        if chosen in fitting and chosen in promised(strategy, fitting, o.workload, catalog):
             verdicts.right += 1
         else:
             verdicts.wrong.append(f"{o.pod} ({o.workload.gpus} GPUs) on {o.node} ({chosen.gpu_type})")
@@ -249,22 +253,21 @@ def judge(strategy: str, start: Mapping[str, NodeState], outcomes: Sequence[Outc
     return verdicts
 
 
-def promised(strategy: str, fitting: Sequence[NodeState], all_nodes: Iterator[NodeState] | Any, w: Workload,
-             catalog: Catalog) -> list[NodeState]:
+def promised(strategy: str, fitting: Sequence[NodeState], w: Workload, catalog: Catalog) -> list[NodeState]:
     """The nodes the strategy allows at this moment (every one of them equally right)."""
     if strategy in ("performance", "cost"):
         pick = max if strategy == "performance" else min
         best = pick(catalog.score[n.gpu_type] for n in fitting if n.gpu_type)
         return [n for n in fitting if n.gpu_type and catalog.score[n.gpu_type] == best]
-    if strategy == "balanced":
-        free: dict[str, int] = defaultdict(int)
-        for n in all_nodes:
-            if n.gpu_type:
-                free[n.gpu_type] += n.free_gpus
-        most = max(free[n.gpu_type] for n in fitting if n.gpu_type)
-        return [n for n in fitting if n.gpu_type and free[n.gpu_type] == most]
-    fewest_left = min(n.free_gpus - w.gpus for n in fitting)
-    return [n for n in fitting if n.free_gpus - w.gpus == fewest_left]
+    in_use = strategy == "binpack"
+    best_score = max(share_score(n, w, in_use=in_use) for n in fitting)
+    return [n for n in fitting if share_score(n, w, in_use=in_use) == best_score]
+
+
+def share_score(n: NodeState, w: Workload, *, in_use: bool) -> int:
+    """NodeResourcesFit's MostAllocated (in_use) or LeastAllocated score once the Pod is placed."""
+    used_after = n.gpus - n.free_gpus + w.gpus
+    return (used_after if in_use else n.gpus - used_after) * 100 // n.gpus
 
 
 def utilisation_spread(start: Mapping[str, NodeState], outcomes: Sequence[Outcome], types: Sequence[str]) -> float:
@@ -325,9 +328,9 @@ class BindRecorder:
         self._seen: set[str] = set()
         self._lock = threading.Lock()
         self._stop = threading.Event()
+        self._ready = threading.Event()
         self._thread = threading.Thread(target=self._run, args=(core, namespace), daemon=True)
         self._thread.start()
-        self._ready = threading.Event()
         self._ready.wait(10)
 
     def _run(self, core: CoreApi, namespace: str) -> None:
@@ -525,7 +528,7 @@ def render(results: Sequence[StreamResult], command: str, wall_seconds: float, f
         v = r.verdicts
         fidelity = f"{100 * v.right / v.placed:.1f}%" if v.placed else "-"
         spread = f"{100 * r.spread:.0f} pts" if r.spread is not None else ""
-        path = "(a) default scheduler" if r.path == "default" else "(b) gpu-class-scheduler"
+        path = PATH_TITLE[r.path]
         lines.append(f"| {r.strategy} | {path} | {v.placed} | {v.right} | {fidelity} | {v.wrongly_pending} "
                      f"| {v.rightly_pending} | {spread} |")
     wrong = [f"- {r.strategy} {r.path}: " + "; ".join(r.verdicts.wrong[:4]) for r in results if r.verdicts.wrong]

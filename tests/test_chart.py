@@ -227,7 +227,10 @@ def test_another_release_namespace_is_never_served() -> None:
     own = deploy.make_namespace("gpu-ops", {"gpu-class.io/inject": "enabled"})
     assert not deploy.selects(webhook["namespaceSelector"], own["metadata"]["labels"])
     assert webhook["clientConfig"]["service"]["namespace"] == "gpu-ops"
-    assert {o["metadata"].get("namespace") for o in objects} - {None} == {"gpu-ops"}
+    # everything in the release's namespace, but the scheduler's reader of kube-system's
+    # extension-apiserver-authentication (kube-scheduler authenticates its own HTTPS port by delegation)
+    elsewhere = {deploy.name_of(o) for o in objects if o["metadata"].get("namespace") not in (None, "gpu-ops")}
+    assert elsewhere == {"RoleBinding kube-system/gpu-class-scheduler-extension-apiserver-authentication-reader"}
 
 
 @pytest.mark.parametrize("case", deploy.MATCH_CASES)
@@ -283,10 +286,8 @@ RESOURCES_CASES = [
 def test_catalog_resources_reach_the_expressions_and_the_scheduler(tmp_path: Path, case: ResourcesCase) -> None:
     """A Pod asking for any resource the catalog's types are requested as is sent to the webhook,
     checked by the backstop and sent to the extender; one asking for another resource is not."""
-    from test_extender import scheduler_config
-
     resources = case.resources()
-    (tmp_path / "values.yaml").write_text(yaml.safe_dump({**case.values, "scheduler": {"enabled": True}}))
+    (tmp_path / "values.yaml").write_text(yaml.safe_dump({**case.values, "scheduler": {"extender": True}}))
     objects = template("--values", str(tmp_path / "values.yaml"))
     if "inline" in case.values.get("catalog", {}):
         configmap = one_of(objects, "ConfigMap", "gpu-class-catalog", NAMESPACE)
@@ -301,8 +302,12 @@ def test_catalog_resources_reach_the_expressions_and_the_scheduler(tmp_path: Pat
             assert deploy.webhook_is_called(webhook, pod, deploy.OPTED_IN) is expected, (resource, part)
             outcome = deploy.backstop_outcome(policy, binding, pod, deploy.OPTED_IN)
             assert outcome == ("refused" if expected else "not-matched"), (resource, part)
-    (extender,) = scheduler_config([one_of(objects, "ConfigMap", "gpu-class-scheduler-config", NAMESPACE)])["extenders"]
+    config = yaml.safe_load(one_of(objects, "ConfigMap", "gpu-class-scheduler-config", NAMESPACE)["data"]["config.yaml"])
+    (extender,) = config["extenders"]
     assert extender["managedResources"] == [{"name": r, "ignoredByScheduler": False} for r in resources]
+    for profile in config["profiles"]:  # every profile scores the share of each of them
+        (fit,) = [c["args"] for c in profile["pluginConfig"] if c["name"] == "NodeResourcesFit"]
+        assert fit["scoringStrategy"]["resources"] == [{"name": r, "weight": 1} for r in resources]
 
 
 def test_shipped_catalog_is_deploys() -> None:
@@ -373,18 +378,26 @@ def kustomize_install(tmp: Path, files: CertificateFiles, resources: Sequence[st
 
 SAME_INSTALLS = [
     pytest.param(
-        [deploy.SELF_MANAGED, "labeller", "scheduler"], ["components/monitoring"],
+        [deploy.SELF_MANAGED, "labeller"], ["components/monitoring"],
         ["--set", "tls.mode=secret", "--set", f"tls.secretName={deploy.TLS_SECRET}",
-         "--set", "labeller.enabled=true", "--set", "scheduler.enabled=true",
+         "--set", "labeller.enabled=true",
          "--set", "monitoring.serviceMonitor.enabled=true", "--set", "monitoring.prometheusRule.enabled=true",
          "--set", "monitoring.dashboard.enabled=true"],
         # The namespace: Helm installs into one that exists. The Secret: the user's, in mode secret.
         {f"Namespace {NAMESPACE}", f"Secret {NAMESPACE}/{deploy.TLS_SECRET}"},
-        id="self-managed-labeller-scheduler-monitoring",
+        id="self-managed-labeller-monitoring",
     ),
     pytest.param(
         [deploy.CERT_MANAGER], [], ["--set", "tls.mode=cert-manager"], {f"Namespace {NAMESPACE}"},
         id="cert-manager",
+    ),
+    pytest.param(
+        [deploy.CERT_MANAGER], [deploy.EXTENDER], ["--set", "tls.mode=cert-manager", "--set", "scheduler.extender=true"],
+        {f"Namespace {NAMESPACE}"}, id="cert-manager-scheduler-extender",
+    ),
+    pytest.param(
+        [deploy.CERT_MANAGER], [deploy.WITHOUT_STRICT], ["--set", "tls.mode=cert-manager", "--set", "scheduler.enabled=false"],
+        {f"Namespace {NAMESPACE}"}, id="cert-manager-without-strict-scheduler",
     ),
 ]
 
@@ -445,5 +458,6 @@ def objects_by_kind(objects: Sequence[Obj]) -> Mapping[str, list[str]]:
 def test_optional_parts_are_off_by_default(chart_renders: dict[str, list[Obj]]) -> None:
     kinds = objects_by_kind(chart_renders["defaults"])
     assert "DaemonSet" not in kinds and "ServiceMonitor" not in kinds and "PrometheusRule" not in kinds
-    assert kinds["Deployment"] == ["gpu-class"]
+    # the strict path is not optional: the default install keeps the promise
+    assert kinds["Deployment"] == ["gpu-class", "gpu-class-scheduler"]
     assert "Certificate" not in kinds

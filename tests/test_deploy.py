@@ -81,7 +81,14 @@ BASE = "base"
 BACKSTOP = "components/backstop"
 SELF_MANAGED = "overlays/self-managed"
 CERT_MANAGER = "overlays/cert-manager"
-INSTALLS = (SELF_MANAGED, CERT_MANAGER)
+# Components that change an install rather than add to one: each is rendered on top of the
+# self-managed overlay, as its comment tells users to use it.
+EXTENDER = "components/scheduler-extender"
+WITHOUT_STRICT = "components/without-strict-scheduler"
+ON_AN_INSTALL = (EXTENDER, WITHOUT_STRICT)
+INSTALLS = (SELF_MANAGED, CERT_MANAGER, *ON_AN_INSTALL)
+# The strict path: installs that run gpu-class-scheduler and send the webhook's Pods there.
+STRICT_INSTALLS = (SELF_MANAGED, CERT_MANAGER, EXTENDER)
 WITH_WEBHOOK = (BASE, *INSTALLS)
 WITH_BACKSTOP = (BACKSTOP, *INSTALLS)
 
@@ -213,9 +220,21 @@ def renders(tmp_path_factory: pytest.TempPathFactory) -> Renders:
     root = copy_deploy(tmp_path_factory.mktemp("render"))
     files = make_test_certificates()
     files.write(root / SELF_MANAGED / "certs")
+    directories = [on_an_install(root, rel) if rel in ON_AN_INSTALL else root / rel for rel in KUSTOMIZATIONS]
     with ThreadPoolExecutor(max_workers=8) as pool:
-        rendered = pool.map(kustomize, [root / rel for rel in KUSTOMIZATIONS])
+        rendered = pool.map(kustomize, directories)
         return dict(zip(KUSTOMIZATIONS, rendered)), files
+
+
+def on_an_install(root: Path, component: str) -> Path:
+    """A user's overlay: the self-managed install with `component`."""
+    work = root.parent / ("with-" + component.replace("/", "-"))
+    work.mkdir()
+    (work / "kustomization.yaml").write_text(yaml.safe_dump({
+        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+        "resources": [f"../deploy/{SELF_MANAGED}"], "components": [f"../deploy/{component}"],
+    }))
+    return work
 
 
 def objects_of(renders: Renders, rel: str) -> list[Obj]:
@@ -633,6 +652,14 @@ def test_discovery_finds_the_install_kustomizations() -> None:
 
 
 @pytest.mark.parametrize("rel", KUSTOMIZATIONS)
+def test_every_component_that_only_changes_an_install_is_rendered_on_one(rel: str) -> None:
+    """A Component with no resources of its own renders nothing alone: its checks must see it applied."""
+    kustomization = yaml.safe_load((DEPLOY / rel / "kustomization.yaml").read_text())
+    if kustomization["kind"] == "Component" and not kustomization.get("resources"):
+        assert rel in ON_AN_INSTALL
+
+
+@pytest.mark.parametrize("rel", KUSTOMIZATIONS)
 def test_kustomization_renders(renders: Renders, rel: str) -> None:
     objects = objects_of(renders, rel)
     assert objects, f"deploy/{rel} renders nothing"
@@ -871,7 +898,13 @@ def test_webhook_args_name_mounted_files(renders: Renders, rel: str) -> None:
     objects = objects_of(renders, rel)
     deployment = webhook_deployment(objects)
     container = webhook_container(deployment)
-    assert container["args"] == SERVE_ARGS
+    # Routing and scheduler come together: the webhook sends the Pods it places to gpu-class-scheduler
+    # exactly when the install runs it (tests/test_scheduler.py checks the scheduler itself).
+    strict = any(o["kind"] == "Deployment" and o["metadata"]["name"] == "gpu-class-scheduler" for o in objects)
+    routed = ["serve", "--scheduler-name=gpu-class-scheduler", *SERVE_ARGS[1:]]
+    assert container["args"] == (routed if strict else SERVE_ARGS)
+    if rel in KUSTOMIZATIONS:  # the chart's renders are checked by tests/test_chart.py
+        assert strict is (rel in STRICT_INSTALLS)
     assert "command" not in container, "the image's ENTRYPOINT (gpuclass) runs"
     files = mounted_files(deployment["spec"]["template"]["spec"], container)
     args = dict(zip(SERVE_ARGS[1::2], SERVE_ARGS[2::2]))

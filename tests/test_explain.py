@@ -23,8 +23,12 @@ def review(pod: dict[str, Any], catalog: Catalog) -> Any:
 
 @pytest.mark.parametrize("catalog_extra, spec, expected", [
     pytest.param("", {}, "preferred", id="stock-scheduler-gets-preferences"),
-    pytest.param("", {"schedulerName": "gpu-class-scheduler"}, "strict", id="pod-names-the-extender-profile"),
-    pytest.param("schedulerName: gpu-class-scheduler\n", {}, "strict", id="catalog-routes-to-the-extender"),
+    pytest.param("", {"schedulerName": "gpu-class-scheduler"}, "strict", id="pod-names-the-strict-scheduler"),
+    pytest.param("schedulerName: gpu-class-scheduler\n", {}, "strict", id="catalog-routes-to-the-strict-scheduler"),
+    pytest.param("strictSchedulers: [gpu-class-extender]\n", {"schedulerName": "gpu-class-extender"}, "strict",
+                 id="another-strict-scheduler"),
+    pytest.param("strictSchedulers: [gpu-class-extender]\n", {"schedulerName": "gpu-class-scheduler"}, "preferred",
+                 id="a-name-not-listed-is-no-promise"),
     pytest.param("schedulerName: gpu-class-scheduler\n", {"schedulerName": "volcano"}, "preferred",
                  id="pod-keeps-its-own-scheduler"),
 ])
@@ -33,7 +37,7 @@ def test_guarantee_follows_the_scheduler(catalog_extra: str, spec: dict[str, Any
     pod = make_pod({"gpu-class.io/class": "high"}, extra_spec=spec)
     kind, why = guarantee(pod, review(pod, catalog), catalog)
     assert kind == expected
-    assert ("extender" in why) if expected == "strict" else ("preference" in why)
+    assert ("profile that scores the class's strategy" in why) if expected == "strict" else ("preference" in why)
 
 
 def test_a_refused_pod_has_no_guarantee() -> None:

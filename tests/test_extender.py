@@ -1,41 +1,32 @@
-"""The scheduler extender (/filter, /prioritize) and the second scheduler that calls it (deploy/scheduler).
+"""The scheduler extender (/filter, /prioritize); tests/test_scheduler.py checks the scheduler that calls it.
 
 Requests are built as kube-scheduler sends them: Go's encoding/json of extenderv1.ExtenderArgs, whose
 fields carry no json tags (`Pod`, `Nodes`, `NodeNames`), with the Pod and Nodes as the scheduler's
 informers hold them (no apiVersion/kind, defaulted fields, status). They go through the Flask app the
 server builds, so the wire format is what is tested. The inventory holds GPUs requested by bound Pods.
-
-deploy/scheduler is rendered with the real `kubectl kustomize`, its objects validated against the
-Kubernetes schemas (strict), and its KubeSchedulerConfiguration checked field by field against the Go
-types of k8s.io/kube-scheduler/config/v1 (kube-scheduler decodes that file strictly).
 """
 
 from __future__ import annotations
 
 import copy
 import json
-import subprocess
-import sys
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
 import jsonpatch
-import kubernetes_validate
 import pytest
-import yaml
 from flask import Flask
 from flask.testing import FlaskClient
 from hypothesis import given
 from hypothesis import strategies as st
 
-from builders import K8S_VERSION, make_catalog, make_node, make_pod, make_review
+from builders import make_catalog, make_node, make_pod, make_review
 from servers import serving_test_inventory, Server
 from webhook.cluster.source import StaticInventory
 from webhook.serving.app import create_app
-from webhook.core.catalog import Catalog, load_catalog_file
+from webhook.core.catalog import Catalog
 from webhook.core.extender import (ASSUME_SECONDS, MAX_EXTENDER_PRIORITY, Assumed, NodeVerdict, PodNeeds, score_nodes,
-                                   with_assumed)
+                                   share_score, with_assumed)
 from webhook.serving.extender_routes import register_extender_routes
 from webhook.core.inventory import InventoryState, Snapshot, node_info_from_object
 
@@ -204,16 +195,18 @@ FILTER_CASES = [
     ),
     pytest.param(
         # free GPUs by type over usable nodes: A100 3+4+2, L4 2, T4 1
-        FilterCase(placed_pod("A100,L4,T4", class_name="balanced"), ("t4-a", "l4-hand", "a100-small"), ("a100-small",),
-                   unresolvable={"t4-a": "gpu-class: balanced: type A100 has the most free GPUs (9)",
-                                 "l4-hand": "gpu-class: balanced: type A100 has the most free GPUs (9)"}),
-        id="balanced-keeps-the-type-with-most-free-gpus",
+        FilterCase(placed_pod("A100,L4,T4", class_name="balanced"), ("t4-a", "l4-hand", "a100-idle"), ("a100-idle",),
+                   unresolvable={
+                       "t4-a": "gpu-class: balanced: a node with 75% of its GPUs free once the Pod is placed can take it",
+                       "l4-hand": "gpu-class: balanced: a node with 75% of its GPUs free once the Pod is placed can take it"}),
+        id="balanced-keeps-the-emptiest-node-by-share",
     ),
     pytest.param(
         FilterCase(placed_pod("A100,L4,T4", class_name="packed"), ("a100-idle", "a100-small", "t4-a"), ("t4-a",),
-                   unresolvable={"a100-idle": "gpu-class: binpack: a fuller node (0 GPUs left) can take it",
-                                 "a100-small": "gpu-class: binpack: a fuller node (0 GPUs left) can take it"}),
-        id="binpack-keeps-the-fullest-node",
+                   unresolvable={
+                       "a100-idle": "gpu-class: binpack: a node with 100% of its GPUs in use once the Pod is placed can take it",
+                       "a100-small": "gpu-class: binpack: a node with 100% of its GPUs in use once the Pod is placed can take it"}),
+        id="binpack-keeps-the-fullest-node-by-share",
     ),
     pytest.param(
         FilterCase(placed_pod("A100"), ("a10-a", "a100-idle"), ("a100-idle",),
@@ -360,42 +353,42 @@ class ScoreCase:
 SCORE_CASES = [
     pytest.param(
         ScoreCase(placed_pod("H100,A100", class_name="high"),
-                  {"h100-busy": 10, "h100-idle": 10, "a100-part": 3, "t4-a": 0}),
+                  {"h100-busy": 10, "h100-idle": 10, "a100-part": 0, "t4-a": 0}),
         id="performance-two-types",
     ),
     pytest.param(
-        ScoreCase(placed_pod("A100,A10,L4", class_name="standard"), {"l4-hand": 1, "a10-a": 3, "a100-idle": 10}),
+        ScoreCase(placed_pod("A100,A10,L4", class_name="standard"), {"l4-hand": 0, "a10-a": 1, "a100-idle": 10}),
         id="performance-three-types-weights-like-the-webhook",
     ),
     pytest.param(
-        ScoreCase(placed_pod("T4,L4,A10", class_name="economy"), {"a10-a": 1, "l4-hand": 3, "t4-a": 10}),
+        ScoreCase(placed_pod("T4,L4,A10", class_name="economy"), {"a10-a": 0, "l4-hand": 1, "t4-a": 10}),
         id="cost-slowest-first",
     ),
     pytest.param(
-        ScoreCase(placed_pod("A10,L4,T4", class_name="economy"), {"a10-a": 1, "l4-hand": 3, "t4-a": 10}),
+        ScoreCase(placed_pod("A10,L4,T4", class_name="economy"), {"a10-a": 0, "l4-hand": 1, "t4-a": 10}),
         id="cost-hand-written-annotation-in-speed-order",
     ),
     pytest.param(
-        ScoreCase(placed_pod("A100,H100"), {"h100-idle": 3, "a100-part": 10}),
+        ScoreCase(placed_pod("A100,H100"), {"h100-idle": 0, "a100-part": 10}),
         id="no-class-follows-annotation",
     ),
     pytest.param(
-        ScoreCase(placed_pod("A100,H100", class_name="retired"), {"h100-idle": 3, "a100-part": 10}),
+        ScoreCase(placed_pod("A100,H100", class_name="retired"), {"h100-idle": 0, "a100-part": 10}),
         id="unknown-class-follows-annotation",
     ),
     pytest.param(
         ScoreCase(placed_pod("A100,L4,T4", class_name="balanced"),
-                  {"a100-idle": 10, "a100-part": 8, "l4-hand": 5, "t4-a": 3}),
-        id="balanced-most-free-first",
+                  {"a100-idle": 8, "a100-part": 5, "l4-hand": 5, "t4-a": 0}),
+        id="balanced-share-free-once-placed",
     ),
     pytest.param(
         ScoreCase(placed_pod("A100,L4,T4", class_name="packed"),
-                  {"a100-idle": 0, "a100-part": 3, "l4-hand": 7, "t4-a": 10}),
-        id="binpack-fewest-left-first",
+                  {"a100-idle": 3, "a100-part": 5, "l4-hand": 5, "t4-a": 10}),
+        id="binpack-share-in-use-once-placed",
     ),
     pytest.param(
         ScoreCase(placed_pod("A100,L4,T4", gpus=2, class_name="packed"),
-                  {"a100-idle": 0, "a100-part": 5, "l4-hand": 10, "t4-a": 0}),
+                  {"a100-idle": 5, "a100-part": 8, "l4-hand": 10, "t4-a": 0}),
         id="binpack-node-must-fit",
     ),
     pytest.param(
@@ -421,8 +414,9 @@ def test_prioritize(client: FlaskClient, case: ScoreCase, mode: str) -> None:
     assert priorities == [{"Host": n, "Score": s} for n, s in case.scores.items()]
 
 
-def verdicts_from(free: Sequence[int], needs: int) -> list[NodeVerdict]:
-    return [NodeVerdict(f"n{i}", f >= needs, free_gpus=f, type_name="A100") for i, f in enumerate(free)]
+def verdicts_from(free: Sequence[int], needs: int, allocatable: int = 16) -> list[NodeVerdict]:
+    return [NodeVerdict(f"n{i}", f >= needs, free_gpus=f, type_name="A100", allocatable=allocatable)
+            for i, f in enumerate(free)]
 
 
 @given(
@@ -436,13 +430,25 @@ def test_load_scores_stay_in_range_and_order(free: list[int], needs: int, strate
     fitting = [v for v in verdicts if v.passed]
     assert all(0 <= s <= MAX_EXTENDER_PRIORITY for s in scores.values())
     assert all(scores[v.name] == 0 for v in verdicts if not v.passed)
-    if fitting and (strategy == "packed" or max(v.free_gpus for v in fitting) > 0):
-        assert max(scores[v.name] for v in fitting) == MAX_EXTENDER_PRIORITY
     # balanced: more free never scores lower; binpack: more free never scores higher
     for a in fitting:
         for b in fitting:
             if a.free_gpus > b.free_gpus:
                 assert (scores[a.name] >= scores[b.name]) if strategy == "balanced" else (scores[a.name] <= scores[b.name])
+
+
+@pytest.mark.parametrize("allocatable, free, gpus, in_use, expected", [
+    pytest.param(8, 8, 1, True, 12, id="one-of-eight-in-use-floors"),
+    pytest.param(8, 8, 1, False, 87, id="seven-of-eight-free-floors"),
+    pytest.param(7, 1, 1, True, 100, id="last-slice"),
+    pytest.param(4, 3, 2, False, 25, id="bound-pods-count"),
+    pytest.param(0, 0, 1, True, 0, id="no-devices"),
+])
+def test_share_score_is_node_resources_fit_arithmetic(allocatable: int, free: int, gpus: int, in_use: bool,
+                                                     expected: int) -> None:
+    """kube-scheduler's mostRequestedScore / leastRequestedScore: requested * 100 / capacity, integer division."""
+    verdict = NodeVerdict("n", True, free_gpus=free, allocatable=allocatable)
+    assert share_score(verdict, gpus, in_use=in_use) == expected
 
 
 # --- bad requests and bad Pods ---------------------------------------------------------------
@@ -530,7 +536,7 @@ def test_the_pod_admission_placed_is_scheduled_where_admission_allowed() -> None
     import base64
 
     placed = jsonpatch.apply_patch(pod, json.loads(base64.b64decode(review["response"]["patch"])))
-    assert placed["spec"]["schedulerName"] == scheduler_profile_name()
+    assert placed["spec"]["schedulerName"] == "gpu-class-scheduler"  # high: performance
     assert placed["metadata"]["annotations"][TYPES] == "H100,A100"
 
     names = [n["metadata"]["name"] for n in CLUSTER]
@@ -548,7 +554,7 @@ def test_the_pod_admission_placed_is_scheduled_where_admission_allowed() -> None
         assert all(labels.get(e["key"]) in e["values"] for e in term["matchExpressions"]), name
 
     _, priorities = post(client, "prioritize", args_by_names(scheduler_pod(placed), ["h100-idle", "a100-idle"]))
-    assert priorities == [{"Host": "h100-idle", "Score": 10}, {"Host": "a100-idle", "Score": 3}]
+    assert priorities == [{"Host": "h100-idle", "Score": 10}, {"Host": "a100-idle", "Score": 0}]
 
 
 # --- the real server -----------------------------------------------------------------------
@@ -574,184 +580,11 @@ def test_real_server_serves_the_extender(server: Server) -> None:
             "cpu-a": "gpu-class: unknown node (gpu-class has seen no GPU product label on it)",
         }
         status, priorities = server.post("/prioritize", args_by_names(pod, ["h100-a", "a100-a"]), conn=conn)
-        assert (status, priorities) == (200, [{"Host": "h100-a", "Score": 10}, {"Host": "a100-a", "Score": 3}])
+        assert (status, priorities) == (200, [{"Host": "h100-a", "Score": 10}, {"Host": "a100-a", "Score": 0}])
         status, error = server.post("/filter", b"{", conn=conn)
         assert status == 400 and error["message"].startswith("body is not JSON")
     finally:
         conn.close()
-
-
-# --- deploy/scheduler ----------------------------------------------------------------------
-
-REPO = Path(__file__).resolve().parent.parent
-SCHEDULER_DIR = REPO / "deploy" / "scheduler"
-NAMESPACE = "gpu-class-system"
-SERVICE_ACCOUNT = "gpu-class-scheduler"
-SUBJECT = {"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": NAMESPACE}
-
-# json tags of k8s.io/kube-scheduler/config/v1 (types.go) and component-base's LeaderElectionConfiguration
-CONFIGURATION_FIELDS = {
-    "apiVersion", "kind", "parallelism", "leaderElection", "clientConnection", "enableProfiling",
-    "enableContentionProfiling", "percentageOfNodesToScore", "percentageOfPlacementsToScore",
-    "podInitialBackoffSeconds", "podMaxBackoffSeconds", "profiles", "extenders", "delayCacheUntilActive",
-}
-PROFILE_FIELDS = {"schedulerName", "percentageOfNodesToScore", "percentageOfPlacementsToScore", "plugins", "pluginConfig"}
-LEADER_ELECTION_FIELDS = {
-    "leaderElect", "leaseDuration", "renewDeadline", "retryPeriod", "resourceLock", "resourceName", "resourceNamespace",
-}
-EXTENDER_FIELDS = {
-    "urlPrefix", "filterVerb", "preemptVerb", "prioritizeVerb", "weight", "bindVerb", "enableHTTPS", "tlsConfig",
-    "httpTimeout", "nodeCacheCapable", "managedResources", "ignorable",
-}
-TLS_FIELDS = {"insecure", "serverName", "certFile", "keyFile", "caFile", "certData", "keyData", "caData"}
-MANAGED_RESOURCE_FIELDS = {"name", "ignoredByScheduler"}
-
-
-def kustomize(directory: Path) -> list[dict[str, Any]]:
-    kubectl = Path(sys.executable).parent / "kubectl"
-    done = subprocess.run([str(kubectl), "kustomize", str(directory)], capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
-    return [o for o in yaml.safe_load_all(done.stdout) if o]
-
-
-@pytest.fixture(scope="module")
-def rendered() -> list[dict[str, Any]]:
-    return kustomize(SCHEDULER_DIR)
-
-
-def one(objects: Sequence[dict[str, Any]], kind: str, name: str | None = None) -> dict[str, Any]:
-    found = [o for o in objects if o["kind"] == kind and (name is None or o["metadata"]["name"] == name)]
-    assert len(found) == 1, f"expected one {kind} {name or ''}, found {len(found)}"
-    return found[0]
-
-
-def deployment(objects: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    return one(objects, "Deployment", "gpu-class-scheduler")
-
-
-def scheduler_config(objects: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    config_map = one(objects, "ConfigMap")
-    (text,) = config_map["data"].values()
-    config: dict[str, Any] = yaml.safe_load(text)
-    return config
-
-
-def scheduler_profile_name() -> str:
-    config = yaml.safe_load((SCHEDULER_DIR / "config.yaml").read_text())
-    name: str = config["profiles"][0]["schedulerName"]
-    return name
-
-
-@pytest.mark.parametrize("version", sorted({K8S_VERSION, ".".join(kubernetes_validate.latest_version().split(".")[:2])}))
-def test_scheduler_objects_validate(rendered: list[dict[str, Any]], version: str) -> None:
-    problems = []
-    for obj in rendered:
-        try:
-            kubernetes_validate.validate(obj, version, strict=True)
-        except kubernetes_validate.ValidationError as exc:
-            problems.append(f"{obj['kind']} {obj['metadata']['name']}: {list(exc.path)}: {exc.message}")
-    assert problems == []
-
-
-def test_scheduler_configuration_uses_only_fields_kube_scheduler_knows(rendered: list[dict[str, Any]]) -> None:
-    config = scheduler_config(rendered)
-    assert (config["apiVersion"], config["kind"]) == ("kubescheduler.config.k8s.io/v1", "KubeSchedulerConfiguration")
-    assert set(config) <= CONFIGURATION_FIELDS
-    assert set(config["leaderElection"]) <= LEADER_ELECTION_FIELDS
-    for profile in config["profiles"]:
-        assert set(profile) <= PROFILE_FIELDS
-    for extender in config["extenders"]:
-        assert set(extender) <= EXTENDER_FIELDS
-        assert set(extender.get("tlsConfig") or {}) <= TLS_FIELDS
-        for resource in extender.get("managedResources") or []:
-            assert set(resource) <= MANAGED_RESOURCE_FIELDS
-
-
-def test_scheduler_profile_calls_this_extender(rendered: list[dict[str, Any]]) -> None:
-    config = scheduler_config(rendered)
-    assert [p["schedulerName"] for p in config["profiles"]] == ["gpu-class-scheduler"]
-    (extender,) = config["extenders"]
-    # the webhook's Service and port, in the namespace the install overlays use
-    service = one(kustomize(REPO / "deploy" / "base"), "Service", "gpu-class")
-    port = service["spec"]["ports"][0]["port"]
-    assert extender["urlPrefix"] == f"https://{service['metadata']['name']}.{service['metadata']['namespace']}.svc:{port}"
-    routes = {rule.rule for rule in make_app().url_map.iter_rules() if "POST" in (rule.methods or set())}
-    assert {"/" + extender["filterVerb"], "/" + extender["prioritizeVerb"]} <= routes
-    assert "bindVerb" not in extender and "preemptVerb" not in extender
-    assert isinstance(extender["weight"], int) and extender["weight"] > 0  # required with prioritizeVerb
-    assert extender["enableHTTPS"] is True and extender["nodeCacheCapable"] is True
-    assert isinstance(extender["ignorable"], bool)
-    shipped = load_catalog_file(str(REPO / "deploy" / "base" / "catalog.yaml"))
-    # every resource a shipped type is requested as: a Pod given a MIG slice or an AMD GPU is sent too
-    assert extender["managedResources"] == [{"name": r, "ignoredByScheduler": False} for r in shipped.resources]
-    assert shipped.gpu_resource in shipped.resources and "amd.com/gpu" in shipped.resources
-
-
-def test_scheduler_verifies_the_webhook_certificate(rendered: list[dict[str, Any]]) -> None:
-    """With enableHTTPS and no CA the scheduler silently skips verification: a CA must be configured, from the TLS Secret."""
-    (extender,) = scheduler_config(rendered)["extenders"]
-    tls = extender["tlsConfig"]
-    assert not tls.get("insecure")
-    ca_file = Path(tls["caFile"])
-    pod_spec = deployment(rendered)["spec"]["template"]["spec"]
-    (container,) = pod_spec["containers"]
-    (mount,) = [m for m in container["volumeMounts"] if ca_file.is_relative_to(m["mountPath"])]
-    (volume,) = [v for v in pod_spec["volumes"] if v["name"] == mount["name"]]
-    relative = ca_file.relative_to(mount["mountPath"]).as_posix()
-    secrets = [s["secret"] for s in volume["projected"]["sources"] if "secret" in s]
-    assert [(s["name"], i["key"]) for s in secrets for i in s["items"] if i["path"] == relative] == [("gpu-class-tls", "ca.crt")]
-
-
-def test_scheduler_reads_the_configuration_it_is_given(rendered: list[dict[str, Any]]) -> None:
-    spec = deployment(rendered)["spec"]["template"]["spec"]
-    (container,) = spec["containers"]
-    assert container["image"].startswith("registry.k8s.io/kube-scheduler:v1.")
-    (flag,) = [a for a in container["command"] if a.startswith("--config=")]
-    config_path = Path(flag.removeprefix("--config="))
-    (mount,) = [m for m in container["volumeMounts"] if config_path.is_relative_to(m["mountPath"])]
-    (volume,) = [v for v in spec["volumes"] if v["name"] == mount["name"]]
-    config_map = one(rendered, "ConfigMap")
-    relative = config_path.relative_to(mount["mountPath"]).as_posix()
-    sources = [s["configMap"] for s in volume["projected"]["sources"] if "configMap" in s]
-    assert [(c["name"], i["key"]) for c in sources for i in c["items"] if i["path"] == relative] == [
-        (config_map["metadata"]["name"], "config.yaml")
-    ]
-
-
-def test_scheduler_rbac(rendered: list[dict[str, Any]]) -> None:
-    assert deployment(rendered)["spec"]["template"]["spec"]["serviceAccountName"] == SERVICE_ACCOUNT
-    one(rendered, "ServiceAccount", SERVICE_ACCOUNT)
-    cluster_roles = {b["roleRef"]["name"] for b in rendered if b["kind"] == "ClusterRoleBinding" and SUBJECT in b["subjects"]}
-    assert cluster_roles == {"system:kube-scheduler", "system:volume-scheduler"}
-    roles = {(b["metadata"]["namespace"], b["roleRef"]["name"]) for b in rendered
-             if b["kind"] == "RoleBinding" and SUBJECT in b["subjects"]}
-    assert ("kube-system", "extension-apiserver-authentication-reader") in roles
-
-    # leader election on a lease of its own, which a Role of its own lets it hold
-    election = scheduler_config(rendered)["leaderElection"]
-    assert election["leaderElect"] is True and election["resourceLock"] == "leases"
-    assert election["resourceName"] != "kube-scheduler"
-    lease_namespace, lease = election["resourceNamespace"], election["resourceName"]
-    granted = {
-        (verb, name)
-        for r in rendered
-        if r["kind"] == "Role" and (lease_namespace, r["metadata"]["name"]) in roles
-        for rule in r["rules"]
-        if "coordination.k8s.io" in rule["apiGroups"] and "leases" in rule["resources"]
-        for verb in rule["verbs"]
-        for name in rule.get("resourceNames", [lease])
-    }
-    assert {("get", lease), ("update", lease), ("create", lease)} <= granted
-
-
-def test_scheduler_pods_are_not_webhook_pods(rendered: list[dict[str, Any]]) -> None:
-    """The webhook's Service and PodDisruptionBudget must not select the scheduler's Pods."""
-    labels = deployment(rendered)["spec"]["template"]["metadata"]["labels"]
-    base = kustomize(REPO / "deploy" / "base")
-    service_selector = one(base, "Service", "gpu-class")["spec"]["selector"]
-    pdb_selector = one(base, "PodDisruptionBudget", "gpu-class")["spec"]["selector"]["matchLabels"]
-    for selector in (service_selector, pdb_selector):
-        assert not all(labels.get(k) == v for k, v in selector.items())
 
 
 # --- assumed binds -------------------------------------------------------------------------
@@ -766,18 +599,18 @@ def _with_uid(pod: dict[str, Any], uid: str) -> dict[str, Any]:
 def test_a_burst_of_pods_counts_the_ones_just_sent() -> None:
     """The scheduler binds the next replica before the watch shows the last one bound."""
     client = make_app().test_client()
-    pod = placed_pod("L4,T4", class_name="balanced")  # free: L4 2 (l4-hand), T4 1 (t4-a)
+    pod = placed_pod("A100,T4", class_name="packed")  # free: T4 1 of 1 (t4-a), A100 4 of 4 (a100-idle)
     kept = []
     for uid in ("uid-replica-0", "uid-replica-1"):
-        _, result = post(client, "filter", args_by_names(_with_uid(pod, uid), ["t4-a", "l4-hand"]))
+        _, result = post(client, "filter", args_by_names(_with_uid(pod, uid), ["t4-a", "a100-idle"]))
         kept.append(result["NodeNames"])
-    # the first takes one of L4's 2 GPUs; with it counted, L4 and T4 tie at 1 and the first listed wins
-    assert kept == [["l4-hand"], ["t4-a"]]
-    # the first asking again (its bind failed) is not counted against itself: L4 has its 2 free GPUs
-    # back, T4's one is assumed taken by the second
-    _, again = post(client, "filter", args_by_names(_with_uid(pod, "uid-replica-0"), ["t4-a", "l4-hand"]))
-    assert again["NodeNames"] == ["l4-hand"]
-    assert again["FailedNodes"] == {"t4-a": "gpu-class: 0 GPUs free, Pod needs 1"}
+    # the first fills T4's only GPU; with it counted, the second cannot go there
+    assert kept == [["t4-a"], ["a100-idle"]]
+    # the first asking again (its bind failed) is not counted against itself: T4's GPU is free for it
+    _, again = post(client, "filter", args_by_names(_with_uid(pod, "uid-replica-0"), ["t4-a", "a100-idle"]))
+    assert again["NodeNames"] == ["t4-a"]
+    _, third = post(client, "filter", args_by_names(_with_uid(pod, "uid-replica-2"), ["t4-a", "a100-idle"]))
+    assert third["FailedNodes"] == {"t4-a": "gpu-class: 0 GPUs free, Pod needs 1"}
 
 
 @pytest.mark.parametrize("requested_now, age_seconds, counted", [

@@ -81,9 +81,9 @@ def test_only_types_with_nodes_fastest_first_and_unknown_products_with_their_key
     pytest.param("economy", [make_node("t", T4, gpus=1), make_node("l", L4, gpus=4)], {},
                  ["T4", "L4"], 4, id="cost-slowest-first"),
     pytest.param("balanced", [make_node("a", A100, gpus=4), make_node("l", L4, gpus=8), make_node("t", T4, gpus=2)],
-                 {"l": 6}, ["A100", "L4", "T4"], 4, id="balanced-most-free-first"),
+                 {"l": 6}, ["A100", "T4", "L4"], 4, id="balanced-largest-share-free-first"),
     pytest.param("packed", [make_node("a", A100, gpus=4), make_node("l", L4, gpus=8), make_node("t", T4, gpus=2)],
-                 {"l": 6}, ["L4", "T4", "A100"], 4, id="binpack-fewest-free-first"),
+                 {"l": 6}, ["L4", "A100", "T4"], 4, id="binpack-smallest-share-free-first"),
     pytest.param("scalable", [make_node("t", T4, gpus=1)], {}, ["T4"], 1, id="scalable-pool-at-zero-has-no-node-now"),
 ])
 def test_class_reach(class_name: str, nodes: list[dict[str, Any]], used: dict[str, int], types: list[str],

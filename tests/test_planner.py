@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import itertools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,7 +17,7 @@ from builders import (
 from webhook.core.catalog import Catalog
 from webhook.core.inventory import InventoryState, Snapshot, Taint, build_snapshot, node_info_from_object
 from webhook.core.patch import build_patch
-from webhook.core.planner import Decision, plan, weights_for
+from webhook.core.planner import Decision, plan, rank_gap, weights_for
 
 CATALOG = make_catalog()
 
@@ -288,14 +289,17 @@ def state_with_pods(pods: dict[str, tuple[str, int]]) -> Snapshot:
 
 
 @pytest.mark.parametrize("pods, balanced, packed", [
-    pytest.param({}, ("A100", "L4", "T4"), ("T4", "L4", "A100"), id="idle-cluster"),
-    pytest.param({"ml/a": ("a100-1", 8), "ml/b": ("a100-2", 7)}, ("L4", "T4", "A100"), ("A100", "T4", "L4"),
+    pytest.param({}, ("A100", "L4", "T4"), ("A100", "L4", "T4"), id="idle-cluster-keeps-class-order"),
+    pytest.param({"ml/a": ("a100-1", 8), "ml/b": ("a100-2", 7)}, ("L4", "T4", "A100"), ("A100", "L4", "T4"),
                  id="a100-nearly-full"),
     pytest.param({"ml/a": ("l4-1", 4), "ml/b": ("t4-1", 1)}, ("A100", "T4", "L4"), ("L4", "T4", "A100"),
                  id="l4-full"),
+    # A100 has the most free GPUs (4) but the smallest share free (4 of 16 against T4's 1 of 2)
+    pytest.param({"ml/a": ("a100-1", 8), "ml/b": ("a100-2", 4), "ml/c": ("t4-1", 1)}, ("L4", "T4", "A100"),
+                 ("A100", "T4", "L4"), id="share-not-count"),
 ])
-def test_balanced_and_binpack_follow_free_gpus(pods: dict[str, tuple[str, int]], balanced: tuple[str, ...],
-                                                packed: tuple[str, ...]) -> None:
+def test_balanced_and_binpack_follow_the_share_of_gpus_free(pods: dict[str, tuple[str, int]],
+                                                             balanced: tuple[str, ...], packed: tuple[str, ...]) -> None:
     snapshot = state_with_pods(pods)
     assert plan(make_pod({C: "balanced"}), snapshot, CATALOG).placement.types == balanced  # type: ignore[union-attr]
     assert plan(make_pod({C: "packed"}), snapshot, CATALOG).placement.types == packed  # type: ignore[union-attr]
@@ -329,25 +333,57 @@ def test_scalable_type_at_zero_uses_catalog_products() -> None:
     assert [(t.key, t.effect) for t in decision.placement.tolerations] == [("nvidia.com/gpu", "")]
 
 
-def test_scheduler_name_is_set_for_gpu_class_pods() -> None:
-    catalog = make_catalog("schedulerName: gpu-class-scheduler\n")
-    pod = make_pod({C: "high"}, extra_spec={"schedulerName": "default-scheduler"})
+@pytest.mark.parametrize("catalog_text, class_name, pod_scheduler, expected", [
+    pytest.param("", "high", "default-scheduler", "default-scheduler", id="no-catalog-scheduler-leaves-it"),
+    pytest.param("schedulerName: gpu-class-scheduler\n", "high", "default-scheduler", "gpu-class-scheduler",
+                 id="catalog-routes-performance"),
+    pytest.param("schedulerName: gpu-class-scheduler\n", "packed", None, "gpu-class-scheduler-binpack",
+                 id="catalog-routes-binpack-to-its-profile"),
+    pytest.param("", "balanced", "gpu-class-scheduler", "gpu-class-scheduler-balanced",
+                 id="user-names-the-strict-scheduler"),
+    pytest.param("", "high", "gpu-class-scheduler-balanced", "gpu-class-scheduler",
+                 id="wrong-profile-for-the-class-corrected"),
+    pytest.param("schedulerName: gpu-class-scheduler\n", "high", "volcano", "volcano", id="own-scheduler-kept"),
+    pytest.param("strictSchedulers: [gpu-class-extender]\n", "packed", "gpu-class-extender",
+                 "gpu-class-extender-binpack", id="another-strict-scheduler"),
+    pytest.param("strictSchedulers: [gpu-class-extender]\n", "packed", "gpu-class-scheduler",
+                 "gpu-class-scheduler", id="not-listed-is-an-ordinary-scheduler"),
+])
+def test_scheduler_routing(catalog_text: str, class_name: str, pod_scheduler: str | None, expected: str) -> None:
+    catalog = make_catalog(catalog_text)
+    pod = make_pod({C: class_name}, extra_spec={} if pod_scheduler is None else {"schedulerName": pod_scheduler})
     snapshot = snapshot_of(CLUSTER, catalog)
     patched = check_patch(pod, plan(pod, snapshot, catalog), snapshot, catalog)
-    assert patched["spec"]["schedulerName"] == "gpu-class-scheduler"
-    custom = make_pod({C: "high"}, extra_spec={"schedulerName": "volcano"})
-    patched = check_patch(custom, plan(custom, snapshot, catalog), snapshot, catalog)
-    assert patched["spec"]["schedulerName"] == "volcano"
+    assert patched["spec"].get("schedulerName", "default-scheduler") == expected
 
 
 @pytest.mark.parametrize("n, expected", [
-    pytest.param(1, [100], id="one"),
-    pytest.param(2, [100, 25], id="two"),
-    pytest.param(4, [100, 25, 6, 2], id="four"),
-    pytest.param(7, [100, 25, 6, 2, 1, 1, 1], id="tail-at-one"),
+    pytest.param(1, (100,), id="one"),
+    pytest.param(2, (100, 1), id="two"),
+    pytest.param(3, (100, 10, 1), id="three"),
+    pytest.param(5, (100, 33, 11, 3, 1), id="five"),
 ])
-def test_weights_descend_within_api_range(n: int, expected: list[int]) -> None:
+def test_weights_descend_within_api_range(n: int, expected: tuple[int, ...]) -> None:
     assert weights_for(n) == expected
+
+
+@pytest.mark.parametrize("n, smallest_gap", [
+    pytest.param(2, 99, id="2"), pytest.param(6, 58, id="6"), pytest.param(20, 16, id="20-a-whole-mig-class"),
+    pytest.param(100, 1, id="100-still-distinct"),
+])
+def test_weights_keep_every_rank_apart(n: int, smallest_gap: int) -> None:
+    weights = weights_for(n)
+    assert len(weights) == n and all(1 <= w <= 100 for w in weights)
+    gaps = [rank_gap(a, b) for a, b in zip(weights, weights[1:])]
+    assert min(gaps) == smallest_gap
+
+
+@pytest.mark.parametrize("n", [3, 4])
+def test_no_weights_keep_ranks_further_apart(n: int) -> None:
+    """Every descending choice of n weights from 1..100, tried: none has a larger smallest gap."""
+    best = min(rank_gap(a, b) for a, b in zip(weights_for(n), weights_for(n)[1:]))
+    found = max(min(rank_gap(a, b) for a, b in zip(c, c[1:])) for c in itertools.combinations(range(100, 0, -1), n))
+    assert found == best
 
 
 @pytest.mark.parametrize("toleration, taint, expected", [

@@ -37,6 +37,12 @@ def _add_inventory_args(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_scheduler_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--scheduler-name", default=None, metavar="NAME",
+                   help="the scheduler of the Pods gpu-class places, instead of the catalog's schedulerName "
+                        "(the installs that run deploy/scheduler give gpu-class-scheduler)")
+
+
 def _add_cluster_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kubeconfig", help="kubeconfig of the cluster to ask (default: $KUBECONFIG, else ~/.kube/config)")
     p.add_argument("--context", help="kubeconfig context (default: the current context)")
@@ -55,6 +61,7 @@ def build_parser(prog: str = "gpuclass") -> argparse.ArgumentParser:
     s.add_argument("--workers", type=int, default=2)
     s.add_argument("--threads", type=int, default=1, help="threads per worker (default 1: see bench/RESULTS.md)")
     s.add_argument("--log-level", default="info", choices=logs.LEVELS)
+    _add_scheduler_arg(s)
 
     c = sub.add_parser("certs", help="write a CA and a serving certificate (ca.crt, tls.crt, tls.key)")
     c.add_argument("--out", required=True, help="directory to write into")
@@ -78,6 +85,7 @@ def build_parser(prog: str = "gpuclass") -> argparse.ArgumentParser:
     e.add_argument("-n", "--namespace", default=None,
                    help="namespace of the Pod (default: its metadata.namespace, else the context's, else default)")
     e.add_argument("-o", "--output", choices=("text", "json"), default="text")
+    _add_scheduler_arg(e)
 
     r = sub.add_parser("review", help="print an AdmissionReview for a Pod, as the API server would send it")
     r.add_argument("pod", metavar="POD.yaml")
@@ -147,6 +155,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             key_file=args.key_file,
             bind=args.bind,
             catalog_file=args.catalog_file,
+            scheduler_name=args.scheduler_name,
             nodes_files=tuple(args.nodes),
             kubeconfig=args.kubeconfig,
             workers=args.workers,
@@ -227,7 +236,8 @@ def _catalog(args: argparse.Namespace) -> Catalog:
     from .serving.config import ServeConfig
     from .serving.server import load_catalog
 
-    return load_catalog(ServeConfig("", "", catalog_file=args.catalog_file))
+    return load_catalog(ServeConfig("", "", catalog_file=args.catalog_file,
+                                    scheduler_name=getattr(args, "scheduler_name", None)))
 
 
 def _connect(args: argparse.Namespace) -> Connection:

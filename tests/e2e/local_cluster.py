@@ -71,6 +71,7 @@ class Ports:
     scheduler: int
     gpu_scheduler: int
     webhook: int
+    extender_scheduler: int = 0  # 0 in the state of a cluster made before it ran
 
 
 def pinned_version(go_mod: Path, module: str) -> str:
@@ -412,14 +413,14 @@ class Cluster:
         """Restart the API server, then what exited because of it, as a kubelet restarts static Pods.
 
         kube-scheduler with leader election exits when it cannot renew its lease ("leaderelection
-        lost"): that is the second scheduler, whose deploy/scheduler configuration elects a leader.
+        lost"): those are the strict schedulers, whose deploy/scheduler configuration elects a leader.
         """
         self.restart("kube-apiserver")
         self.wait_ready("kube-apiserver", self.apiserver_ready)
         deadline = time.monotonic() + 12  # a lease is lost within its renew deadline (10 s)
         while time.monotonic() < deadline:
-            if "gpu-class-scheduler" in self.revive():
-                self.wait_leader("gpu-class-scheduler", since=datetime.datetime.now(datetime.timezone.utc))
+            if STRICT_SCHEDULER in self.revive():
+                self.wait_leader(STRICT_SCHEDULER, since=datetime.datetime.now(datetime.timezone.utc))
             time.sleep(0.5)
 
     def wait_leader(self, lease: str, since: datetime.datetime, seconds: float = 40.0) -> None:
@@ -493,8 +494,8 @@ def render_install(cluster: Cluster) -> list[dict[str, Any]]:
     (work / "kustomization.yaml").write_text(yaml.safe_dump({
         "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
         # kustomize takes bases only by relative path
-        "resources": [os.path.relpath(REPO / "deploy" / d, work) for d in ("base", "scheduler", "labeller")],
-        "components": [os.path.relpath(REPO / "deploy" / "components" / "backstop", work)],
+        "resources": [os.path.relpath(REPO / "deploy" / d, work) for d in ("base", "labeller")],
+        "components": [os.path.relpath(REPO / "deploy" / d, work) for d in ("components/backstop", "scheduler")],
     }))
     proc = subprocess.run([kubectl_path(), "kustomize", str(work)], capture_output=True, text=True)
     if proc.returncode != 0:
@@ -534,19 +535,43 @@ def service_account_kubeconfig(cluster: Cluster, name: str) -> Path:
     return path
 
 
-def scheduler_config(cluster: Cluster, kubeconfig: Path, *, gpu_class: bool) -> Path:
-    if gpu_class:
-        config = yaml.safe_load((REPO / "deploy" / "scheduler" / "config.yaml").read_text())
+# The strict schedulers this cluster runs: deploy/scheduler's profiles, and the same profiles with the
+# extender under a name of their own (a cluster runs one or the other; here both are measured).
+STRICT_SCHEDULER = "gpu-class-scheduler"
+EXTENDER_SCHEDULER = "gpu-class-extender"
+SCHEDULER_CONFIGS = {
+    STRICT_SCHEDULER: REPO / "deploy" / "scheduler" / "config.yaml",
+    EXTENDER_SCHEDULER: REPO / "deploy" / "components" / "scheduler-extender" / "config.yaml",
+}
+
+
+def scheduler_config(cluster: Cluster, kubeconfig: Path, name: str | None) -> Path:
+    """The configuration of the strict scheduler `name`, pointed at this cluster; None: the default scheduler."""
+    if name is None:
+        # The stock scheduler as a cluster runs it: the default profile, no extender.
+        config: dict[str, Any] = {"apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
+                                  "leaderElection": {"leaderElect": False}}
+    else:
+        config = yaml.safe_load(SCHEDULER_CONFIGS[name].read_text())
+        if name != STRICT_SCHEDULER:
+            # deploy/'s RBAC grants gpu-class-scheduler's lease only; a second process needs none
+            config["leaderElection"] = {"leaderElect": False}
+        for profile in config["profiles"]:
+            profile["schedulerName"] = profile["schedulerName"].replace(STRICT_SCHEDULER, name, 1)
         for ext in config.get("extenders", []):
             ext["urlPrefix"] = cluster.webhook_url
             ext["tlsConfig"]["caFile"] = str(cluster.dir / "webhook" / "ca.crt")
-    else:
-        # The stock scheduler as a cluster runs it: the default profile, no extender.
-        config = {"apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
-                  "leaderElection": {"leaderElect": False}}
     config["clientConnection"] = {"kubeconfig": str(kubeconfig)}
-    path = cluster.dir / ("gpu-class-scheduler.yaml" if gpu_class else "default-scheduler.yaml")
+    path = cluster.dir / f"{name or 'default-scheduler'}.yaml"
     path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def webhook_catalog(cluster: Cluster) -> Path:
+    """The built-in catalog, with both strict schedulers known: a Pod names the one it wants."""
+    path = cluster.dir / "catalog.yaml"
+    text = subprocess.run([gpuclass_path(), "catalog"], capture_output=True, text=True, check=True).stdout
+    path.write_text(text + f"\nstrictSchedulers: [{STRICT_SCHEDULER}, {EXTENDER_SCHEDULER}]\n")
     return path
 
 
@@ -558,7 +583,7 @@ def up(directory: Path, log: Callable[[str], None] = print, webhook_args: Sequen
     directory.mkdir(parents=True, exist_ok=True)
     cluster = Cluster(directory)
     if cluster.ports is None:
-        ports = Ports(*(free_port() for _ in range(7)))
+        ports = Ports(*(free_port() for _ in range(8)))
         (cluster.dir / "state.json").write_text(json.dumps({"ports": asdict(ports)}, indent=1))
         cluster.ports = ports
     ports = cluster.ports
@@ -609,7 +634,7 @@ def up(directory: Path, log: Callable[[str], None] = print, webhook_args: Sequen
         "--use-service-account-credentials=true", "--leader-elect=false",
         "--bind-address=127.0.0.1", f"--secure-port={ports.controller_manager}",
     ])
-    start_scheduler(cluster, bins, "kube-scheduler", ports.scheduler, gpu_class=False)
+    start_scheduler(cluster, bins, "kube-scheduler", ports.scheduler, None)
 
     # The webhook's certificate, then what deploy/ installs (its namespace and
     # RBAC first: the server and the second scheduler use their service
@@ -626,9 +651,10 @@ def up(directory: Path, log: Callable[[str], None] = print, webhook_args: Sequen
         service_account_kubeconfig(cluster, name)
 
     start_webhook(cluster, webhook_args)
-    start_scheduler(cluster, bins, "gpu-class-scheduler", ports.gpu_scheduler, gpu_class=True)
+    start_scheduler(cluster, bins, STRICT_SCHEDULER, ports.gpu_scheduler, STRICT_SCHEDULER)
+    start_scheduler(cluster, bins, EXTENDER_SCHEDULER, ports.extender_scheduler, EXTENDER_SCHEDULER)
     for name, port in (("kube-controller-manager", ports.controller_manager), ("kube-scheduler", ports.scheduler),
-                       ("gpu-class-scheduler", ports.gpu_scheduler)):
+                       (STRICT_SCHEDULER, ports.gpu_scheduler), (EXTENDER_SCHEDULER, ports.extender_scheduler)):
         cluster.wait_ready(name, lambda port=port: _https_ok(f"https://127.0.0.1:{port}/healthz"))
     apply(cluster, hooks)
     wait_webhook_called(cluster)
@@ -636,16 +662,17 @@ def up(directory: Path, log: Callable[[str], None] = print, webhook_args: Sequen
     return cluster
 
 
-def start_scheduler(cluster: Cluster, bins: Path, name: str, port: int, *, gpu_class: bool) -> None:
-    """The stock default scheduler, or the second one configured by deploy/scheduler/config.yaml.
+def start_scheduler(cluster: Cluster, bins: Path, process: str, port: int, strict: str | None) -> None:
+    """The stock default scheduler (strict None), or a strict one of SCHEDULER_CONFIGS.
 
-    Two processes, as in a cluster that runs deploy/scheduler: extenders in a
+    A process each, as in a cluster that runs deploy/scheduler: extenders in a
     KubeSchedulerConfiguration apply to all its profiles, so one process with
-    both profiles would send default-scheduler Pods to the extender too.
+    every profile would send default-scheduler Pods to the extender too. Both
+    strict schedulers act as deploy/'s gpu-class-scheduler ServiceAccount.
     """
-    kubeconfig = cluster.dir / f"{name}.kubeconfig"
-    cluster.start(name, [
-        str(bins / "kube-scheduler"), f"--config={scheduler_config(cluster, kubeconfig, gpu_class=gpu_class)}",
+    kubeconfig = cluster.dir / ("kube-scheduler.kubeconfig" if strict is None else "gpu-class-scheduler.kubeconfig")
+    cluster.start(process, [
+        str(bins / "kube-scheduler"), f"--config={scheduler_config(cluster, kubeconfig, strict)}",
         f"--authentication-kubeconfig={kubeconfig}", f"--authorization-kubeconfig={kubeconfig}",
         "--bind-address=127.0.0.1", f"--secure-port={port}",
     ])
@@ -669,11 +696,14 @@ def start_webhook(cluster: Cluster, extra_args: Sequence[str] = ()) -> None:
     assert cluster.ports
     cluster.start("gpuclass", [
         gpuclass_path(), "serve", f"--kubeconfig={cluster.dir / 'gpu-class.kubeconfig'}",
+        f"--config={webhook_catalog(cluster)}",
         f"--cert-file={webhook_dir / 'tls.crt'}", f"--key-file={webhook_dir / 'tls.key'}",
         f"--bind=127.0.0.1:{cluster.ports.webhook}", *extra_args,
     ])
     ctx = ssl.create_default_context(cafile=str(webhook_dir / "ca.crt"))
-    cluster.wait_ready("gpuclass", lambda: _https_ok(cluster.webhook_url + "/readyz", ctx))
+    # Each worker syncs on its own and /readyz answers for the one that took the connection: new
+    # connections go to the worker holding fewer, so a few in a row ask every worker.
+    cluster.wait_ready("gpuclass", lambda: all(_https_ok(cluster.webhook_url + "/readyz", ctx) for _ in range(4)))
 
 
 PROBE_NAMESPACE = "gpu-class-e2e-probe"
@@ -705,7 +735,7 @@ def wait_webhook_called(cluster: Cluster, seconds: float = 60.0) -> None:
 def down(directory: Path) -> None:
     cluster = Cluster(directory)
     # Reverse order: clients before the API server, the API server before etcd.
-    for name in ("gpu-class-scheduler", "gpuclass", "kube-scheduler", "kube-controller-manager",
+    for name in (EXTENDER_SCHEDULER, STRICT_SCHEDULER, "gpuclass", "kube-scheduler", "kube-controller-manager",
                  "kube-apiserver", "etcd"):
         cluster.stop(name)
 

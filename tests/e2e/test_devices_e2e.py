@@ -15,6 +15,7 @@ from typing import Iterator
 import kubernetes
 import pytest
 
+import local_cluster
 from kubeobjects import TYPES, create_node, delete_nodes, fixture_labels, make_pod, read_pod, wait_bound
 
 SUFFIX = uuid.uuid4().hex[:6]
@@ -49,12 +50,13 @@ def _limits(pod: dict[str, object]) -> dict[str, str]:
     return dict(spec["containers"][0]["resources"]["limits"])
 
 
-@pytest.mark.parametrize("scheduler", [None, "gpu-class-scheduler"], ids=["default-scheduler", "with-extender"])
+@pytest.mark.parametrize("scheduler", [None, local_cluster.STRICT_SCHEDULER, local_cluster.EXTENDER_SCHEDULER],
+                         ids=["default-scheduler", "strict-profiles", "with-extender"])
 def test_a_mig_pod_lands_on_the_slice_its_node_offers(core: kubernetes.client.CoreV1Api, namespace: str,
                                                        scheduler: str | None) -> None:
     """No GPU limit written by the user: the class and the memory floor pick the 3g.20gb slice, and
     the webhook sets the limit on the profile's own resource."""
-    name = "slice" if scheduler is None else "slice-extender"
+    name = "slice-" + (scheduler or "default")
     pod = make_pod(name, gpu_class="mig", gpus=None, scheduler=scheduler,
                    annotations={"gpu-class.io/min-memory": "19Gi"})
     core.create_namespaced_pod(namespace, pod)

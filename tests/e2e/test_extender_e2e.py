@@ -1,4 +1,4 @@
-"""The scheduler extender as the real kube-scheduler calls it (the gpu-class-scheduler profile)."""
+"""The scheduler extender as the real kube-scheduler calls it (gpu-class-extender: the strict profiles with the extender)."""
 
 from __future__ import annotations
 
@@ -25,29 +25,33 @@ def _extender_records(cluster: local_cluster.Cluster, namespace: str) -> list[di
     return records
 
 
-def test_gpu_class_scheduler_filters_and_scores_through_the_extender(
+EXTENDER = local_cluster.EXTENDER_SCHEDULER
+
+
+def test_the_extender_scheduler_filters_through_the_extender(
         cluster: local_cluster.Cluster, core: kubernetes.client.CoreV1Api, namespace: str) -> None:
     names = [f"balanced-{i}" for i in range(4)]
     for name in names:
-        core.create_namespaced_pod(namespace, make_pod(name, gpu_class="standard", scheduler="gpu-class-scheduler"))
+        core.create_namespaced_pod(namespace, make_pod(name, gpu_class="standard", scheduler=EXTENDER))
         wait_bound(core, namespace, name)  # one at a time, so each decision sees the last one's GPUs taken
     nodes = {name: read_pod(core, namespace, name)["spec"]["nodeName"] for name in names}
     types = read_pod(core, namespace, names[0])["metadata"]["annotations"][TYPES].split(",")
 
     assert set(types) == {"A100-40GB", "V100"}  # the standard class's types in the fleet
     assert all(TYPE_OF[node] in types for node in nodes.values()), nodes
-    # balanced: the type with the most free GPUs first (A100: 8, V100: 4), so the A100 takes the
-    # first Pods.
+    # balanced: the node with the largest share of its GPUs free once the Pod is placed: 7 of the
+    # A100 node's 8 before 3 of the V100 node's 4
     assert TYPE_OF[nodes[names[0]]] == "A100-40GB"
+    # and the Pod went to the balanced profile of the extender scheduler the Pod named
+    assert read_pod(core, namespace, names[0])["spec"]["schedulerName"] == EXTENDER + "-balanced"
 
-    # performance: the filter keeps both H100 nodes, so the scheduler asks the extender to score them
-    core.create_namespaced_pod(namespace, make_pod("fast", gpu_class="high", scheduler="gpu-class-scheduler"))
+    core.create_namespaced_pod(namespace, make_pod("fast", gpu_class="high", scheduler=EXTENDER))
     assert TYPE_OF[wait_bound(core, namespace, "fast")] == "H100"
 
     calls = {(r["verb"], r["pod"].split("/", 1)[1]) for r in _extender_records(cluster, namespace)}
-    assert all(("filter", name) in calls for name in [*names, "fast"]), calls
-    # With one node left after filter the scheduler has nothing to score; with two it asks.
-    assert ("prioritize", "fast") in calls, calls
+    # filter for every Pod; no prioritize: the configuration has no prioritizeVerb (filter keeps only
+    # the promised nodes, and the profile's own scores order them)
+    assert calls == {("filter", name) for name in [*names, "fast"]}, calls
 
 
 def test_default_scheduler_pods_do_not_reach_the_extender(cluster: local_cluster.Cluster,

@@ -22,6 +22,12 @@ Strategy = Literal["performance", "cost", "balanced", "binpack"]
 OnUnsatisfiable = Literal["deny", "admit"]
 
 STRATEGIES: tuple[str, ...] = get_args(Strategy)
+
+# The strict scheduler deploy/scheduler installs. A strict scheduler runs one profile per way of
+# scoring: NAME orders by the Pod's preferred affinity (performance, cost), NAME-binpack and
+# NAME-balanced score by the share of each node's GPUs in use.
+STRICT_SCHEDULER = "gpu-class-scheduler"
+PROFILE_SUFFIX: Mapping[Strategy, str] = {"performance": "", "cost": "", "binpack": "-binpack", "balanced": "-balanced"}
 GLOB_CHARS = frozenset("*?[")
 # the device plugin's mark for a GPU whose MIG layout it cannot use: never a type, whatever matches it
 MIG_INVALID_SUFFIX = "-MIG-INVALID"
@@ -96,6 +102,7 @@ class Catalog:
     on_unsatisfiable: OnUnsatisfiable = "deny"
     default_class: str | None = None
     scheduler_name: str | None = None
+    strict_schedulers: tuple[str, ...] = (STRICT_SCHEDULER,)
     _exact: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
     _globs: tuple[tuple[str, str], ...] = field(default=(), repr=False, compare=False)
     _matchers: Mapping[str, tuple[_Matcher, ...]] = field(default_factory=dict, repr=False, compare=False)
@@ -113,6 +120,13 @@ class Catalog:
 
     def class_resources(self, class_name: str) -> tuple[str, ...]:
         return self._class_resources[class_name]
+
+    def strict_scheduler_of(self, scheduler_name: str) -> str | None:
+        """The strict scheduler `scheduler_name` is one of the profiles of, or None."""
+        for base in self.strict_schedulers:
+            if scheduler_name in (base + suffix for suffix in PROFILE_SUFFIX.values()):
+                return base
+        return None
 
     def product_label(self, labels: Mapping[str, Any]) -> tuple[str, str] | None:
         """(key, value) of the first productLabels key present on a node."""
@@ -166,7 +180,8 @@ def is_glob(product: str) -> bool:
 
 
 TOP_KEYS = frozenset(
-    {"gpuResource", "productLabels", "gpuTaintKeys", "onUnsatisfiable", "defaultClass", "schedulerName", "types", "classes"}
+    {"gpuResource", "productLabels", "gpuTaintKeys", "onUnsatisfiable", "defaultClass", "schedulerName",
+     "strictSchedulers", "types", "classes"}
 )
 TYPE_KEYS = frozenset({"name", "score", "memoryGiB", "products", "match", "resource", "scalable"})
 CLASS_KEYS = frozenset({"name", "types", "minScore", "maxScore", "minMemoryGiB", "strategy"})
@@ -278,6 +293,7 @@ def _build(data: Mapping[str, Any], loc: _Located) -> Catalog:
     if on_unsat not in get_args(OnUnsatisfiable):
         raise loc.error(("onUnsatisfiable",), f"must be deny or admit, not {on_unsat!r}")
     scheduler_name = data.get("schedulerName")
+    strict = _str_list(loc, ("strictSchedulers",), data.get("strictSchedulers", [STRICT_SCHEDULER]))
     taint_keys = data.get("gpuTaintKeys", ["nvidia.com/gpu", "amd.com/gpu"])
     return Catalog(
         types=types,
@@ -288,6 +304,7 @@ def _build(data: Mapping[str, Any], loc: _Located) -> Catalog:
         on_unsatisfiable=cast(OnUnsatisfiable, on_unsat),
         default_class=default_class,
         scheduler_name=None if scheduler_name is None else _str(loc, ("schedulerName",), scheduler_name),
+        strict_schedulers=strict,
         _exact=exact,
         _globs=globs,
         _matchers={t.name: _matchers(t) for t in types.values()},

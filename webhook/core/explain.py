@@ -5,12 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any, Mapping
 
-from .catalog import Catalog
+from .catalog import STRICT_SCHEDULER, Catalog
 from .review import Review
-
-# The scheduler profile deploy/scheduler runs, whose extender filters to the promised nodes.
-EXTENDER_PROFILE = "gpu-class-scheduler"
-
 
 def guarantee(pod: Mapping[str, Any], result: Review, catalog: Catalog) -> tuple[str, str]:
     """Which promise the placement gets: ("strict" | "preferred" | "none", why)."""
@@ -18,14 +14,14 @@ def guarantee(pod: Mapping[str, Any], result: Review, catalog: Catalog) -> tuple
     if p is None:
         return "none", "no placement"
     spec = pod.get("spec") or {}
-    scheduler = spec.get("schedulerName") or p.scheduler_name or "default-scheduler"
-    extender_profiles = {EXTENDER_PROFILE, *([catalog.scheduler_name] if catalog.scheduler_name else [])}
-    if scheduler in extender_profiles:
-        return "strict", (f"scheduled by {scheduler}: its extender keeps only the nodes the strategy promises "
-                          "among those that fit at scheduling time")
+    scheduler = p.scheduler_name or spec.get("schedulerName") or "default-scheduler"
+    if catalog.strict_scheduler_of(scheduler) is not None:
+        return "strict", (f"scheduled by {scheduler}, a profile that scores the class's strategy above every "
+                          "other score over all nodes (deploy/scheduler/README.md): the best allowed node with "
+                          "room at scheduling time")
     return "preferred", (f"scheduled by {scheduler}: the required affinity holds; the order is a preference that "
-                         "the scheduler weighs against its own scores (for a strict order, set schedulerName: "
-                         f"{EXTENDER_PROFILE} in the catalog and run deploy/scheduler)")
+                         "the scheduler weighs against its own scores and only over the nodes it samples (for a "
+                         f"strict order, write schedulerName: {STRICT_SCHEDULER} and run deploy/scheduler)")
 
 
 def explain_json(result: Review, namespace: str, pod: Mapping[str, Any], catalog: Catalog) -> dict[str, Any]:

@@ -96,6 +96,17 @@ class NodeVerdict:
     resolvable: bool = False  # failed, but evicting lower-priority Pods could make it pass
     free_gpus: int = 0
     type_name: str | None = None
+    allocatable: int = 0  # devices of the Pod's resource on the node
+
+
+def share_score(v: NodeVerdict, gpus: int, *, in_use: bool) -> int:
+    """NodeResourcesFit's score of the node once the Pod is placed: the share of its devices in use
+    (MostAllocated, `in_use`) or free (LeastAllocated), 0..100 by integer division as kube-scheduler
+    computes it, so the extender and the strict profiles (deploy/scheduler) agree to the point."""
+    if v.allocatable <= 0:
+        return 0
+    used_after = min(v.allocatable - v.free_gpus + gpus, v.allocatable)
+    return (used_after if in_use else v.allocatable - used_after) * 100 // v.allocatable
 
 
 # --- parsing -------------------------------------------------------------------------------
@@ -230,9 +241,9 @@ def judge_node(name: str, info: NodeInfo | None, needs: PodNeeds, snapshot: Snap
     if free < needs.gpus:
         return NodeVerdict(
             name, False, f"gpu-class: {_gpus(free)} free, Pod needs {needs.gpus}",
-            resolvable=True, free_gpus=free, type_name=type_name,
+            resolvable=True, free_gpus=free, type_name=type_name, allocatable=offer.allocatable,
         )
-    return NodeVerdict(name, True, free_gpus=free, type_name=type_name)
+    return NodeVerdict(name, True, free_gpus=free, type_name=type_name, allocatable=offer.allocatable)
 
 
 def _candidates(args: ExtenderArgs, snapshot: Snapshot, catalog: Catalog) -> list[tuple[str, NodeInfo | None]]:
@@ -266,16 +277,6 @@ def filter_nodes(args: ExtenderArgs, snapshot: Snapshot, catalog: Catalog) -> Ex
     return _filter_answer(args, passed, failed, unresolvable)
 
 
-def type_free_gpus(snapshot: Snapshot) -> dict[str, int]:
-    """Free GPUs per type over its ready, schedulable nodes: what `balanced` balances."""
-    free: dict[str, int] = {}
-    for name, info in snapshot.nodes.items():
-        if info.schedulable:
-            for offer in info.offers:
-                free[offer.type_name] = free.get(offer.type_name, 0) + snapshot.free(name, offer)
-    return free
-
-
 def keep_promised(verdicts: Sequence[NodeVerdict], needs: PodNeeds, snapshot: Snapshot,
                   catalog: Catalog) -> list[NodeVerdict]:
     """Of the nodes that could take the Pod, only those its class's strategy promises now.
@@ -286,8 +287,9 @@ def keep_promised(verdicts: Sequence[NodeVerdict], needs: PodNeeds, snapshot: Sn
     the promised ones among them cannot strand the Pod: at least one stays when any could run it.
 
     - performance, cost, annotation: the nodes of the best type (by type_order) that has one;
-    - balanced: the emptiest node of the type with the most free GPUs, among the types that have one;
-    - binpack: the fullest node: fewest GPUs left after placing the Pod.
+    - binpack: the node with the largest share of its devices in use once the Pod is placed;
+    - balanced: the node with the largest share free once the Pod is placed.
+    The last two are the strict profiles' NodeResourcesFit scores (share_score), whatever the type.
     """
     fitting = [v for v in verdicts if v.passed]
     if not fitting:
@@ -296,26 +298,19 @@ def keep_promised(verdicts: Sequence[NodeVerdict], needs: PodNeeds, snapshot: Sn
     # binpack and balanced keep one node (ties go to the first name), so the extender knows where
     # the Pod goes and can count it there at once (Assumed): the scheduler binds a Deployment's next
     # replica before the watch has seen this one bound.
-    if ordering == "binpack":
-        fewest = min(v.free_gpus for v in fitting)
-        keep = {min(v.name for v in fitting if v.free_gpus == fewest)}
-        why = f"gpu-class: binpack: a fuller node ({fewest - needs.gpus} GPUs left) can take it"
-    elif ordering == "balanced":
-        free = type_free_gpus(snapshot)
-        most = max(free.get(v.type_name or "", 0) for v in fitting)
-        best = next(v.type_name for v in fitting if free.get(v.type_name or "", 0) == most)
-        in_best = [v for v in fitting if v.type_name == best]
-        emptiest = max(v.free_gpus for v in in_best)
-        keep = {min(v.name for v in in_best if v.free_gpus == emptiest)}
-        why = f"gpu-class: balanced: type {best} has the most free GPUs ({most})"
+    if ordering in ("binpack", "balanced"):
+        in_use = ordering == "binpack"
+        best_score = max(share_score(v, needs.gpus, in_use=in_use) for v in fitting)
+        keep = {min(v.name for v in fitting if share_score(v, needs.gpus, in_use=in_use) == best_score)}
+        why = (f"gpu-class: {ordering}: a node with {best_score}% of its GPUs "
+               f"{'in use' if in_use else 'free'} once the Pod is placed can take it")
     else:
         present = {v.type_name for v in fitting}
         best = next((t for t in type_order(needs, catalog, ordering) if t in present), None)
         keep = {v.name for v in fitting if v.type_name == best}
         why = f"gpu-class: {ordering}: a node of the preferred type {best} can take it"
     # Unresolvable: preempting Pods on a node the strategy passes over would not help.
-    return [v if not v.passed or v.name in keep else NodeVerdict(v.name, False, why, free_gpus=v.free_gpus,
-                                                                  type_name=v.type_name)
+    return [v if not v.passed or v.name in keep else dataclasses.replace(v, passed=False, reason=why, resolvable=False)
             for v in verdicts]
 
 
@@ -447,22 +442,15 @@ def score_nodes(verdicts: Sequence[NodeVerdict], needs: PodNeeds, catalog: Catal
     - performance, cost, annotation: by type; the best type gets 10, the others follow the
       webhook's preferred-affinity weights (planner.weights_for) scaled to 0..10, so the scheduler
       and the Pod's preferences rank types alike;
-    - balanced: free GPUs, as a share of the most free GPUs among the candidates (10 for the emptiest);
-    - binpack: GPUs left after placing the Pod, fewer is better: 10 for the fewest left, 1 point less
-      per tenth of the most left: 10 * (1 - (left - fewest left) / most left).
+    - binpack, balanced: the share of the node's devices in use (binpack) or free (balanced) once
+      the Pod is placed (share_score), scaled to 0..10.
     """
     ordering = ordering_for(needs, catalog)
     fitting = [v for v in verdicts if v.passed]
     scores = {v.name: MIN_EXTENDER_PRIORITY for v in verdicts}
-    if ordering == "balanced":
-        most = max((v.free_gpus for v in fitting), default=0)
+    if ordering in ("binpack", "balanced"):
         for v in fitting:
-            scores[v.name] = _scale(v.free_gpus, most) if most else MIN_EXTENDER_PRIORITY
-    elif ordering == "binpack":
-        left = {v.name: v.free_gpus - needs.gpus for v in fitting}
-        most, fewest = max(left.values(), default=0), min(left.values(), default=0)
-        for name, n in left.items():
-            scores[name] = _scale(most - (n - fewest), most) if most else MAX_EXTENDER_PRIORITY
+            scores[v.name] = _scale(share_score(v, needs.gpus, in_use=ordering == "binpack"), 100)
     else:
         ordered = type_order(needs, catalog, ordering)
         by_type = {t: _scale(w, 100) for t, w in zip(ordered, weights_for(len(ordered)))}

@@ -99,6 +99,7 @@ class ProductGroup:
     usable: tuple[Shape, ...]
     free_gpus: int  # over usable nodes: allocatable minus devices of the resource requested by bound Pods
     resource: str = ""
+    allocatable_gpus: int = 0  # over usable nodes
 
     @property
     def max_allocatable(self) -> int:
@@ -319,6 +320,7 @@ def summarize_group(key: GroupKey, nodes: Iterable[NodeInfo], requested: Mapping
         usable=tuple(shapes),
         free_gpus=sum(max(o.allocatable - requested.get((n.name, o.resource), 0), 0) for n, o in usable),
         resource=usable[0][1].resource if usable else next((o.resource for _, o in offers if o), ""),
+        allocatable_gpus=sum(o.allocatable for _, o in usable),
     )
 
 

@@ -37,7 +37,7 @@ def build_patch(pod: Mapping[str, Any], placement: Placement) -> list[PatchOp]:
     ops += _limit_ops(spec["containers"][placement.container_index], placement)
     ops += _affinity_ops(spec, placement)
     ops += _toleration_ops(spec, placement.tolerations)
-    if placement.scheduler_name and spec.get("schedulerName") in (None, "", "default-scheduler"):
+    if placement.scheduler_name and spec.get("schedulerName") != placement.scheduler_name:
         ops.append(_add("/spec/schedulerName", placement.scheduler_name))
     annotations = {TYPES_ANNOTATION: ",".join(placement.types)}
     if placement.record_class:

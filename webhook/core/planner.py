@@ -7,11 +7,12 @@ and returns a Decision. It never performs I/O; patch.py turns a Placement into a
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 from dataclasses import dataclass
 from typing import Any, Literal, Mapping, Sequence
 
-from .catalog import Catalog, GpuClass
+from .catalog import PROFILE_SUFFIX, Catalog, GpuClass, Strategy
 from .inventory import GIB_MIB, NamespaceInfo, ProductGroup, Snapshot, Taint, pod_gpus
 
 PREFIX = "gpu-class.io/"
@@ -49,6 +50,12 @@ class TypeVerdict:
     free_gpus: int = 0
     resource: str = ""
     max_memory_mib: float | None = None
+    allocatable_gpus: int = 0  # over usable nodes: with free_gpus, the share balanced and binpack read
+
+    @property
+    def free_share(self) -> float | None:
+        """The share of the type's GPUs free now; None when it has none (a scalable pool at zero)."""
+        return self.free_gpus / self.allocatable_gpus if self.allocatable_gpus else None
 
 
 @dataclass(frozen=True)
@@ -193,7 +200,8 @@ def _plan(pod: Mapping[str, Any], snapshot: Snapshot, catalog: Catalog, namespac
         required=fit.required,
         preferences=fit.preferences,
         tolerations=fit.tolerations,
-        scheduler_name=catalog.scheduler_name,
+        scheduler_name=route_scheduler(_mapping(pod.get("spec"), "spec").get("schedulerName"), catalog,
+                                       gpu_class.strategy),
         record_class=from_default,
         resource=fit.resource,
     )
@@ -205,6 +213,22 @@ def _from_fit(outcome: Outcome, class_name: str, fit: ClassFit, message: str = "
     return Decision(outcome, message, class_name=class_name, placement=placement,
                     warnings=fit.warnings if warnings is None else warnings, verdicts=fit.verdicts,
                     resource=fit.resource, resource_notes=fit.resource_notes)
+
+
+def route_scheduler(pod_scheduler: str | None, catalog: Catalog, strategy: Strategy) -> str | None:
+    """The schedulerName a placed Pod gets; None leaves the Pod's as it is.
+
+    A Pod that names no scheduler of its own (the API server has written `default-scheduler` before
+    admission) gets the catalog's schedulerName. A Pod headed for a strict scheduler, by its own
+    choice or the catalog's, goes to the profile that scores as its class's strategy: the user
+    writes `gpu-class-scheduler` whatever the class.
+    """
+    own = pod_scheduler if pod_scheduler not in (None, "", "default-scheduler") else None
+    target = own or catalog.scheduler_name
+    if target is None:
+        return None
+    strict = catalog.strict_scheduler_of(target)
+    return target if strict is None else strict + PROFILE_SUFFIX[strategy]
 
 
 # --- reading the Pod ----------------------------------------------------------------------
@@ -410,12 +434,15 @@ def _verdict(
     gpu_type = catalog.types[type_name]
     max_alloc = max((g.max_allocatable for g in groups), default=0)
     free = sum(g.free_gpus for g in groups)
+    allocatable = sum(g.allocatable_gpus for g in groups)
     memories = [m for g in groups if (m := g.max_memory_mib) is not None]
     max_memory = max(memories) if memories else None
 
     def verdict(valid: bool, reason: str, alloc: int = max_alloc, free_gpus: int = free,
                 memory: float | None = max_memory) -> TypeVerdict:
-        return TypeVerdict(type_name, valid, reason, alloc, free_gpus, gpu_type.resource, memory)
+        # the unusable report no GPUs at all (alloc 0), so their share is None too
+        return TypeVerdict(type_name, valid, reason, alloc, free_gpus, gpu_type.resource, memory,
+                           allocatable if alloc else 0)
 
     if type_name in excluded:
         return verdict(False, "excluded by the Pod")
@@ -444,32 +471,59 @@ def _verdict(
 
 
 def _order(valid: Sequence[TypeVerdict], gpu_class: GpuClass, catalog: Catalog) -> list[str]:
+    """performance: fastest first; cost: slowest first; balanced: the largest share of GPUs free
+    first; binpack: the smallest. Types with no GPUs now (a scalable pool at zero) come last in
+    both: a Pod should not wait for a node to be made while others have room. Ties keep the
+    class's order."""
     rank = {name: i for i, name in enumerate(gpu_class.types)}  # fastest first
     by_speed = sorted(valid, key=lambda v: rank[v.type_name])
     if gpu_class.strategy == "cost":
         by_speed.reverse()
-    elif gpu_class.strategy == "balanced":
-        by_speed.sort(key=lambda v: -v.free_gpus)  # stable: ties stay fastest first
-    elif gpu_class.strategy == "binpack":
-        by_speed.sort(key=lambda v: v.free_gpus)
+    elif gpu_class.strategy in ("balanced", "binpack"):
+        sign = -1 if gpu_class.strategy == "balanced" else 1
+        by_speed.sort(key=lambda v: (v.free_share is None, sign * (v.free_share or 0.0)))
     return [v.type_name for v in by_speed]
 
 
-PREFERENCE_RATIO = 4
+MAX_PREFERENCE_WEIGHT = 100  # the API's range for a preferred term's weight is 1..100
 
 
-def weights_for(n: int) -> list[int]:
-    """Preference weights from 100 down, each a quarter of the one before, all within the API's 1..100.
+def rank_gap(higher: int, lower: int) -> int:
+    """Points between two ranks once kube-scheduler's NodeAffinity has scaled the best feasible
+    node's weight to 100 (DefaultNormalizeScore: integer division)."""
+    return MAX_PREFERENCE_WEIGHT - MAX_PREFERENCE_WEIGHT * lower // higher
 
-    kube-scheduler scales NodeAffinity's sums so the best feasible node gets 100, then doubles it
-    (the plugin's weight), and adds the other plugins' scores: least-allocated and balanced CPU and
-    memory pull towards empty nodes of slower types. With even spacing (100, 67, 34) the best type
-    led the next by 66 points and lost a Pod in seven to them (bench/RESULTS.md, placement); a
-    ratio of 4 puts 150 points between the best type with room and the next, at every step, as
-    full types drop out. The tail (after five types) shares weight 1: order there is kept only by
-    the required affinity and the extender.
+
+@functools.cache
+def weights_for(n: int) -> tuple[int, ...]:
+    """Preference weights for n ranks, best first: the smallest normalised gap between neighbours as
+    large as 1..100 allows.
+
+    kube-scheduler's NodeAffinity sums the weights of the preferred terms a node matches and scales
+    them so the best feasible node gets 100: when the best types are full, the best type left leads
+    the next by rank_gap of their weights, whichever ranks they are. That smallest gap, times the
+    plugin's weight, is what the other score plugins must not outweigh (deploy/scheduler/README.md
+    works it out for the shipped profiles; the default profile weighs NodeAffinity 2). Ranks are
+    distinct up to 100 types; beyond that the tail shares weight 1.
     """
-    return [max(1, round(100 / PREFERENCE_RATIO**i)) for i in range(n)]
+    for gap in range(MAX_PREFERENCE_WEIGHT - 1, 0, -1):
+        weights = _weights_with_gap(gap, n)
+        if weights is not None:
+            return weights
+    return tuple(max(1, MAX_PREFERENCE_WEIGHT - i) for i in range(n))
+
+
+def _weights_with_gap(gap: int, n: int) -> tuple[int, ...] | None:
+    """Each weight the largest whose gap to the one before is at least `gap`; None when 1 is passed."""
+    weights = [MAX_PREFERENCE_WEIGHT][:n]
+    while len(weights) < n:
+        previous = weights[-1]
+        # the largest w < previous with 100 * w // previous <= 100 - gap
+        weight = min(previous - 1, ((MAX_PREFERENCE_WEIGHT + 1 - gap) * previous - 1) // MAX_PREFERENCE_WEIGHT)
+        if weight < 1:
+            return None
+        weights.append(weight)
+    return tuple(weights)
 
 
 @dataclass(frozen=True)

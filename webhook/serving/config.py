@@ -11,6 +11,7 @@ class ServeConfig:
     key_file: str
     bind: str = "0.0.0.0:8443"
     catalog_file: str | None = None  # None: the built-in catalog
+    scheduler_name: str | None = None  # None: the catalog's schedulerName
     nodes_files: tuple[str, ...] = ()  # empty: watch the cluster
     kubeconfig: str | None = None  # None: in-cluster service account
     workers: int = 2

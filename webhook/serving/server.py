@@ -8,6 +8,7 @@ process that serves from them.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import gc
 import logging
@@ -35,7 +36,11 @@ log = logging.getLogger("gpu_class.server")
 
 
 def load_catalog(config: ServeConfig) -> Catalog:
-    return load_catalog_file(config.catalog_file) if config.catalog_file else load_default_catalog()
+    catalog = load_catalog_file(config.catalog_file) if config.catalog_file else load_default_catalog()
+    if config.scheduler_name is not None:
+        # The install that runs the strict scheduler says so; the catalog stays the user's.
+        catalog = dataclasses.replace(catalog, scheduler_name=config.scheduler_name)
+    return catalog
 
 
 @dataclass(frozen=True)

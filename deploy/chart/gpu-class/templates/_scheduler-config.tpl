@@ -1,6 +1,15 @@
 {{- define "gpu-class.schedulerConfig" -}}
-# KubeSchedulerConfiguration of the second scheduler. kube-scheduler decodes
-# this strictly: an unknown or misspelt field stops it at start.
+{{- if .Values.scheduler.extender -}}
+# KubeSchedulerConfiguration of gpu-class-scheduler with gpu-class's
+# extender: deploy/scheduler/config.yaml (the profiles, word for word; a test
+# keeps the two alike) and the extender below, which applies to every profile.
+{{- else -}}
+# KubeSchedulerConfiguration of gpu-class-scheduler, the strict path: the stock
+# kube-scheduler with one profile per way of scoring a class's strategy.
+# kube-scheduler decodes this strictly: an unknown or misspelt field stops it
+# at start. README.md here works out every weight; tests/test_scheduler.py
+# recomputes that proof from this file and runs the real kube-scheduler on it.
+{{- end }}
 apiVersion: kubescheduler.config.k8s.io/v1
 kind: KubeSchedulerConfiguration
 leaderElection:
@@ -12,20 +21,100 @@ leaderElection:
   resourceLock: leases
   resourceName: gpu-class-scheduler
   resourceNamespace: {{ .Release.Namespace }}
+# Every feasible node is scored. Left adaptive, kube-scheduler stops looking
+# once it has found max(100, 50% - nodes/125) of the nodes feasible (10% at
+# 5,000 nodes) and the best type's few nodes are often not among them.
+percentageOfNodesToScore: 100
 profiles:
-  # Pods choose this profile with spec.schedulerName; the webhook sets it on
-  # the Pods it places when the catalog says `schedulerName: gpu-class-scheduler`.
+  # performance and cost: the type order is the Pod's preferred node affinity,
+  # which the webhook writes best first (weights planner.weights_for). Within
+  # the best type, GPUs are packed: whole nodes stay free for Pods that need
+  # all of a node's GPUs.
   - schedulerName: gpu-class-scheduler
+    percentageOfNodesToScore: 100
+    plugins:
+      score:
+        disabled:
+          - name: "*"
+        enabled:
+          - name: NodeAffinity
+            weight: 2000
+          - name: NodeResourcesFit
+            weight: 10
+          - name: TaintToleration
+            weight: 1
+          - name: PodTopologySpread
+            weight: 1
+          - name: InterPodAffinity
+            weight: 1
+    pluginConfig:
+      - name: NodeResourcesFit
+        args:
+          scoringStrategy:
+            type: MostAllocated
+            # Only the GPU resources: a Pod is scored on the one it requests.
+            # Every resource a type of the built-in catalog is requested as.
+            resources: &gpu-resources
+              {{- range include "gpu-class.catalogResources" . | fromJsonArray }}
+              - {name: {{ . }}, weight: 1}
+              {{- end }}
+      # The Pod's own soft spread constraints count (within a type); the
+      # system default (spread every ReplicaSet's Pods over hosts and zones,
+      # up to 200 points in the default profile) does not.
+      - name: PodTopologySpread
+        args: &no-default-spread
+          defaultingType: List
+          defaultConstraints: []
+  # binpack: the node with the largest share of its GPUs in use once the Pod
+  # is placed, whatever its type.
+  - schedulerName: gpu-class-scheduler-binpack
+    percentageOfNodesToScore: 100
+    plugins:
+      score:
+        disabled:
+          - name: "*"
+        enabled: &share-scores
+          - name: NodeResourcesFit
+            weight: 1000
+          - name: NodeAffinity
+            weight: 1
+          - name: TaintToleration
+            weight: 1
+          - name: PodTopologySpread
+            weight: 1
+          - name: InterPodAffinity
+            weight: 1
+    pluginConfig:
+      - name: NodeResourcesFit
+        args:
+          scoringStrategy:
+            type: MostAllocated
+            resources: *gpu-resources
+      - name: PodTopologySpread
+        args: *no-default-spread
+  # balanced: the node with the largest share of its GPUs free once the Pod is
+  # placed, whatever its type; the types' shares in use even out.
+  - schedulerName: gpu-class-scheduler-balanced
+    percentageOfNodesToScore: 100
+    plugins:
+      score:
+        disabled:
+          - name: "*"
+        enabled: *share-scores
+    pluginConfig:
+      - name: NodeResourcesFit
+        args:
+          scoringStrategy:
+            type: LeastAllocated
+            resources: *gpu-resources
+      - name: PodTopologySpread
+        args: *no-default-spread
+{{- if .Values.scheduler.extender }}
 extenders:
   - urlPrefix: https://gpu-class.{{ .Release.Namespace }}.svc:443
     filterVerb: filter
-    prioritizeVerb: prioritize
-    # The scheduler adds score (0..10) * weight * 10 to the plugins' scores
-    # (0..100 each, times the plugin's weight; the default plugins' weights
-    # add up to about 13). At 5 the class's strategy outweighs the default
-    # spreading plugins (NodeResourcesFit spreads, which would undo binpack)
-    # without overruling taints, affinity and topology spread together.
-    weight: 5
+    # No prioritizeVerb: filter already keeps only the promised nodes, and
+    # within them the profile's own scores decide.
     enableHTTPS: true
     tlsConfig:
       # The CA that signed the webhook's serving certificate, from the Secret
@@ -43,21 +132,18 @@ extenders:
     # request limit in a large cluster).
     nodeCacheCapable: true
     # Only Pods that request one of these resources are sent to the extender:
-    # every resource a type of the built-in catalog is requested as (whole
-    # NVIDIA GPUs, each MIG profile, AMD GPUs; names are exact, no prefixes).
-    # The scheduler still counts them itself (NodeResourcesFit), so a node is
-    # never overcommitted whatever the extender answers.
+    # every resource a type of the built-in catalog is requested as (names are
+    # exact, no prefixes). The scheduler still counts them itself
+    # (NodeResourcesFit), so a node is never overcommitted whatever the
+    # extender answers.
     managedResources:
       {{- range include "gpu-class.catalogResources" . | fromJsonArray }}
       - name: {{ . }}
         ignoredByScheduler: false
       {{- end }}
-    # Ignorable: if the webhook is unreachable or answers an error, schedule
-    # without it rather than leave every GPU Pod Pending. Placement stays
-    # correct without the extender: the webhook wrote a required node affinity
-    # for the allowed GPU types at admission, and the scheduler checks free
-    # GPUs, readiness and cordons itself. What is lost meanwhile is the
-    # preference by live load (the class's strategy), nothing that matters
-    # for correctness.
+    # Ignorable: if the webhook is unreachable or answers an error, the
+    # profiles alone decide, which keeps the order strict by the scheduler's
+    # own counts (README.md here).
     ignorable: true
+{{- end }}
 {{- end -}}

@@ -1,0 +1,284 @@
+"""gpu-class-scheduler, the strict path: its KubeSchedulerConfiguration, the proof that each profile
+carries out its strategy, and how the installs run it.
+
+Both shipped configurations (deploy/scheduler/config.yaml, the profiles; and
+deploy/components/scheduler-extender/config.yaml, the same profiles with gpu-class's extender) go
+through the real kube-scheduler of the pinned release with `--write-config-to`: it decodes them
+strictly, validates them and writes out what it would run, defaults filled in. The proof is computed
+from that: the weights of the score plugins a profile runs, against the scores they can give.
+
+The install checks run on the kustomize renders of tests/test_deploy.py (the chart renders the same
+objects: tests/test_chart.py).
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import pytest
+import yaml
+
+import local_cluster
+from test_deploy import (CERT_MANAGER, DEPLOY, EXTENDER, SELF_MANAGED, STRICT_INSTALLS, SYSTEM_NAMESPACE, WITHOUT_STRICT,
+                         Obj, Renders, all_of, make_test_certificates, objects_of, one_of, renders)
+from test_extender import make_app
+from webhook.core.catalog import PROFILE_SUFFIX, STRATEGIES, STRICT_SCHEDULER, load_catalog_file
+from webhook.core.planner import rank_gap, route_scheduler, weights_for
+
+__all__ = ["renders"]  # the fixture, shared with test_deploy.py
+
+PROFILES_FILE = DEPLOY / "scheduler" / "config.yaml"
+POD_CA_FILE = "/etc/gpu-class-scheduler/tls/ca.crt"
+EXTENDER_FILE = DEPLOY / EXTENDER / "config.yaml"
+SHIPPED = load_catalog_file(str(DEPLOY / "base" / "catalog.yaml"))
+# framework.MaxNodeScore: what every score plugin gives a node at most, after its normalisation.
+MAX_NODE_SCORE = 100
+# The most types a class can rank distinctly (planner.weights_for).
+MAX_RANKS = 100
+# What each profile's strategy is carried out by, and how (config.ScoringStrategy's type).
+DOMINANT = {"": ("NodeAffinity", "MostAllocated"), "-binpack": ("NodeResourcesFit", "MostAllocated"),
+            "-balanced": ("NodeResourcesFit", "LeastAllocated")}
+
+
+def effective(config_file: Path, tmp_path: Path) -> dict[str, Any]:
+    """What kube-scheduler runs for `config_file`: decoded strictly, validated, defaults filled in."""
+    kubeconfig = tmp_path / "kubeconfig"
+    # never contacted: --write-config-to exits once the configuration is complete
+    kubeconfig.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:1"}}],
+        "users": [{"name": "u", "user": {"token": "t"}}],
+        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}]}))
+    text = config_file.read_text().replace("leaderElection:", f"clientConnection:\n  kubeconfig: {kubeconfig}\n"
+                                           "leaderElection:", 1)
+    # kube-scheduler reads the extender's CA at start; the Pod's file is made by the install
+    ca_file = tmp_path / "ca.crt"
+    ca_file.write_bytes(make_test_certificates().ca_pem)
+    text = text.replace(f"caFile: {POD_CA_FILE}", f"caFile: {ca_file}")
+    given, written = tmp_path / "config.yaml", tmp_path / "effective.yaml"
+    given.write_text(text)
+    scheduler = local_cluster.build() / "kube-scheduler"
+    done = subprocess.run([str(scheduler), f"--config={given}", f"--write-config-to={written}",
+                           "--authentication-skip-lookup", f"--authentication-kubeconfig={kubeconfig}",
+                           f"--authorization-kubeconfig={kubeconfig}"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and written.exists(), f"kube-scheduler refused {config_file}:\n{done.stderr}"
+    config: dict[str, Any] = yaml.safe_load(written.read_text())
+    return config
+
+
+@pytest.fixture(scope="module")
+def profiles_config(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    return effective(PROFILES_FILE, tmp_path_factory.mktemp("profiles"))
+
+
+@pytest.fixture(scope="module")
+def extender_config(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    return effective(EXTENDER_FILE, tmp_path_factory.mktemp("extender"))
+
+
+def profile(config: Mapping[str, Any], name: str) -> dict[str, Any]:
+    (found,) = [p for p in config["profiles"] if p["schedulerName"] == name]
+    return found
+
+
+def score_weights(p: Mapping[str, Any]) -> dict[str, int]:
+    """The score plugins the profile runs: with `*` disabled at score, exactly those enabled there."""
+    score = p["plugins"]["score"]
+    assert "*" in {d["name"] for d in score.get("disabled") or []}, "default score plugins would add to the sum"
+    return {s["name"]: s["weight"] for s in score["enabled"]}
+
+
+def plugin_args(p: Mapping[str, Any], name: str) -> dict[str, Any]:
+    (args,) = [c["args"] for c in p["pluginConfig"] if c["name"] == name]
+    return dict(args)
+
+
+def worst_case_rest(weights: Mapping[str, int], dominant: str) -> int:
+    """The most every other score plugin can add together: each gives one node 100 and another 0."""
+    return sum(w * MAX_NODE_SCORE for name, w in weights.items() if name != dominant)
+
+
+def smallest_rank_gap(n: int) -> int:
+    weights = weights_for(n)
+    return min(rank_gap(a, b) for a, b in zip(weights, weights[1:]))
+
+
+# --- the proof ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_each_strategy_has_a_profile_that_scores_it_first(profiles_config: dict[str, Any], strategy: str) -> None:
+    """The profile the webhook routes a class's Pods to is there, and its dominant score is the strategy's."""
+    name = route_scheduler(STRICT_SCHEDULER, SHIPPED, strategy)  # type: ignore[arg-type]
+    assert name == STRICT_SCHEDULER + PROFILE_SUFFIX[strategy]  # type: ignore[index]
+    p = profile(profiles_config, name)
+    dominant, scoring = DOMINANT[PROFILE_SUFFIX[strategy]]  # type: ignore[index]
+    weights = score_weights(p)
+    assert max(weights, key=weights.__getitem__) == dominant
+    fit = plugin_args(p, "NodeResourcesFit")["scoringStrategy"]
+    assert fit["type"] == scoring
+    # scored on the GPU resources only, all of them: a Pod scores on the one it requests
+    assert [r["name"] for r in fit["resources"]] == list(SHIPPED.resources)
+    assert {r["weight"] for r in fit["resources"]} == {1}
+
+
+def test_type_order_outweighs_every_other_score(profiles_config: dict[str, Any]) -> None:
+    """performance and cost: when the best types are full, the best type left leads the next by
+    rank_gap (NodeAffinity scales the best feasible node to 100), times NodeAffinity's weight; every
+    other plugin together cannot make that up, for any number of ranks the webhook writes."""
+    weights = score_weights(profile(profiles_config, STRICT_SCHEDULER))
+    rest = worst_case_rest(weights, "NodeAffinity")
+    for n in range(2, MAX_RANKS + 1):
+        assert weights["NodeAffinity"] * smallest_rank_gap(n) > rest, f"{n} ranks"
+    # the built-in classes, per resource, stay well inside that
+    largest = max(sum(1 for t in c.types if SHIPPED.types[t].resource == r)
+                  for c in SHIPPED.classes.values() for r in SHIPPED.class_resources(c.name))
+    assert largest <= MAX_RANKS
+
+
+@pytest.mark.parametrize("suffix", ["-binpack", "-balanced"])
+def test_share_of_gpus_outweighs_every_other_score(profiles_config: dict[str, Any], suffix: str) -> None:
+    """binpack and balanced: NodeResourcesFit's score is a whole number of percent, so two nodes it
+    tells apart differ by at least 1 point, times its weight: more than all the rest can add."""
+    weights = score_weights(profile(profiles_config, STRICT_SCHEDULER + suffix))
+    assert weights["NodeResourcesFit"] * 1 > worst_case_rest(weights, "NodeResourcesFit")
+
+
+@pytest.mark.parametrize("which", ["profiles", "extender"])
+def test_every_node_is_scored_and_no_default_spreading(profiles_config: dict[str, Any],
+                                                        extender_config: dict[str, Any], which: str) -> None:
+    """kube-scheduler's adaptive sampling would stop at 10% of 5,000 nodes, and the system-default
+    topology spread (up to 200 points per ReplicaSet Pod in the default profile) would pull a
+    Deployment's replicas off the best type."""
+    config = profiles_config if which == "profiles" else extender_config
+    assert config["percentageOfNodesToScore"] == 100
+    for p in config["profiles"]:
+        assert p["percentageOfNodesToScore"] == 100, p["schedulerName"]
+        assert plugin_args(p, "PodTopologySpread") | {"apiVersion": None} == {
+            "apiVersion": None, "kind": "PodTopologySpreadArgs", "defaultingType": "List"}, p["schedulerName"]
+    assert sorted(p["schedulerName"] for p in config["profiles"]) == sorted(
+        STRICT_SCHEDULER + s for s in set(PROFILE_SUFFIX.values()))
+
+
+def test_the_extender_configuration_is_the_profiles_and_the_extender(profiles_config: dict[str, Any],
+                                                                     extender_config: dict[str, Any]) -> None:
+    assert "extenders" not in profiles_config
+    ours = ("extenders", "clientConnection")  # the kubeconfig effective() gave each
+    assert {k: v for k, v in extender_config.items() if k not in ours} == {
+        k: v for k, v in profiles_config.items() if k not in ours}
+
+
+def test_the_extender_is_this_webhook(extender_config: dict[str, Any], renders: Renders) -> None:
+    (extender,) = extender_config["extenders"]
+    service = one_of(objects_of(renders, SELF_MANAGED), "Service", "gpu-class", SYSTEM_NAMESPACE)
+    port = service["spec"]["ports"][0]["port"]
+    assert extender["urlPrefix"] == f"https://{service['metadata']['name']}.{service['metadata']['namespace']}.svc:{port}"
+    routes = {rule.rule for rule in make_app().url_map.iter_rules() if "POST" in (rule.methods or set())}
+    assert "/" + extender["filterVerb"] in routes
+    # filter keeps only the promised nodes; a prioritize score could only disturb the profiles' proof
+    assert not extender.get("prioritizeVerb") and not extender.get("bindVerb") and not extender.get("preemptVerb")
+    assert extender["enableHTTPS"] is True and extender["nodeCacheCapable"] is True
+    assert extender["ignorable"] is True
+    # the scheduler still counts them itself, so a node is never overcommitted whatever the extender says
+    assert [(r["name"], r.get("ignoredByScheduler", False)) for r in extender["managedResources"]] == [
+        (r, False) for r in SHIPPED.resources]
+
+
+def test_scheduler_verifies_the_webhook_certificate(extender_config: dict[str, Any], renders: Renders) -> None:
+    """With enableHTTPS and no CA the scheduler silently skips verification: a CA must be configured,
+    from the TLS Secret."""
+    (extender,) = extender_config["extenders"]
+    tls = extender["tlsConfig"]
+    assert not tls.get("insecure") and tls["caFile"]
+    (shipped,) = yaml.safe_load(EXTENDER_FILE.read_text())["extenders"]
+    ca_file = Path(shipped["tlsConfig"]["caFile"])
+    assert ca_file == Path(POD_CA_FILE)
+    spec = scheduler_deployment(objects_of(renders, EXTENDER))["spec"]["template"]["spec"]
+    (container,) = spec["containers"]
+    (mount,) = [m for m in container["volumeMounts"] if ca_file.is_relative_to(m["mountPath"])]
+    (volume,) = [v for v in spec["volumes"] if v["name"] == mount["name"]]
+    relative = ca_file.relative_to(mount["mountPath"]).as_posix()
+    secrets = [s["secret"] for s in volume["projected"]["sources"] if "secret" in s]
+    assert [(s["name"], i["key"]) for s in secrets for i in s["items"] if i["path"] == relative] == [("gpu-class-tls", "ca.crt")]
+
+
+# --- the installs -------------------------------------------------------------------------
+
+
+def scheduler_deployment(objects: Sequence[Obj]) -> Obj:
+    return one_of(objects, "Deployment", "gpu-class-scheduler", SYSTEM_NAMESPACE)
+
+
+def scheduler_config_text(objects: Sequence[Obj]) -> str:
+    """The configuration the scheduler's Deployment reads."""
+    spec = scheduler_deployment(objects)["spec"]["template"]["spec"]
+    (container,) = spec["containers"]
+    (flag,) = [a for a in container["command"] if a.startswith("--config=")]
+    config_path = Path(flag.removeprefix("--config="))
+    (mount,) = [m for m in container["volumeMounts"] if config_path.is_relative_to(m["mountPath"])]
+    (volume,) = [v for v in spec["volumes"] if v["name"] == mount["name"]]
+    relative = config_path.relative_to(mount["mountPath"]).as_posix()
+    (source,) = [(s["configMap"]["name"], i["key"]) for s in volume["projected"]["sources"] if "configMap" in s
+                 for i in s["configMap"]["items"] if i["path"] == relative]
+    text: str = one_of(objects, "ConfigMap", source[0], SYSTEM_NAMESPACE)["data"][source[1]]
+    return text
+
+
+@pytest.mark.parametrize("rel, config_file", [
+    pytest.param(SELF_MANAGED, PROFILES_FILE, id="self-managed"),
+    pytest.param(CERT_MANAGER, PROFILES_FILE, id="cert-manager"),
+    pytest.param(EXTENDER, EXTENDER_FILE, id="extender"),
+])
+def test_installs_run_the_strict_scheduler_on_its_configuration(renders: Renders, rel: str, config_file: Path) -> None:
+    objects = objects_of(renders, rel)
+    assert rel in STRICT_INSTALLS
+    assert scheduler_config_text(objects) == config_file.read_text()
+    (container,) = scheduler_deployment(objects)["spec"]["template"]["spec"]["containers"]
+    assert container["image"].startswith("registry.k8s.io/kube-scheduler:v1.")
+
+
+def test_without_the_strict_scheduler_nothing_of_it_is_left(renders: Renders) -> None:
+    objects = objects_of(renders, WITHOUT_STRICT)
+    assert [o for o in objects if "gpu-class-scheduler" in yaml.safe_dump(o)] == []
+
+
+NAMESPACE = SYSTEM_NAMESPACE
+SERVICE_ACCOUNT = "gpu-class-scheduler"
+SUBJECT = {"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": NAMESPACE}
+
+
+def test_scheduler_rbac(renders: Renders, profiles_config: dict[str, Any]) -> None:
+    objects = objects_of(renders, SELF_MANAGED)
+    assert scheduler_deployment(objects)["spec"]["template"]["spec"]["serviceAccountName"] == SERVICE_ACCOUNT
+    one_of(objects, "ServiceAccount", SERVICE_ACCOUNT, NAMESPACE)
+    cluster_roles = {b["roleRef"]["name"] for b in all_of(objects, "ClusterRoleBinding") if SUBJECT in b["subjects"]}
+    assert cluster_roles == {"system:kube-scheduler", "system:volume-scheduler"}
+    roles = {(b["metadata"]["namespace"], b["roleRef"]["name"]) for b in all_of(objects, "RoleBinding")
+             if SUBJECT in b["subjects"]}
+    assert ("kube-system", "extension-apiserver-authentication-reader") in roles
+
+    # leader election on a lease of its own, which a Role of its own lets it hold
+    election = yaml.safe_load(PROFILES_FILE.read_text())["leaderElection"]
+    assert election["leaderElect"] is True and election["resourceLock"] == "leases"
+    assert election["resourceName"] != "kube-scheduler"
+    lease_namespace, lease = election["resourceNamespace"], election["resourceName"]
+    granted = {
+        (verb, name)
+        for r in all_of(objects, "Role") if (lease_namespace, r["metadata"]["name"]) in roles
+        for rule in r["rules"] if "coordination.k8s.io" in rule["apiGroups"] and "leases" in rule["resources"]
+        for verb in rule["verbs"]
+        for name in rule.get("resourceNames", [lease])
+    }
+    assert {("get", lease), ("update", lease), ("create", lease)} <= granted
+
+
+def test_scheduler_pods_are_not_webhook_pods(renders: Renders) -> None:
+    """The webhook's Service and PodDisruptionBudget must not select the scheduler's Pods."""
+    objects = objects_of(renders, SELF_MANAGED)
+    labels = scheduler_deployment(objects)["spec"]["template"]["metadata"]["labels"]
+    service_selector = one_of(objects, "Service", "gpu-class", NAMESPACE)["spec"]["selector"]
+    pdb_selector = one_of(objects, "PodDisruptionBudget", "gpu-class", NAMESPACE)["spec"]["selector"]["matchLabels"]
+    for selector in (service_selector, pdb_selector):
+        assert not all(labels.get(k) == v for k, v in selector.items())
