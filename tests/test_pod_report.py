@@ -75,3 +75,18 @@ def test_a_pod_whose_annotations_cannot_be_read_is_reported_not_raised() -> None
     pod["spec"]["containers"][0]["resources"] = "lots"
     report = build_pod_report(pod, snapshot_of(NODES), CATALOG)
     assert report["problem"] and "resources must be an object" in report["problem"]
+
+
+@pytest.mark.parametrize("scheduler, order", [
+    pytest.param(None, "preferred", id="default-scheduler"),
+    pytest.param("gpu-class-scheduler-binpack", "strict", id="a-strict-profile"),
+    pytest.param("volcano", "preferred", id="another-scheduler"),
+])
+def test_the_report_says_which_guarantee_the_order_had(scheduler: str | None, order: str) -> None:
+    pod = existing_pod(node="a100-a", phase="Running")
+    if scheduler is not None:
+        pod["spec"]["schedulerName"] = scheduler
+    report = build_pod_report(pod, snapshot_of(NODES), CATALOG)
+    assert (report["scheduler"], report["order"]) == (scheduler or "default-scheduler", order)
+    assert f"order: {order} (scheduler {scheduler or 'default-scheduler'})" in render_pod_text(report)
+    assert build_pod_report(existing_pod(None, node="h100-a"), snapshot_of(NODES), CATALOG)["order"] is None

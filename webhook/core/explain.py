@@ -14,7 +14,11 @@ def guarantee(pod: Mapping[str, Any], result: Review, catalog: Catalog) -> tuple
     if p is None:
         return "none", "no placement"
     spec = pod.get("spec") or {}
-    scheduler = p.scheduler_name or spec.get("schedulerName") or "default-scheduler"
+    return scheduler_guarantee(p.scheduler_name or spec.get("schedulerName") or "default-scheduler", catalog)
+
+
+def scheduler_guarantee(scheduler: str, catalog: Catalog) -> tuple[str, str]:
+    """("strict" | "preferred", why) for a placed Pod scheduled by `scheduler`."""
     if catalog.strict_scheduler_of(scheduler) is not None:
         return "strict", (f"scheduled by {scheduler}, a profile that scores the class's strategy above every "
                           "other score over all nodes (deploy/scheduler/README.md): the best allowed node with "

@@ -13,6 +13,7 @@ from collections import Counter
 from typing import Any, Mapping, TypedDict
 
 from .catalog import Catalog
+from .explain import scheduler_guarantee
 from .extender import PodNeeds, PodProblem, judge_node, read_pod
 from .inventory import TERMINAL_PHASES, Snapshot, pod_gpus
 from .planner import CLASS_ANNOTATION
@@ -34,6 +35,8 @@ PodReport = TypedDict("PodReport", {
     "class": "str | None",
     "types": "list[str]",  # gpu-class.io/types as written, best first; empty when gpu-class did not place it
     "gpus": int,
+    "scheduler": str,
+    "order": "str | None",  # strict | preferred, for a Pod gpu-class placed
     "node": "str | None",
     "nodeType": "str | None",
     "nodeProduct": "str | None",
@@ -76,6 +79,8 @@ def build_pod_report(pod: Mapping[str, Any], snapshot: Snapshot, catalog: Catalo
         "class": annotations.get(CLASS_ANNOTATION) if isinstance(annotations, dict) else None,
         "types": [],
         "gpus": 0,
+        "scheduler": str(spec.get("schedulerName") or "default-scheduler"),
+        "order": None,
         "node": node,
         "nodeType": None,
         "nodeProduct": None,
@@ -94,6 +99,7 @@ def build_pod_report(pod: Mapping[str, Any], snapshot: Snapshot, catalog: Catalo
     if needs is not None:
         report["types"] = list(needs.types)
         report["preferredType"] = needs.types[0] if needs.types else None
+        report["order"] = scheduler_guarantee(report["scheduler"], catalog)[0]
     info = snapshot.nodes.get(node) if node else None
     if info is not None:
         report["nodeType"], report["nodeProduct"] = info.type_name, info.product
@@ -121,6 +127,7 @@ def render_pod_text(report: PodReport) -> str:
     types = report["types"]
     if types:
         lines.append(f"gpu-class allowed types (gpu-class.io/types, best first): {', '.join(types)}")
+        lines.append(f"order: {report['order']} (scheduler {report['scheduler']})")
     else:
         lines.append("gpu-class did not place this Pod: it has no gpu-class.io/types (created before the webhook "
                      "ran, in a namespace not opted in, or without a class)")
