@@ -305,7 +305,7 @@ def run_group(cluster: local_cluster.Cluster, api: Any, namespace: str, fill_nam
 
 
 def run_all(cluster: local_cluster.Cluster, groups: Sequence[GroupSpec],
-            paths: Sequence[Path_] = PATHS) -> list[Result]:
+            paths: Sequence[Path_] = PATHS, pause_seconds: float = 0.0) -> list[Result]:
     api = kubernetes.config.new_client_from_config(config_file=str(cluster.kubeconfig))
     core: CoreApi = kubernetes.client.CoreV1Api(api)
     catalog = read_catalog()
@@ -317,7 +317,9 @@ def run_all(cluster: local_cluster.Cluster, groups: Sequence[GroupSpec],
         for path in paths:
             ns = _namespace(core, f"grp-{path[:3]}", opted_in=True)
             try:
-                results += [run_group(cluster, api, ns, fill_ns, g, path, catalog, types) for g in groups]
+                for g in groups:
+                    results.append(run_group(cluster, api, ns, fill_ns, g, path, catalog, types))
+                    time.sleep(pause_seconds)
             finally:
                 _drop_namespace(core, ns)
     finally:
@@ -346,7 +348,9 @@ def render(results: Sequence[Result], command: str, wall_seconds: float) -> str:
         lines.append(f"| {PATH_TITLE[path]} | {len(rs)} | {len(sized)} | {sum(r.mixed for r in rs)} "
                      f"| {sum(r.stranded for r in rs)} | {sum(r.spilled_whole for r in rs)} "
                      f"| {len(waiting)} of {len(rs) - len(sized)} | {promised} |")
-    wrong = [f"- {r.path} {r.spec}: on {r.products}, {r.pending} Pending" for r in results
+    wrong = [f"- {r.path} {r.spec.name} ({r.spec.pods} x {r.spec.gpus} GPUs, "
+             f"{'sized' if r.spec.sized else 'no size'}, {BEST} free {'+'.join(map(str, r.spec.free_best))}): "
+             f"{', '.join(f'{n} on {p}' for p, n in r.products.items())}, {r.pending} Pending" for r in results
              if r.mixed or r.stranded or (r.path != "default" and not r.as_promised)]
     if wrong:
         lines += ["", "Groups not as promised:", *wrong]
@@ -357,14 +361,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench groups", description=__doc__.split("\n\n")[0])
     p.add_argument("--groups", type=int, default=40, help="groups per path (default 40)")
     p.add_argument("--seed", type=int, default=21)
+    p.add_argument("--paths", default=",".join(PATHS), help=f"comma-separated, of {', '.join(PATHS)}")
+    p.add_argument("--pause-seconds", type=float, default=0.0,
+                   help="wait between groups (the extender counts a Pod it sent to one node for up to 10 s)")
     p.add_argument("--output", type=Path, default=REPO_ROOT / "bench" / "RESULTS.md")
     p.add_argument("--cluster-dir", type=Path, default=None, help="reuse or keep a local cluster here")
     args = p.parse_args(argv)
+    asked = args.paths.split(",")
+    if not asked or set(asked) - set(PATHS):
+        p.error(f"--paths {args.paths}: name paths among {', '.join(PATHS)}")
+    paths = [path for path in PATHS if path in asked]
     started = time.monotonic()
     with local_cluster.running(args.cluster_dir) as cluster:
-        results = run_all(cluster, make_groups(args.seed, args.groups))
+        results = run_all(cluster, make_groups(args.seed, args.groups), paths, args.pause_seconds)
     command = "python -m bench groups" + (" " + " ".join(argv) if argv else "")
     text = render(results, command, time.monotonic() - started)
     print(text)
-    write_section(args.output, "groups", text)
+    # a run of some paths, or paused, is a section of its own: it does not replace the full run's
+    write_section(args.output, "groups" if paths == list(PATHS) and not args.pause_seconds else "groups-variant", text)
     return 0
