@@ -330,7 +330,7 @@ def run_all(cluster: local_cluster.Cluster, groups: Sequence[GroupSpec],
 
 def render(results: Sequence[Result], command: str, wall_seconds: float) -> str:
     lines = [
-        "## One GPU type per group on the real scheduler (`python -m bench groups`)",
+        f"## One GPU type per group on the real scheduler (`{command}`)",
         "",
         f"Command: `{command}`; Kubernetes {local_cluster.kube_version()}, {wall_seconds:.0f} s wall. Indexed Jobs "
         f"of class {GROUP_CLASS}, parallelism 4-8, 1-4 GPUs per Pod, created one at a time while {BEST} (3 x 8 "
