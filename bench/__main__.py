@@ -1,7 +1,7 @@
 """`python -m bench`: run the benchmark suite (options: `python -m bench --help`).
 
-`python -m bench apiserver` and `python -m bench placement` measure on the real control plane instead
-(bench/apiserver.py, bench/placement.py).
+`python -m bench apiserver`, `python -m bench placement` and `python -m bench groups` measure on the real
+control plane instead (bench/apiserver.py, bench/placement.py, bench/groups.py).
 """
 
 import sys
@@ -14,6 +14,10 @@ if sys.argv[1:2] == ["placement"]:
     from bench.placement import main as placement_main
 
     sys.exit(placement_main(sys.argv[2:]))
+if sys.argv[1:2] == ["groups"]:
+    from bench.groups import main as groups_main
+
+    sys.exit(groups_main(sys.argv[2:]))
 
 from bench.run import main
 

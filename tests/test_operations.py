@@ -84,7 +84,8 @@ def series(samples: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: 
     """One metric's samples by their label values, in the order the metric declares its labels."""
     order = {"gpu_class_admission_requests_total": ("outcome", "class"),
              "gpu_class_admission_preferred_type_total": ("class", "type"),
-             "gpu_class_watch_restarts_total": ("resource", "reason")}[name]
+             "gpu_class_watch_restarts_total": ("resource", "reason"),
+             "gpu_class_group_pods_total": ("outcome",)}[name]
     return {tuple(dict(labels)[k] for k in order): v for (n, labels), v in samples.items() if n == name}
 
 
@@ -107,16 +108,21 @@ def test_labelled_series_known_at_start_are_exported_at_zero(tmp_path: Path) -> 
         assert ("admitted-unsatisfiable", "high") not in admissions  # the test catalog denies instead
         assert preferred[("high", "H200")] == 0 and preferred[("economy", "T4")] == 0
         assert series(before, "gpu_class_watch_restarts_total") == {}  # a file inventory watches nothing
+        groups = series(before, "gpu_class_group_pods_total")
+        assert groups == {(o,): 0.0 for o in ("started", "followed", "no-room", "refused", "unplaced")}
 
-        server.post("/mutate", make_review(make_pod({"gpu-class.io/class": "high"})))
+        server.post("/mutate", make_review(make_pod({"gpu-class.io/class": "high", "gpu-class.io/group": "g"})))
+        server.post("/mutate", make_review(make_pod({"gpu-class.io/class": "high", "gpu-class.io/group": "-g"})))
         server.post("/mutate", make_review(make_pod({"gpu-class.io/class": "turbo"})))
         server.post("/mutate", make_review(make_pod()))
         server.post("/mutate", b"nonsense")
         after = scrape(server)
         # the first increment of each is visible as a step from 0, and no series appeared that was not there
         changed = {k: v for k, v in series(after, "gpu_class_admission_requests_total").items() if v != admissions[k]}
-        assert changed == {("patched", "high"): 1, ("refused", "unknown"): 1, ("out-of-scope", "none"): 1,
-                           ("bad-request", "none"): 1}
+        assert changed == {("patched", "high"): 1, ("refused", "high"): 1, ("refused", "unknown"): 1,
+                           ("out-of-scope", "none"): 1, ("bad-request", "none"): 1}
+        assert {k: v for k, v in series(after, "gpu_class_group_pods_total").items() if v != groups[k]} == {
+            ("started",): 1, ("refused",): 1}
         assert set(series(after, "gpu_class_admission_preferred_type_total")) == set(preferred)
         assert series(after, "gpu_class_admission_preferred_type_total")[("high", "H100")] == 1
 

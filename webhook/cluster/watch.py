@@ -34,7 +34,8 @@ from kubernetes.watch.watch import iter_resp_lines
 from ..core.catalog import Catalog
 from .loading import InputError
 from ..core.inventory import (
-    InventoryState, NamespaceInfo, NodeInfo, Snapshot, namespace_info_from_object, node_info_from_object, pod_gpu_requests,
+    GroupName, InventoryState, NamespaceInfo, NodeInfo, Snapshot, namespace_info_from_object, node_info_from_object,
+    pod_gpu_requests, pod_group,
 )
 
 log = logging.getLogger("gpu_class.watch")
@@ -233,20 +234,18 @@ def _brief(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {str(exc)[:200]}"
 
 
-def needs_pod_accounting(catalog: Catalog) -> bool:
-    return any(c.strategy in ("balanced", "binpack") for c in catalog.classes.values())
-
-
 class LiveInventory:
     """An InventorySource fed by reflectors; snapshot() is a lock-free read of the last published view."""
 
-    def __init__(self, catalog: Catalog, api: kubernetes.client.CoreV1Api, *, watch_pods: bool | None = None,
+    def __init__(self, catalog: Catalog, api: kubernetes.client.CoreV1Api, *, watch_pods: bool = True,
                  observer: InventoryObserver | None = None) -> None:
         self.catalog = catalog
         self.observer = observer or NoObserver()
         self.state = InventoryState(catalog=catalog, watch_namespaces=True)
         self.stop_event = threading.Event()
-        self.watch_pods = needs_pod_accounting(catalog) if watch_pods is None else watch_pods
+        # GPUs in use: the balanced and binpack orders, the extender's free devices, and the groups
+        # (gpu-class.io/group) whose Pods run where and whose size must fit what is free
+        self.watch_pods = watch_pods
         self.reflectors = [
             self._reflector("nodes", api.list_node, self._reduce_node, self._replace_nodes, self._apply_node),
             self._reflector("namespaces", api.list_namespace, namespace_info_from_object, self._replace_namespaces,
@@ -333,19 +332,20 @@ class LiveInventory:
             changed = self.state.remove_namespace(info.name) if kind == "DELETED" else self.state.upsert_namespace(info)
             self._publish_if(changed)
 
-    def _reduce_pod(self, obj: dict[str, Any]) -> tuple[str, str, dict[str, int]] | None:
+    def _reduce_pod(self, obj: dict[str, Any]) -> tuple[str, str, dict[str, int], GroupName | None] | None:
         node, gpus = pod_gpu_requests(obj, self.catalog.resources)
-        return (_pod_key(obj), node, gpus) if node and gpus else None
+        return (_pod_key(obj), node, gpus, pod_group(obj)) if node and gpus else None
 
-    def _replace_pods(self, accounted: list[tuple[str, str, dict[str, int]]]) -> None:
+    def _replace_pods(self, accounted: list[tuple[str, str, dict[str, int], GroupName | None]]) -> None:
         with self.state.lock:
-            self.state.replace_pods(accounted)
+            self.state.replace_pods(((key, node, gpus) for key, node, gpus, _ in accounted),
+                                    {key: group for key, _, _, group in accounted if group is not None})
             self._mark_synced("pods")
 
     def _apply_pod(self, kind: str, obj: dict[str, Any]) -> None:
         node, gpus = (None, {}) if kind == "DELETED" else pod_gpu_requests(obj, self.catalog.resources)
         with self.state.lock:
-            self._publish_if(self.state.set_pod(_pod_key(obj), node, gpus))
+            self._publish_if(self.state.set_pod(_pod_key(obj), node, gpus, pod_group(obj)))
 
     def _mark_synced(self, name: str) -> None:
         # the reflector sets its own flag after replace() returns; count this one as done already

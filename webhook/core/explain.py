@@ -6,6 +6,7 @@ import json
 from typing import Any, Mapping
 
 from .catalog import STRICT_SCHEDULER, Catalog
+from .groups import GroupPlan
 from .review import Review
 
 def guarantee(pod: Mapping[str, Any], result: Review, catalog: Catalog) -> tuple[str, str]:
@@ -54,9 +55,42 @@ def explain_json(result: Review, namespace: str, pod: Mapping[str, Any], catalog
             "tolerations": [{"key": t.key, "effect": t.effect or None} for t in p.tolerations],
         },
         "guarantee": dict(zip(("kind", "reason"), guarantee(pod, result, catalog))),
+        "group": None if d.group is None else group_json(d.group),
         "warnings": list(d.warnings),
         "patch": result.patch,
     }
+
+
+def group_json(g: GroupPlan) -> dict[str, Any]:
+    return {
+        "name": g.name,
+        "outcome": g.outcome,
+        "size": g.size,
+        "sizeFrom": g.size_from,
+        "topologyKey": g.topology_key or None,
+        "runsOn": None if g.runs_on is None else g.runs_on.as_json(),
+        "rooms": [{"type": r.type_name, "labelKey": r.label_key, "podsNow": r.now, "podsAtMost": r.most}
+                  for r in g.rooms],
+    }
+
+
+def group_lines(g: GroupPlan) -> list[str]:
+    """What was decided for the Pod's group, in words."""
+    size = (f"{g.size} Pods ({g.size_from})" if g.size is not None else
+            "size not given: its Pods may wait for room on the type its first Pod gets")
+    lines = [f"group {g.name}: {size}"]
+    if g.runs_on is not None:
+        lines.append(f"group {g.name} runs on {g.runs_on.describe()}, {g.runs_on.pods} Pod(s) bound: "
+                     "this Pod is kept to it")
+    elif g.outcome in ("started", "no-room"):
+        lines.append(f"group {g.name}: no Pod of it bound yet; its first Pod goes where the class sends it, the "
+                     f"others to the same {g.topology_key} value (required Pod affinity)")
+    else:
+        lines.append(f"group {g.name}: {g.outcome}")
+    for r in g.rooms:
+        most = "no limit (scalable pool)" if r.most is None else f"{r.most} with its nodes empty"
+        lines.append(f"  {r.type_name}: room for {r.now} of its Pods now, {most}")
+    return lines
 
 
 def _pod_name(pod: Mapping[str, Any]) -> str:
@@ -73,6 +107,8 @@ def explain_text(result: Review, namespace: str, pod: Mapping[str, Any], catalog
         lines.append(f"class {gpu_class.name} (strategy {gpu_class.strategy}): {', '.join(gpu_class.types)}")
     if d.message:
         lines.append(d.message)
+    if d.group is not None:
+        lines.extend(group_lines(d.group))
     for resource, why in d.resource_notes:
         lines.append(f"resource {resource}: {'chosen' if resource == d.resource else 'not chosen'} ({why})")
     weights = {x.type_name: x.weight for x in p.preferences} if p else {}

@@ -24,6 +24,10 @@ from .catalog import Catalog, GpuType
 INJECT_LABEL = "gpu-class.io/inject"
 DEFAULT_CLASS_LABEL = "gpu-class.io/default-class"
 ALLOWED_CLASSES_ANNOTATION = "gpu-class.io/allowed-classes"
+GROUP_LABEL = "gpu-class.io/group"  # written by the webhook on the Pods of a group (groups.py)
+
+GroupName = tuple[str, str]  # (namespace, gpu-class.io/group): Pods of one namespace share a group
+Holding = tuple[str, Mapping[str, int]]  # (node, devices per resource) of one bound, unfinished Pod
 
 @dataclass(frozen=True, order=True)
 class Taint:
@@ -122,6 +126,8 @@ class Snapshot:
     nodes: Mapping[str, NodeInfo] = field(default_factory=dict)  # GPU nodes by name
     # devices held by bound, unfinished Pods, by (node, resource)
     requested: Mapping[tuple[str, str], int] = field(default_factory=dict)
+    # the bound, unfinished Pods of each group, by group, then by Pod ("namespace/name")
+    pod_groups: Mapping[GroupName, Mapping[str, Holding]] = field(default_factory=dict)
     # answers worked out from this snapshot (the planner's), dropped with it; the only mutable part
     memo: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
 
@@ -285,6 +291,13 @@ def pod_gpus(obj: Mapping[str, Any], resource: str, target: tuple[int, int] | No
     return max(app, init)
 
 
+def pod_group(obj: Mapping[str, Any]) -> GroupName | None:
+    """The group a Pod was placed in: the label the webhook wrote, with the Pod's namespace."""
+    metadata = obj.get("metadata") or {}
+    name = (metadata.get("labels") or {}).get(GROUP_LABEL)
+    return (str(metadata.get("namespace") or ""), name) if isinstance(name, str) and name else None
+
+
 def pod_gpu_requests(obj: Mapping[str, Any], resources: Iterable[str]) -> tuple[str | None, dict[str, int]]:
     """(node, devices per resource) a Pod holds: bound and not finished; only resources it holds."""
     node = (obj.get("spec") or {}).get("nodeName") or None
@@ -341,7 +354,10 @@ class InventoryState:
     namespaces: dict[str, NamespaceInfo] = field(default_factory=dict)
     # devices requested per (node, resource) by Pods bound to it, and per Pod so deletions can be undone
     requested: dict[tuple[str, str], int] = field(default_factory=dict)
-    pods: dict[str, tuple[str, Mapping[str, int]]] = field(default_factory=dict)
+    pods: dict[str, Holding] = field(default_factory=dict)
+    # the group of each accounted Pod that has one; each group's Pods (copy on write: snapshots share it)
+    pod_group_of: dict[str, GroupName] = field(default_factory=dict)
+    pod_groups: dict[GroupName, Mapping[str, Holding]] = field(default_factory=dict)
     synced: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock)
     snapshot: Snapshot = EMPTY_SNAPSHOT
@@ -412,12 +428,15 @@ class InventoryState:
         self.namespaces = {n.name: n for n in infos}
 
     # --- GPU requests of bound Pods ------------------------------------------------------
-    def set_pod(self, pod_key: str, node_name: str | None, gpus: Mapping[str, int]) -> bool:
+    def set_pod(self, pod_key: str, node_name: str | None, gpus: Mapping[str, int],
+                group: GroupName | None = None) -> bool:
         """Account a Pod's devices (per resource) to its node; node None or no devices (finished, unbound) removes it."""
         held = {r: n for r, n in gpus.items() if n > 0}
         new = (node_name, held) if node_name and held else None
         old = self.pods.get(pod_key)
-        if old == new:
+        old_group = self.pod_group_of.get(pod_key)
+        new_group = group if new is not None else None
+        if old == new and old_group == new_group:
             return False
         if old is not None:
             self._add_requests(old[0], old[1], -1)
@@ -425,14 +444,37 @@ class InventoryState:
         if new is not None:
             self.pods[pod_key] = new
             self._add_requests(new[0], new[1], 1)
+        if old_group is not None or new_group is not None:
+            self._regroup(pod_key, old_group, new_group)
         return True
 
-    def replace_pods(self, pods: Iterable[tuple[str, str | None, Mapping[str, int]]]) -> None:
+    def _regroup(self, pod_key: str, old: GroupName | None, new: GroupName | None) -> None:
+        groups = dict(self.pod_groups)
+        if old is not None:
+            members = {k: h for k, h in groups.get(old, {}).items() if k != pod_key}
+            if members:
+                groups[old] = members
+            else:
+                groups.pop(old, None)
+            del self.pod_group_of[pod_key]
+        if new is not None:
+            groups[new] = {**groups.get(new, {}), pod_key: self.pods[pod_key]}
+            self.pod_group_of[pod_key] = new
+        self.pod_groups = groups
+
+    def replace_pods(self, pods: Iterable[tuple[str, str | None, Mapping[str, int]]],
+                     groups: Mapping[str, GroupName] | None = None) -> None:
+        """All accounted Pods at once: (key, node, devices per resource), and the group of each Pod key that has one."""
         self.pods = {}
         for key, node, held in pods:
             positive = {r: n for r, n in held.items() if n > 0}
             if node and positive:
                 self.pods[key] = (node, positive)
+        self.pod_group_of = {k: g for k, g in (groups or {}).items() if k in self.pods}
+        by_group: dict[GroupName, dict[str, Holding]] = {}
+        for key, name in self.pod_group_of.items():
+            by_group.setdefault(name, {})[key] = self.pods[key]
+        self.pod_groups = dict(by_group)
         requested: dict[tuple[str, str], int] = {}
         for node_name, held in self.pods.values():
             for resource, n in held.items():
@@ -470,6 +512,7 @@ class InventoryState:
             synced=self.synced,
             nodes=MappingProxyType(self.nodes),
             requested=MappingProxyType(self.requested),
+            pod_groups=MappingProxyType(self.pod_groups),
         )
         return self.snapshot
 

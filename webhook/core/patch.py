@@ -12,7 +12,7 @@ import copy
 from typing import Any, Mapping, Sequence, TypedDict
 
 from .planner import CLASS_ANNOTATION, TYPES_ANNOTATION, Placement
-from .inventory import Taint
+from .inventory import GROUP_LABEL, Taint
 
 
 class PatchOp(TypedDict):
@@ -42,13 +42,16 @@ def build_patch(pod: Mapping[str, Any], placement: Placement) -> list[PatchOp]:
     annotations = {TYPES_ANNOTATION: ",".join(placement.types)}
     if placement.record_class:
         annotations[CLASS_ANNOTATION] = placement.class_name
-    ops += _annotation_ops(pod.get("metadata") or {}, annotations)
+    metadata = pod.get("metadata") or {}
+    ops += _map_ops(metadata, "annotations", annotations)
+    if placement.group is not None:
+        ops += _map_ops(metadata, "labels", {GROUP_LABEL: placement.group.name})
     return ops
 
 
 def build_unplaced_patch(pod: Mapping[str, Any]) -> list[PatchOp]:
     """An admitted but unplaced Pod still says the webhook saw it (the backstop policy looks for that)."""
-    return _annotation_ops(pod.get("metadata") or {}, {TYPES_ANNOTATION: ""})
+    return _map_ops(pod.get("metadata") or {}, "annotations", {TYPES_ANNOTATION: ""})
 
 
 def _limit_ops(container: Mapping[str, Any], placement: Placement) -> list[PatchOp]:
@@ -100,15 +103,31 @@ def merged_node_affinity(node_affinity: Mapping[str, Any] | None, placement: Pla
     return result
 
 
+def merged_pod_affinity(pod_affinity: Mapping[str, Any] | None, term: Mapping[str, Any]) -> dict[str, Any]:
+    """The Pod's podAffinity with `term` among its required terms (ANDed with the Pod's own)."""
+    result = copy.deepcopy(dict(pod_affinity or {}))
+    required = list(result.get("requiredDuringSchedulingIgnoredDuringExecution") or [])
+    if term not in required:
+        required.append(dict(term))
+    result["requiredDuringSchedulingIgnoredDuringExecution"] = required
+    return result
+
+
 def _affinity_ops(spec: Mapping[str, Any], placement: Placement) -> list[PatchOp]:
-    affinity = spec.get("affinity")
-    current = (affinity or {}).get("nodeAffinity")
-    merged = merged_node_affinity(current, placement)
-    if merged == current:
+    affinity = spec.get("affinity") or {}
+    changed: dict[str, Any] = {}
+    node_affinity = merged_node_affinity(affinity.get("nodeAffinity"), placement)
+    if node_affinity != affinity.get("nodeAffinity"):
+        changed["nodeAffinity"] = node_affinity
+    if placement.group is not None:
+        pod_affinity = merged_pod_affinity(affinity.get("podAffinity"), placement.group.affinity_term())
+        if pod_affinity != affinity.get("podAffinity"):
+            changed["podAffinity"] = pod_affinity
+    if not changed:
         return []
     if not affinity:
-        return [_add("/spec/affinity", {**(affinity or {}), "nodeAffinity": merged})]
-    return [_add("/spec/affinity/nodeAffinity", merged)]
+        return [_add("/spec/affinity", changed)]
+    return [_add(f"/spec/affinity/{key}", value) for key, value in changed.items()]
 
 
 def tolerates(toleration: Mapping[str, Any], taint: Taint) -> bool:
@@ -142,8 +161,9 @@ def _toleration_ops(spec: Mapping[str, Any], taints: Sequence[Taint]) -> list[Pa
     return [_add("/spec/tolerations/-", t) for t in new]
 
 
-def _annotation_ops(metadata: Mapping[str, Any], wanted: Mapping[str, str]) -> list[PatchOp]:
-    annotations = metadata.get("annotations")
-    if not annotations:
-        return [_add("/metadata/annotations", dict(wanted))]
-    return [_add(f"/metadata/annotations/{escape(k)}", v) for k, v in wanted.items() if annotations.get(k) != v]
+def _map_ops(metadata: Mapping[str, Any], field: str, wanted: Mapping[str, str]) -> list[PatchOp]:
+    """Set keys of metadata.annotations or metadata.labels, leaving the others as they are."""
+    current = metadata.get(field)
+    if not current:
+        return [_add(f"/metadata/{field}", dict(wanted))]
+    return [_add(f"/metadata/{field}/{escape(k)}", v) for k, v in wanted.items() if current.get(k) != v]

@@ -13,6 +13,9 @@ from dataclasses import dataclass
 from typing import Any, Literal, Mapping, Sequence
 
 from .catalog import PROFILE_SUFFIX, Catalog, GpuClass, Strategy
+from .groups import (
+    GROUP_ANNOTATION, GroupAsk, GroupOutcome, GroupPlan, GroupScope, Room, read_group, room, runs_on,
+)
 from .inventory import GIB_MIB, NamespaceInfo, ProductGroup, Snapshot, Taint, pod_gpus
 
 PREFIX = "gpu-class.io/"
@@ -80,6 +83,7 @@ class Placement:
     scheduler_name: str | None = None
     record_class: bool = False  # the class came from a default: write it, so the extender sees the strategy
     resource: str = "nvidia.com/gpu"  # the extended resource the limit is set on
+    group: GroupPlan | None = None  # gpu-class.io/group: the label and Pod affinity that keep it on one product
 
 
 @dataclass(frozen=True)
@@ -92,6 +96,7 @@ class Decision:
     verdicts: tuple[TypeVerdict, ...] = ()
     resource: str | None = None  # the resource chosen for the Pod
     resource_notes: tuple[tuple[str, str], ...] = ()  # (resource, why it was or was not chosen)
+    group: GroupPlan | None = None  # for a Pod with gpu-class.io/group
 
     @property
     def allowed(self) -> bool:
@@ -180,15 +185,24 @@ def _plan(pod: Mapping[str, Any], snapshot: Snapshot, catalog: Catalog, namespac
     min_memory = _min_memory_mib(annotations)
     if isinstance(min_memory, str):
         return Decision("refused", min_memory, class_name=class_name)
+    ask = read_group(annotations)
+    if isinstance(ask, str):
+        return Decision("refused", ask, class_name=class_name,
+                        group=GroupPlan(annotations.get(GROUP_ANNOTATION, ""), "refused"))
 
     # with no resource fixed the Pod asks for none of the class's, so every one needs the same
     gpus_needed = pod_gpus(pod, resource, target=(index, count_value))
-    fit = class_fit(gpu_class, gpus_needed, excluded, snapshot, catalog, min_memory_mib=min_memory, resource=fixed)
+    group: GroupPlan | None = None
+    if ask is None:
+        fit = class_fit(gpu_class, gpus_needed, excluded, snapshot, catalog, min_memory_mib=min_memory, resource=fixed)
+    else:
+        fit, group = _group_fit(ask, gpu_class, gpus_needed, excluded, snapshot, catalog, namespace, min_memory, fixed)
     if fit.unsatisfiable is not None:
-        if catalog.on_unsatisfiable == "admit":
+        # a group that can never fit is the Pod's mistake, not the cluster's state: refused either way
+        if catalog.on_unsatisfiable == "admit" and (group is None or group.outcome != "refused"):
             return _from_fit("admitted-unsatisfiable", class_name, fit, fit.unsatisfiable,
-                             warnings=fit.warnings + (_short(fit.unsatisfiable),))
-        return _from_fit("refused", class_name, fit, fit.unsatisfiable)
+                             warnings=fit.warnings + (_short(fit.unsatisfiable),), group=_ended(group, "unplaced"))
+        return _from_fit("refused", class_name, fit, fit.unsatisfiable, group=_ended(group, "refused"))
     assert fit.resource is not None  # a satisfiable fit has chosen one
     placement = Placement(
         container_index=index,
@@ -204,15 +218,22 @@ def _plan(pod: Mapping[str, Any], snapshot: Snapshot, catalog: Catalog, namespac
                                        gpu_class.strategy),
         record_class=from_default,
         resource=fit.resource,
+        group=group,
     )
-    return _from_fit("patched", class_name, fit, placement=placement)
+    return _from_fit("patched", class_name, fit, placement=placement, group=group)
 
 
 def _from_fit(outcome: Outcome, class_name: str, fit: ClassFit, message: str = "", *,
-              placement: Placement | None = None, warnings: tuple[str, ...] | None = None) -> Decision:
+              placement: Placement | None = None, warnings: tuple[str, ...] | None = None,
+              group: GroupPlan | None = None) -> Decision:
     return Decision(outcome, message, class_name=class_name, placement=placement,
                     warnings=fit.warnings if warnings is None else warnings, verdicts=fit.verdicts,
-                    resource=fit.resource, resource_notes=fit.resource_notes)
+                    resource=fit.resource, resource_notes=fit.resource_notes, group=group)
+
+
+def _ended(group: GroupPlan | None, outcome: GroupOutcome) -> GroupPlan | None:
+    """The group's plan for a Pod that is not placed."""
+    return None if group is None else dataclasses.replace(group, outcome=outcome, topology_key="")
 
 
 def route_scheduler(pod_scheduler: str | None, catalog: Catalog, strategy: Strategy) -> str | None:
@@ -286,6 +307,11 @@ def _check_patchable(pod: Mapping[str, Any]) -> None:
         _item(pref, f"nodeAffinity.preferred[{i}]")
     for i, toleration in enumerate(_list(spec.get("tolerations"), "spec.tolerations")):
         _item(toleration, f"spec.tolerations[{i}]")
+    pod_affinity = _mapping(_mapping(spec.get("affinity"), "spec.affinity").get("podAffinity"), "podAffinity")
+    for i, term in enumerate(_list(pod_affinity.get("requiredDuringSchedulingIgnoredDuringExecution"),
+                                   "podAffinity.required")):
+        _item(term, f"podAffinity.required[{i}]")
+    _string_map(_mapping(pod.get("metadata"), "metadata").get("labels"), "metadata.labels")
     if not isinstance(spec.get("schedulerName", ""), (str, type(None))):
         raise MalformedPod("spec.schedulerName must be a string")
 
@@ -546,19 +572,86 @@ MEMO_MAX_ENTRIES = 1024
 
 def class_fit(
     gpu_class: GpuClass, gpus_needed: int, excluded: frozenset[str], snapshot: Snapshot, catalog: Catalog,
-    *, min_memory_mib: float | None = None, resource: str | None = None,
+    *, min_memory_mib: float | None = None, resource: str | None = None, scope: GroupScope | None = None,
 ) -> ClassFit:
     """Memoised per snapshot: Pods of one Deployment ask the same question, and the answer only
     changes when the inventory does (which publishes a new snapshot with an empty memo).
-    `resource`: the one the Pod already asks for; None lets the class's strategy choose."""
-    key = (gpu_class.name, gpus_needed, excluded, min_memory_mib, resource)
+    `resource`: the one the Pod already asks for; None lets the class's strategy choose.
+    `scope`: for a Pod of a group, the nodes the group may use."""
+    key = (gpu_class.name, gpus_needed, excluded, min_memory_mib, resource, scope)
     fit: ClassFit | None = snapshot.memo.get(key)
     if fit is None:
-        fit = _class_fit(gpu_class, gpus_needed, excluded, snapshot, catalog, min_memory_mib, resource)
+        fit = _class_fit(gpu_class, gpus_needed, excluded, snapshot, catalog, min_memory_mib, resource, scope)
         if len(snapshot.memo) >= MEMO_MAX_ENTRIES:
             snapshot.memo.clear()
         snapshot.memo[key] = fit
     return fit
+
+
+def _group_fit(
+    ask: GroupAsk, gpu_class: GpuClass, gpus_needed: int, excluded: frozenset[str], snapshot: Snapshot,
+    catalog: Catalog, namespace: str, min_memory_mib: float | None, fixed: str | None,
+) -> tuple[ClassFit, GroupPlan]:
+    """The class's fit for a Pod of a group, and what was decided for the group.
+
+    A group that runs (a Pod of it is bound) keeps the Pod to its products. One that does not yet
+    gets the class's types under one label key, the one its best type is labelled by (kube-scheduler
+    needs the affinity's topologyKey on every node it admits); with a size, only the types whose
+    free devices hold every Pod of it, else, when none does now, those that can ever hold it.
+    """
+    fit = functools.partial(class_fit, gpu_class, gpus_needed, excluded, snapshot, catalog,
+                            min_memory_mib=min_memory_mib)
+    plan = functools.partial(GroupPlan, ask.name, size=ask.size, size_from=ask.size_from)
+    running = runs_on(snapshot, (namespace, ask.name), fixed)
+    if running is not None:
+        scope = GroupScope(running.label_key, frozenset(running.products))
+        followed = fit(resource=fixed or running.resource, scope=scope)
+        if followed.unsatisfiable is not None:
+            why = "; ".join(f"{v.type_name}: {v.reason}" for v in followed.verdicts if v.type_name in running.types)
+            followed = dataclasses.replace(followed, unsatisfiable=(
+                f"gpu-class: group {ask.name} runs on {running.describe()}, which this Pod cannot use "
+                f"({why or f'not in class {gpu_class.name}'}); the Pods of a group must all be able to run on its type"))
+        return followed, plan("followed", topology_key=running.label_key, runs_on=running)
+    base = fit(resource=fixed)
+    if base.unsatisfiable is not None:  # no node can take even one of its Pods
+        return base, plan("unplaced")
+    rank = {k: i for i, k in enumerate(catalog.product_labels)}
+    keys_of: dict[str, list[str]] = {}
+    for p in base.preferences:  # best type first, each type's label keys
+        keys_of.setdefault(p.type_name, []).append(p.label_key)
+    candidates = [(t, k) for t, keys in keys_of.items()
+                  for k in sorted(keys, key=lambda key: (rank.get(key, len(rank)), key))]
+    if ask.size is None:
+        key = candidates[0][1]
+        return fit(resource=base.resource, scope=GroupScope(key)), plan("started", topology_key=key)
+    size = ask.size
+    rooms = [room(snapshot, catalog, t, k, gpus_needed, min_memory_mib) for t, k in candidates]
+    holding = [r for r in rooms if r.now >= size]
+    outcome: GroupOutcome = "started"
+    if not holding:
+        holding = [r for r in rooms if r.most is None or r.most >= size]
+        outcome = "no-room"
+    if not holding:
+        best = max(rooms, key=lambda r: r.most or 0)
+        return dataclasses.replace(base, unsatisfiable=(
+            f"gpu-class: group {ask.name} of {size} Pods x {gpus_needed} GPU(s) can never run on one type of class "
+            f"{gpu_class.name}: the most one type holds is {best.most} such Pods ({best.type_name}, all its nodes "
+            f"empty). Ask for fewer Pods or GPUs per Pod ({ask.size_from}), or another class")), plan("refused")
+    key = holding[0].label_key
+    under_key = tuple(r for r in rooms if r.label_key == key)
+    ruled = tuple((r.type_name, _short_of_room(r, size, outcome)) for r in under_key if r not in holding)
+    scoped = fit(resource=base.resource, scope=GroupScope(key, None, ruled))
+    if outcome == "no-room":
+        scoped = dataclasses.replace(scoped, warnings=scoped.warnings + (_short(
+            f"gpu-class: group {ask.name}: no type has room for its {size} Pods now; they wait for room "
+            f"where the first one runs"),))
+    return scoped, plan(outcome, topology_key=key, rooms=under_key)
+
+
+def _short_of_room(r: Room, size: int, outcome: GroupOutcome) -> str:
+    if outcome == "started":
+        return f"room for {r.now} of the group's {size} Pods now"
+    return f"holds at most {r.most} of the group's {size} Pods"
 
 
 def _choose_resource(
@@ -588,12 +681,30 @@ def _choose_resource(
     return chosen, tuple(notes)
 
 
+def _groups_in(snapshot: Snapshot, type_name: str, scope: GroupScope | None) -> tuple[ProductGroup, ...]:
+    groups = snapshot.groups(type_name)
+    return groups if scope is None else tuple(g for g in groups if scope.admits(g))
+
+
+def _scoped_verdict(
+    type_name: str, snapshot: Snapshot, gpus_needed: int, excluded: frozenset[str], catalog: Catalog,
+    min_memory_mib: float | None, scope: GroupScope | None,
+) -> TypeVerdict:
+    scoped = _groups_in(snapshot, type_name, scope)
+    v = _verdict(type_name, scoped, gpus_needed, excluded, catalog, min_memory_mib)
+    # the scope has its say where the type is valid, or where it took all of the type's nodes away
+    if scope is None or type_name in excluded or not (v.valid or (snapshot.groups(type_name) and not scoped)):
+        return v
+    why = scope.why_not(type_name, snapshot, catalog)
+    return v if why is None else dataclasses.replace(v, valid=False, reason=why)
+
+
 def _class_fit(
     gpu_class: GpuClass, gpus_needed: int, excluded: frozenset[str], snapshot: Snapshot, catalog: Catalog,
-    min_memory_mib: float | None, fixed: str | None,
+    min_memory_mib: float | None, fixed: str | None, scope: GroupScope | None = None,
 ) -> ClassFit:
     verdicts = tuple(
-        _verdict(t, snapshot.groups(t), gpus_needed, excluded, catalog, min_memory_mib) for t in gpu_class.types
+        _scoped_verdict(t, snapshot, gpus_needed, excluded, catalog, min_memory_mib, scope) for t in gpu_class.types
     )
     resource, notes = _choose_resource(verdicts, gpu_class, catalog, fixed)
     if resource is not None:
@@ -614,7 +725,7 @@ def _class_fit(
     preferences: list[Preference] = []
     for weight, type_name in zip(weights_for(len(ordered)), ordered):
         per_key: dict[str, set[str]] = {}
-        groups = snapshot.groups(type_name)
+        groups = _groups_in(snapshot, type_name, scope)
         for g in groups:
             fitting = [s.taints for s in g.usable if _fits(s.allocatable, s.memory_mib, gpus_needed, min_memory_mib)]
             if fitting:
@@ -623,7 +734,8 @@ def _class_fit(
                     taints.update(node_taints)
         if not groups:  # a scalable pool at zero: its configured values, any GPU taint
             for key, values in catalog.types[type_name].exact_values(catalog.product_labels):
-                per_key.setdefault(key, set()).update(values)
+                if scope is None or key == scope.label_key:
+                    per_key.setdefault(key, set()).update(values)
             taints.update(Taint(k, "", "") for k in catalog.gpu_taint_keys)
         for key, products in sorted(per_key.items()):
             required.setdefault(key, set()).update(products)

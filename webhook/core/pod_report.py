@@ -4,6 +4,8 @@ Reads the Pod as the API server holds it: the types the webhook wrote (gpu-class
 first), the node the scheduler bound it to and that node's type in the inventory. For a Pod not yet
 bound, which of its types have a node with room now, judged node by node as the scheduler extender
 judges them (extender.judge_node), so the answer is the one the gpu-class scheduler profile would give.
+A Pod of a group that runs (gpu-class.io/group, a Pod of it bound) is judged on the group's nodes
+only: the scheduler's Pod affinity admits no other.
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ from typing import Any, Mapping, TypedDict
 from .catalog import Catalog
 from .explain import scheduler_guarantee
 from .extender import PodNeeds, PodProblem, judge_node, read_pod
-from .inventory import TERMINAL_PHASES, Snapshot, pod_gpus
+from .groups import RunsOn, runs_on
+from .inventory import TERMINAL_PHASES, Snapshot, pod_gpus, pod_group
 from .planner import CLASS_ANNOTATION
 
 GPU_CLASS_PREFIX = "gpu-class: "
@@ -43,8 +46,14 @@ PodReport = TypedDict("PodReport", {
     "preferredType": "str | None",
     "onPreferredType": "bool | None",
     "room": "list[TypeRoom] | None",  # only for a Pod not yet bound
+    "group": "GroupRoom | None",  # for a Pod the webhook placed in a group (label gpu-class.io/group)
     "problem": "str | None",
 })
+
+
+class GroupRoom(TypedDict):
+    name: str
+    runsOn: dict[str, Any] | None  # None: none of its Pods is bound
 
 
 def _ordinal(n: int) -> str:
@@ -52,11 +61,12 @@ def _ordinal(n: int) -> str:
     return f"{n}{suffix}"
 
 
-def _room(needs: PodNeeds, snapshot: Snapshot) -> list[TypeRoom]:
-    by_type: dict[str, list[Any]] = {t: [] for t in needs.types}
+def _room(needs: PodNeeds, snapshot: Snapshot, group: RunsOn | None) -> list[TypeRoom]:
+    by_type: dict[str, list[Any]] = {t: [] for t in (needs.types if group is None else group.types)}
     for info in snapshot.nodes.values():
-        if info.type_name in by_type:
-            by_type[info.type_name].append(judge_node(info.name, info, needs, snapshot, from_cache=True))
+        offer = next((o for o in info.offers if o.type_name in by_type), None)
+        if offer is not None and (group is None or group.offers_on(offer)):
+            by_type[offer.type_name].append(judge_node(info.name, info, needs, snapshot, from_cache=True))
     rooms: list[TypeRoom] = []
     for type_name, verdicts in by_type.items():
         passed = [v for v in verdicts if v.passed]
@@ -87,6 +97,7 @@ def build_pod_report(pod: Mapping[str, Any], snapshot: Snapshot, catalog: Catalo
         "preferredType": None,
         "onPreferredType": None,
         "room": None,
+        "group": None,
         "problem": None,
     }
     try:
@@ -105,14 +116,29 @@ def build_pod_report(pod: Mapping[str, Any], snapshot: Snapshot, catalog: Catalo
         report["nodeType"], report["nodeProduct"] = info.type_name, info.product
     if node and needs is not None and needs.types:
         report["onPreferredType"] = info is not None and info.type_name == needs.types[0]
+    group = pod_group(pod)
+    runs = None if group is None else runs_on(snapshot, group, needs.resource if needs is not None else None)
+    if group is not None:
+        report["group"] = {"name": group[1], "runsOn": None if runs is None else runs.as_json()}
     if node is None and needs is not None:
-        report["room"] = _room(needs, snapshot)
+        report["room"] = _room(needs, snapshot, runs)
     return report
 
 
 def can_run_now(report: PodReport) -> bool:
     """False for a Pod that waits for a node and has no type with room: the one case to exit non-zero for."""
     return report["room"] is None or any(r["nodesWithRoom"] for r in report["room"])
+
+
+def _waiting(report: PodReport) -> str:
+    """Why a Pod with no type with room waits."""
+    group = report["group"]
+    if group is None or group["runsOn"] is None:
+        return "no node of its types has room now: it waits for GPUs to free up or for new nodes"
+    types = ", ".join(group["runsOn"]["types"])
+    free = "1 free GPU" if report["gpus"] == 1 else f"{report['gpus']} free GPUs"
+    return (f"group {group['name']} runs on {types}; no {types} node has {free}: the Pod waits for room there, "
+            "never on another type")
 
 
 def render_pod_json(report: PodReport) -> str:
@@ -146,6 +172,12 @@ def render_pod_text(report: PodReport) -> str:
             lines.append(f"{report['nodeType']} is its {rank} choice; it preferred {types[0]}")
         elif types:
             lines.append(f"that is none of its types; it preferred {types[0]}")
+    group = report["group"]
+    if group is not None:
+        runs = group["runsOn"]
+        lines.append(f"group {group['name']}: none of its Pods is bound yet" if runs is None else
+                     f"group {group['name']} runs on {', '.join(runs['types'])} ({runs['labelKey']}="
+                     f"{', '.join(runs['products'])}), {runs['pods']} Pod(s) bound")
     if report["room"] is not None:
         lines.append(f"not scheduled yet; nodes with room for {report['gpus']} GPU(s) now, by type:")
         lines.append("")
@@ -157,5 +189,5 @@ def render_pod_text(report: PodReport) -> str:
             lines.append(f"{r['type']:<{width}}   {r['nodesWithRoom']:<15}   {r['maxFreeGpus']:<9}   {others}")
         if not can_run_now(report):
             lines.append("")
-            lines.append("no node of its types has room now: it waits for GPUs to free up or for new nodes")
+            lines.append(_waiting(report))
     return "\n".join(lines)

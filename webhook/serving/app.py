@@ -155,6 +155,7 @@ def _log_request(req: Any, result: Review | None, started: float, outcome: str, 
         "class": (result.decision.class_name or "")[:63] or None if result is not None else None,
         "outcome": outcome,
         "types": list(result.decision.placement.types) if result and result.decision.placement else None,
+        "group": (result.decision.group.name[:63] or None) if result and result.decision.group else None,
         "message": message or None,
         "duration_ms": round((time.perf_counter() - started) * 1000, 3),
     }

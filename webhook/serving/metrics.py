@@ -6,7 +6,7 @@ the default in-process registry is used. Label values come from the catalog only
 annotation as written, so a Pod cannot add series.
 
 Every labelled series whose labels are known at start is created at 0 then (admissions by outcome and
-class, preferred types by class, watch restarts by resource and reason): a series that first appears
+class, preferred types by class, Pods of groups by outcome, watch restarts by resource and reason): a series that first appears
 with its first increment hides that increment from rate() and increase(). In multiprocess mode
 creating the child writes its 0 to the worker's file, so /metrics shows it from the first scrape.
 """
@@ -22,6 +22,7 @@ from prometheus_client import multiprocess
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from ..core.catalog import Catalog
+from ..core.groups import GroupOutcome
 from ..core.inventory import Snapshot
 from ..core.planner import Outcome
 from ..core.review import Review
@@ -33,6 +34,12 @@ ADMISSIONS = Counter(
 )
 PREFERRED_TYPE = Counter(
     "gpu_class_admission_preferred_type_total", "Patched Pods by their most preferred GPU type", ["class", "type"]
+)
+GROUP_PODS = Counter(
+    "gpu_class_group_pods_total",
+    "Admitted or refused Pods with gpu-class.io/group, by what was decided for the group: started (no Pod of "
+    "it bound yet: the class chose), followed (kept to the type it runs on), no-room (its size fits no type "
+    "now), refused, unplaced", ["outcome"],
 )
 LATENCY = Histogram(
     "gpu_class_admission_duration_seconds",
@@ -87,6 +94,8 @@ def observe_admission(review: Review | None, duration_seconds: float, catalog: C
     _child(ADMISSIONS, outcome or (decision.outcome if decision else "error"), class_name).inc()
     if decision is not None and decision.placement is not None and decision.placement.types:
         _child(PREFERRED_TYPE, class_name, decision.placement.types[0]).inc()
+    if decision is not None and decision.group is not None:
+        _child(GROUP_PODS, decision.group.outcome).inc()
     LATENCY.observe(duration_seconds)
 
 
@@ -108,6 +117,8 @@ def start_admission_series(catalog: Catalog) -> None:
         _child(ADMISSIONS, *labels)
     for labels in preferred_type_label_sets(catalog):
         _child(PREFERRED_TYPE, *labels)
+    for outcome in get_args(GroupOutcome):
+        _child(GROUP_PODS, outcome)
 
 
 def observe_inventory(snapshot: Snapshot, catalog: Catalog) -> None:
