@@ -34,8 +34,8 @@ from kubernetes.watch.watch import iter_resp_lines
 from ..core.catalog import Catalog
 from .loading import InputError
 from ..core.inventory import (
-    GroupName, InventoryState, NamespaceInfo, NodeInfo, Snapshot, namespace_info_from_object, node_info_from_object,
-    pod_gpu_requests, pod_group,
+    GroupName, InventoryState, NamespaceInfo, NodeInfo, Snapshot, UnboundGpuPod, namespace_info_from_object,
+    node_info_from_object, pod_gpu_requests, pod_group, unbound_gpu_pod,
 )
 
 log = logging.getLogger("gpu_class.watch")
@@ -44,10 +44,15 @@ LIST_PAGE_SIZE = 500
 WATCH_TIMEOUT_SECONDS = (240, 360)  # spread so that reflectors do not reconnect in step
 BACKOFF_SECONDS = (0.5, 30.0)
 SYNC_WAIT_SECONDS = 15
-BOUND_UNFINISHED_PODS = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
+# Bound Pods hold GPUs; unbound ones are known to the scheduler extender (inventory.UnboundGpuPod). One
+# watch over both, so the event that binds a Pod moves it from one to the other at once.
+UNFINISHED_PODS = "status.phase!=Succeeded,status.phase!=Failed"
 SERVICE_ACCOUNT_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
 RestartReason = Literal["timeout", "expired", "error"]
 RESTART_REASONS: tuple[RestartReason, ...] = get_args(RestartReason)
+# a Pod as the pods watch keeps it: (namespace/name, node or None, devices held per resource, its group,
+# and the Pod itself when it is a known unbound GPU Pod)
+PodView = tuple[str, str | None, dict[str, int], GroupName | None, UnboundGpuPod | None]
 
 
 class Expired(Exception):
@@ -252,9 +257,9 @@ class LiveInventory:
                             self._apply_namespace),
         ]
         if self.watch_pods:
-            # only Pods that hold GPUs can matter: bound and unfinished. A Pod that finishes leaves the
-            # selection, and the API server sends it as DELETED.
-            list_pods = functools.partial(api.list_pod_for_all_namespaces, field_selector=BOUND_UNFINISHED_PODS)
+            # only unfinished Pods can matter: those bound hold GPUs, those not yet bound are known GPU
+            # Pods. A Pod that finishes leaves the selection, and the API server sends it as DELETED.
+            list_pods = functools.partial(api.list_pod_for_all_namespaces, field_selector=UNFINISHED_PODS)
             self.reflectors.append(self._reflector("pods", list_pods, self._reduce_pod, self._replace_pods, self._apply_pod))
         self._threads: list[threading.Thread] = []
 
@@ -332,20 +337,27 @@ class LiveInventory:
             changed = self.state.remove_namespace(info.name) if kind == "DELETED" else self.state.upsert_namespace(info)
             self._publish_if(changed)
 
-    def _reduce_pod(self, obj: dict[str, Any]) -> tuple[str, str, dict[str, int], GroupName | None] | None:
+    def _reduce_pod(self, obj: dict[str, Any]) -> PodView | None:
         node, gpus = pod_gpu_requests(obj, self.catalog.resources)
-        return (_pod_key(obj), node, gpus, pod_group(obj)) if node and gpus else None
+        unbound = unbound_gpu_pod(obj, self.catalog.resources)
+        return (_pod_key(obj), node, gpus, pod_group(obj), unbound) if (node and gpus) or unbound else None
 
-    def _replace_pods(self, accounted: list[tuple[str, str, dict[str, int], GroupName | None]]) -> None:
+    def _replace_pods(self, pods: list[PodView]) -> None:
         with self.state.lock:
-            self.state.replace_pods(((key, node, gpus) for key, node, gpus, _ in accounted),
-                                    {key: group for key, _, _, group in accounted if group is not None})
+            self.state.replace_pods(((key, node, gpus) for key, node, gpus, _, _ in pods),
+                                    {key: group for key, _, _, group, _ in pods if group is not None})
+            self.state.replace_unbound_pods(unbound for *_, unbound in pods if unbound is not None)
             self._mark_synced("pods")
 
     def _apply_pod(self, kind: str, obj: dict[str, Any]) -> None:
-        node, gpus = (None, {}) if kind == "DELETED" else pod_gpu_requests(obj, self.catalog.resources)
+        gone = kind == "DELETED"
+        node, gpus = (None, {}) if gone else pod_gpu_requests(obj, self.catalog.resources)
+        unbound = None if gone else unbound_gpu_pod(obj, self.catalog.resources)
+        uid = (obj.get("metadata") or {}).get("uid")
         with self.state.lock:
-            self._publish_if(self.state.set_pod(_pod_key(obj), node, gpus, pod_group(obj)))
+            accounted = self.state.set_pod(_pod_key(obj), node, gpus, pod_group(obj))
+            known = self.state.set_unbound_pod(uid, unbound) if isinstance(uid, str) and uid else False
+            self._publish_if(accounted or known)
 
     def _mark_synced(self, name: str) -> None:
         # the reflector sets its own flag after replace() returns; count this one as done already
