@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import json
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
 import jsonpatch
@@ -25,10 +26,12 @@ from servers import serving_test_inventory, Server
 from webhook.cluster.source import StaticInventory
 from webhook.serving.app import create_app
 from webhook.core.catalog import Catalog
-from webhook.core.extender import (ASSUME_SECONDS, MAX_EXTENDER_PRIORITY, Assumed, NodeVerdict, PodNeeds, score_nodes,
-                                   share_score, with_assumed)
+from webhook.core.extender import (ASSUME_SECONDS, MAX_EXTENDER_PRIORITY, Assumed, NodeVerdict, PodNeeds,
+                                   filter_assuming, parse_extender_args, score_nodes, share_score, with_assumed)
 from webhook.serving.extender_routes import register_extender_routes
-from webhook.core.inventory import InventoryState, Snapshot, node_info_from_object
+from webhook.cluster.loading import read_inventory
+from webhook.core.catalog import load_default_catalog
+from webhook.core.inventory import InventoryState, Snapshot, node_info_from_object, unbound_gpu_pod
 
 CATALOG = make_catalog()
 TYPES = "gpu-class.io/types"
@@ -590,37 +593,106 @@ def test_real_server_serves_the_extender(server: Server) -> None:
 # --- assumed binds -------------------------------------------------------------------------
 
 
-def _with_uid(pod: dict[str, Any], uid: str) -> dict[str, Any]:
+def _replica(pod: dict[str, Any], uid: str) -> dict[str, Any]:
+    """Another Pod of the same template, as a ReplicaSet makes it: a name and uid of its own."""
     out = copy.deepcopy(pod)
-    out["metadata"]["uid"] = uid
+    out["metadata"].update(uid=uid, name=f"train-{uid}")
     return out
+
+
+def knowing(snapshot: Snapshot, *pods: Mapping[str, Any], catalog: Catalog = CATALOG) -> Snapshot:
+    """`snapshot` with `pods` seen by the watch, unbound (reduced as the watch reduces them)."""
+    state = InventoryState(catalog=catalog, synced=snapshot.synced)
+    state.replace_nodes(snapshot.nodes.values())
+    state.requested = dict(snapshot.requested)
+    state.replace_unbound_pods(p for p in (unbound_gpu_pod(pod, catalog.resources) for pod in pods) if p is not None)
+    return state.publish()
 
 
 def test_a_burst_of_pods_counts_the_ones_just_sent() -> None:
     """The scheduler binds the next replica before the watch shows the last one bound."""
-    client = make_app().test_client()
     pod = placed_pod("A100,T4", class_name="packed")  # free: T4 1 of 1 (t4-a), A100 4 of 4 (a100-idle)
+    replicas = [_replica(pod, f"uid-replica-{i}") for i in range(3)]
+    client = make_app(knowing(snapshot_of(), *replicas)).test_client()
     kept = []
-    for uid in ("uid-replica-0", "uid-replica-1"):
-        _, result = post(client, "filter", args_by_names(_with_uid(pod, uid), ["t4-a", "a100-idle"]))
+    for replica in replicas[:2]:
+        _, result = post(client, "filter", args_by_names(replica, ["t4-a", "a100-idle"]))
         kept.append(result["NodeNames"])
     # the first fills T4's only GPU; with it counted, the second cannot go there
     assert kept == [["t4-a"], ["a100-idle"]]
     # the first asking again (its bind failed) is not counted against itself: T4's GPU is free for it
-    _, again = post(client, "filter", args_by_names(_with_uid(pod, "uid-replica-0"), ["t4-a", "a100-idle"]))
+    _, again = post(client, "filter", args_by_names(replicas[0], ["t4-a", "a100-idle"]))
     assert again["NodeNames"] == ["t4-a"]
-    _, third = post(client, "filter", args_by_names(_with_uid(pod, "uid-replica-2"), ["t4-a", "a100-idle"]))
+    _, third = post(client, "filter", args_by_names(replicas[2], ["t4-a", "a100-idle"]))
     assert third["FailedNodes"] == {"t4-a": "gpu-class: 0 GPUs free, Pod needs 1"}
 
 
-@pytest.mark.parametrize("requested_now, age_seconds, counted", [
-    pytest.param(1, 0.0, True, id="not-yet-bound-counted"),
-    pytest.param(3, 0.0, False, id="watch-saw-the-bind"),
-    pytest.param(1, ASSUME_SECONDS + 1, False, id="expired"),
+@pytest.mark.parametrize("known_then, known_now, age_seconds, counted", [
+    pytest.param(True, True, 0.0, True, id="not-yet-bound-counted"),
+    pytest.param(True, False, 0.0, False, id="watch-saw-the-bind-or-deletion"),
+    pytest.param(True, True, ASSUME_SECONDS + 1, False, id="expired"),
 ])
-def test_assumptions_end_when_the_bind_is_seen_or_late(requested_now: int, age_seconds: float, counted: bool) -> None:
-    snapshot = snapshot_of(pods=[("ml/other", "a100-idle", requested_now)])
-    assumed = {"uid-1": Assumed("a100-idle", "nvidia.com/gpu", 2, requested_then=1, at_seconds=100.0)}
-    adjusted, live = with_assumed(snapshot, assumed, 100.0 + age_seconds)
-    assert (adjusted.requested[("a100-idle", "nvidia.com/gpu")] == requested_now + 2) is counted
+def test_assumptions_end_when_the_bind_is_seen_or_late(known_then: bool, known_now: bool, age_seconds: float,
+                                                       counted: bool) -> None:
+    pod = _replica(placed_pod("A100", gpus=2), "uid-1")
+    before = snapshot_of(pods=[("ml/other", "a100-idle", 1)])
+    now = knowing(before, *([pod] if known_now else []))
+    assumed = {"uid-1": Assumed("a100-idle", "nvidia.com/gpu", 2, at_seconds=100.0)}
+    adjusted, live = with_assumed(now, assumed, 100.0 + age_seconds)
+    assert adjusted.requested[("a100-idle", "nvidia.com/gpu")] == (3 if counted else 1)
     assert ("uid-1" in live) is counted
+
+
+# --- no state from strangers ---------------------------------------------------------------
+
+DEMO = Path(__file__).resolve().parent.parent / "deploy" / "demo"
+
+
+def test_forged_filter_calls_change_no_genuine_answer() -> None:
+    """The attack of a forged `filter` for made-up Pods, on the demo inventory: without the inventory's
+    knowledge of the Pod, each forged call counted its GPU on the node it kept for 10 s, and twelve of
+    them left the genuine Pod no node ("0 GPUs free" on both T4 nodes)."""
+    catalog = load_default_catalog()
+    nodes, _ = read_inventory((str(DEMO / "nodes.yaml"),), catalog)
+    genuine = _replica(placed_pod("L4,A10,T4", class_name="inference"), "3b0d6c1e-genuine")
+    state = InventoryState(catalog=catalog, synced=True)
+    state.replace_nodes(nodes)
+    state.replace_unbound_pods([p for p in [unbound_gpu_pod(genuine, catalog.resources)] if p is not None])
+    client = make_app(state.publish(), catalog).test_client()
+    t4_nodes = ["gpu-t4-0", "gpu-t4-shared-0"]
+
+    _, first = post(client, "filter", args_by_names(genuine, t4_nodes))
+    assert first["NodeNames"] == ["gpu-t4-0"]
+    forged = [_replica(genuine, f"forged-{i}") for i in range(12)]
+    # and one that copies the genuine Pod's uid but asks for another request
+    greedy = copy.deepcopy(genuine)
+    _request(greedy, "nvidia.com/gpu", 4)
+    for pod in [*forged, greedy]:
+        status, _ = post(client, "filter", args_by_names(pod, t4_nodes))
+        assert status == 200
+    _, again = post(client, "filter", args_by_names(genuine, t4_nodes))
+    assert again == first
+
+
+def _request(pod: dict[str, Any], resource: str, devices: int) -> None:
+    pod["spec"]["containers"][0]["resources"] = {"limits": {resource: str(devices)}, "requests": {resource: str(devices)}}
+
+
+@pytest.mark.parametrize("change, known", [
+    pytest.param(lambda p: p, True, id="as-seen"),
+    pytest.param(lambda p: p["metadata"].update(uid="made-up"), False, id="another-uid"),
+    pytest.param(lambda p: p["metadata"].update(name="other"), False, id="another-name"),
+    pytest.param(lambda p: p["metadata"].update(namespace="other"), False, id="another-namespace"),
+    pytest.param(lambda p: _request(p, "nvidia.com/gpu", 3), False, id="another-count"),
+    pytest.param(lambda p: _request(p, "nvidia.com/mig-1g.5gb", 1), False, id="another-resource"),
+])
+def test_only_a_pod_the_inventory_knows_leaves_an_assumption(change: Any, known: bool) -> None:
+    seen = _replica(placed_pod("A100", gpus=1), "uid-seen")
+    sent = copy.deepcopy(seen)
+    change(sent)
+    snapshot = knowing(snapshot_of(), seen)
+    outcome = filter_assuming(parse_extender_args(args_by_names(sent, ["a100-idle"])), snapshot, CATALOG, {}, 0.0)
+    assert outcome.result["NodeNames"] == ["a100-idle"]  # answered alike
+    assert outcome.pod_known is known
+    assert (outcome.assumed is not None) is known
+    assert set(outcome.assumptions) == ({"uid-seen"} if known else set())

@@ -61,14 +61,20 @@ def register_extender_routes(app: Flask, catalog: Catalog, inventory: InventoryS
             return json_response({"error": "Bad Request", "message": str(exc)}, 400)
         try:
             with lock:
-                result, live = filter_assuming(args, inventory.snapshot(), catalog, assumed, time.monotonic())
+                outcome = filter_assuming(args, inventory.snapshot(), catalog, assumed, time.monotonic())
                 assumed.clear()
-                assumed.update(live)
+                assumed.update(outcome.assumptions)
+            result = outcome.result
+            # a Pod the watch has not seen unbound is answered, never counted: say so, so that calls
+            # for made-up Pods show in the log
+            known: dict[str, Any] = {"assumed": outcome.assumed.node if outcome.assumed else None,
+                                     "pod_known": outcome.pod_known}
         except Exception:
             log.exception("extender filter failed pod=%s", args.pod_ref)
             result = filter_error(f"gpu-class: internal error filtering nodes for Pod {args.pod_ref}; see its logs")
+            known = {}
         failed = len(result["FailedNodes"]) + len(result["FailedAndUnresolvableNodes"])
-        _log("filter", args, started, failed=failed, error=result["Error"] or None)
+        _log("filter", args, started, failed=failed, error=result["Error"] or None, **known)
         return json_response(result)
 
     @app.post("/prioritize")
