@@ -10,6 +10,10 @@ from __future__ import annotations
 
 import copy
 import json
+import ssl
+import subprocess
+import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
@@ -22,9 +26,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from builders import make_catalog, make_node, make_pod, make_review
-from servers import serving_test_inventory, Server
+from servers import Server, serving_test_inventory, write_certs, write_objects
 from webhook.cluster.source import StaticInventory
 from webhook.serving.app import create_app
+from webhook.serving.certs import CLIENT_COMMON_NAME
 from webhook.core.catalog import Catalog
 from webhook.core.extender import (ASSUME_SECONDS, MAX_EXTENDER_PRIORITY, Assumed, NodeVerdict, PodNeeds,
                                    filter_assuming, parse_extender_args, score_nodes, share_score, with_assumed)
@@ -70,13 +75,15 @@ def snapshot_of(
     return state.publish()
 
 
+def the_test_scheduler(_environ: Mapping[str, Any]) -> str:
+    """The Flask test client speaks no TLS, so it has no certificate to show: these tests are about the
+    verbs, and the real server's client authentication is tested below ("who may call")."""
+    return "test-scheduler"
+
+
 def make_app(snapshot: Snapshot | None = None, catalog: Catalog = CATALOG) -> Flask:
     inventory = StaticInventory(snapshot if snapshot is not None else snapshot_of())
-    app = create_app(catalog, inventory)
-    # create_app may already register the extender (once wired in); the routes are the same either way
-    if not any(rule.rule == "/filter" for rule in app.url_map.iter_rules()):
-        register_extender_routes(app, catalog, inventory)
-    return app
+    return create_app(catalog, inventory, extender_caller_of=the_test_scheduler)
 
 
 @pytest.fixture(scope="module")
@@ -519,7 +526,7 @@ def test_a_bug_is_a_200_never_a_5xx(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(routes, "filter_assuming", broken)
     monkeypatch.setattr(routes, "prioritize_nodes", broken)
     app = Flask("bare")
-    register_extender_routes(app, CATALOG, StaticInventory(snapshot_of()))
+    register_extender_routes(app, CATALOG, StaticInventory(snapshot_of()), the_test_scheduler)
     client = app.test_client()
     status, result = post(client, "filter", args_by_names(GOOD_POD, ["h100-idle"]))
     assert status == 200 and result["Error"].startswith("gpu-class: internal error filtering nodes for Pod ml/train")
@@ -565,14 +572,15 @@ def test_the_pod_admission_placed_is_scheduled_where_admission_allowed() -> None
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    with serving_test_inventory(tmp_path_factory.mktemp("extender-server")) as srv:
+    with serving_test_inventory(tmp_path_factory.mktemp("extender-server"), extender=True) as srv:
         yield srv
 
 
 def test_real_server_serves_the_extender(server: Server) -> None:
-    """`gpuclass serve` over TLS, called as kube-scheduler calls it. Needs create_app to register the routes."""
+    """`gpuclass serve` over TLS, called as kube-scheduler calls it: on the extender's listener, with its
+    client certificate."""
     pod = placed_pod("H100,A100", gpus=2, class_name="high")
-    conn = server.connection()
+    conn = server.scheduler_connection()
     try:
         status, result = server.post("/filter", args_by_names(pod, ["h100-a", "a100-a", "t4-a", "cpu-a"]), conn=conn)
         assert status == 200, result
@@ -588,6 +596,148 @@ def test_real_server_serves_the_extender(server: Server) -> None:
         assert status == 400 and error["message"].startswith("body is not JSON")
     finally:
         conn.close()
+    calls = [r for r in log_records(server) if r["msg"] == "extender"]
+    # the pod is made up (no watch on a file inventory): answered, and not remembered
+    assert {(r["verb"], r["caller"], r.get("pod_known")) for r in calls} >= {
+        ("filter", CLIENT_COMMON_NAME, False), ("prioritize", CLIENT_COMMON_NAME, None)}
+
+
+# --- who may call the extender -------------------------------------------------------------
+
+
+def log_records(server: Server) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in server.log().splitlines() if line.startswith("{")]
+
+
+def refusals(server: Server) -> list[tuple[str, int | str]]:
+    return [(r["msg"], r["status"]) for r in log_records(server) if r["msg"].startswith("extender c")]
+
+
+def other_ca_client(tmp: Path) -> tuple[Path, Path]:
+    """A client certificate of a CA the server does not trust, made as `gpuclass certs` makes its own."""
+    other = write_certs(tmp / "other-ca")
+    return other / "client.crt", other / "client.key"
+
+
+@pytest.fixture
+def fresh_server(tmp_path: Path) -> Iterator[Server]:
+    """A server of its own, whose log holds only what the test did."""
+    with serving_test_inventory(tmp_path, extender=True) as srv:
+        yield srv
+
+
+FILTER_ARGS = args_by_names(placed_pod("H100", class_name="high"), ["h100-a"])
+
+
+@pytest.mark.parametrize("where, status", [
+    pytest.param("extender-listener-without-a-certificate", 401, id="no-certificate"),
+    pytest.param("admission-listener-with-the-certificate", 403, id="admission-listener"),
+    pytest.param("admission-listener-without-a-certificate", 403, id="admission-listener-anonymous"),
+])
+@pytest.mark.parametrize("verb", ["filter", "prioritize"])
+def test_callers_without_the_schedulers_certificate_are_refused_and_logged(fresh_server: Server, where: str,
+                                                                           status: int, verb: str) -> None:
+    server = fresh_server
+    certificate = server.ca_file.parent / "client.crt", server.ca_file.parent / "client.key"
+    port = server.extender_port if where.startswith("extender") else server.port
+    conn = server.connection(port=port, client=certificate if where.endswith("with-the-certificate") else None)
+    try:
+        got, error = server.post(f"/{verb}", FILTER_ARGS, conn=conn)
+        assert (got, error["error"]) == (status, "Unauthorized" if status == 401 else "Forbidden")
+        assert "certificate" in error["message"]
+        # the connection stays usable: the scheduler's own is refused nothing else
+        assert server.post("/healthz", b"", conn=conn)[0] == 405
+    finally:
+        conn.close()
+    assert refusals(server) == [("extender call refused", status)]
+    assert [r for r in log_records(server) if r["msg"] == "extender"] == [], "refused before reading the body"
+
+
+def test_a_certificate_the_client_ca_did_not_sign_fails_the_handshake(fresh_server: Server, tmp_path: Path) -> None:
+    server = fresh_server
+    assert server.extender_port is not None
+    conn = server.connection(port=server.extender_port, client=other_ca_client(tmp_path))
+    with pytest.raises((ssl.SSLError, ConnectionError)):
+        server.post("/filter", FILTER_ARGS, conn=conn)
+    conn.close()
+    # the server writes its line after the client has seen the handshake fail
+    assert server.post("/filter", FILTER_ARGS, conn=server.scheduler_connection())[0] == 200, "and serves on"
+    assert refusals(server) == [("extender connection refused", "tls-handshake-failed")]
+
+
+def test_the_serving_certificate_is_no_client_certificate(fresh_server: Server) -> None:
+    """Signed by the same CA, but for server authentication only: it cannot call the extender."""
+    server = fresh_server
+    serving = server.ca_file.parent / "tls.crt", server.ca_file.parent / "tls.key"
+    conn = server.connection(port=server.extender_port, client=serving)
+    with pytest.raises((ssl.SSLError, ConnectionError)):
+        server.post("/filter", FILTER_ARGS, conn=conn)
+    conn.close()
+
+
+def test_admission_is_served_whatever_certificate_the_api_server_presents(fresh_server: Server,
+                                                                          tmp_path: Path) -> None:
+    """The admission listener asks for no client certificate: an API server configured to present one
+    of another CA (for other webhooks) is served as before."""
+    server = fresh_server
+    for client in (None, other_ca_client(tmp_path)):
+        conn = server.connection(client=client)
+        try:
+            status, body = server.post("/mutate", make_review(make_pod({CLASS: "high"}), uid="api-server"), conn=conn)
+            assert status == 200 and body["response"]["allowed"] is True
+        finally:
+            conn.close()
+
+
+def test_a_rotated_client_ca_is_trusted_without_a_restart(fresh_server: Server, tmp_path: Path) -> None:
+    """The install rotates the client CA with the serving certificate (one CA): the new file is read for
+    new connections, and a bundle of the new and the old CA trusts both."""
+    server = fresh_server
+    old_ca = server.ca_file.read_bytes()
+    new = write_certs(tmp_path / "rotated")
+    server.ca_file.write_bytes((new / "ca.crt").read_bytes() + old_ca)
+
+    def status_with(client: tuple[Path, Path]) -> int:
+        assert server.extender_port is not None
+        conn = server.connection(port=server.extender_port, client=client)
+        try:
+            return server.post("/filter", FILTER_ARGS, conn=conn)[0]
+        except (ssl.SSLError, ConnectionError):
+            return 0
+        finally:
+            conn.close()
+
+    rotated = (new / "client.crt", new / "client.key")
+    deadline = time.monotonic() + 10
+    while status_with(rotated) != 200 and time.monotonic() < deadline:
+        time.sleep(0.2)  # the server looks at the files at most once a second
+    assert status_with(rotated) == 200
+    assert server.post("/filter", FILTER_ARGS, conn=server.scheduler_connection())[0] == 200, "the old CA too"
+
+
+@pytest.mark.parametrize("args, message", [
+    pytest.param(["--extender-bind", "127.0.0.1:0"], "--extender-bind and --client-ca-file go together",
+                 id="listener-without-ca"),
+    pytest.param(["--client-ca-file", "ca.crt"], "--extender-bind and --client-ca-file go together",
+                 id="ca-without-listener"),
+    pytest.param(["--extender-bind", "127.0.0.1:8443", "--client-ca-file", "ca.crt"], "needs a port of its own",
+                 id="same-port"),
+    pytest.param(["--extender-bind", "8444", "--client-ca-file", "ca.crt"], "give HOST:PORT", id="no-host"),
+    pytest.param(["--extender-bind", "127.0.0.1:8444", "--client-ca-file", "tls.key"], "cannot use --client-ca-file",
+                 id="ca-not-a-certificate"),
+    pytest.param(["--extender-bind", "127.0.0.1:8444", "--client-ca-file", "missing.crt"],
+                 "cannot use --client-ca-file", id="ca-missing"),
+])
+def test_extender_listener_misconfiguration_fails_at_start(tmp_path: Path, args: list[str], message: str) -> None:
+    certificates = write_certs(tmp_path / "certs")
+    nodes = write_objects(tmp_path / "nodes.yaml", [make_node("h100-a", "NVIDIA-H100-80GB-HBM3", gpus=8)])
+    done = subprocess.run(
+        [sys.executable, "-m", "webhook.cli", "serve", "--nodes", str(nodes), "--bind", "127.0.0.1:8443",
+         "--cert-file", str(certificates / "tls.crt"), "--key-file", str(certificates / "tls.key"),
+         *(str(certificates / a) if a.endswith((".crt", ".key")) else a for a in args)],
+        capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert message in done.stderr
 
 
 # --- assumed binds -------------------------------------------------------------------------
