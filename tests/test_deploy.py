@@ -1200,6 +1200,114 @@ def test_every_expression_compiles(renders: Renders, rel: str) -> None:
         compile_cel(expression)
 
 
+# --- the labeller's policy ---------------------------------------------------------------------------
+
+LABELLER_USER = f"system:serviceaccount:{SYSTEM_NAMESPACE}:gpu-class-labeller"
+NODE_NAME_EXTRA = "authentication.kubernetes.io/node-name"
+
+
+def make_node(name: str, labels: Mapping[str, str], **spec: Any) -> Obj:
+    return {"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "labels": dict(labels), "annotations": {"node.alpha.kubernetes.io/ttl": "0"}},
+            "spec": spec, "status": {}}
+
+
+GPU_NODE = make_node("gpu-1", {"kubernetes.io/hostname": "gpu-1", "team": "ml", "gpu-type": "Tesla-T4",
+                               "gpu-class.io/gpu-count": "1"},
+                     taints=[{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}])
+
+
+def relabelled(node: Obj, *, name: str | None = None, labels: Mapping[str, str | None] = (), **change: Any) -> Obj:
+    """`node` after a patch: labels set (None: removed), other top-level spec or metadata fields replaced."""
+    new: Obj = yaml.safe_load(yaml.safe_dump(node))
+    if name:
+        new["metadata"]["name"] = name
+    for key, value in dict(labels).items():
+        if value is None:
+            new["metadata"]["labels"].pop(key, None)
+        else:
+            new["metadata"]["labels"][key] = value
+    for field, value in change.items():
+        (new["spec"] if field in ("taints", "unschedulable") else new["metadata"])[field] = value
+    return new
+
+
+@dataclass(frozen=True)
+class LabellerCase:
+    old: Obj
+    new: Obj
+    node_name: str | None  # the node of the Pod the token is bound to; None: a token bound to no Pod
+    outcome: BackstopOutcome
+    username: str = LABELLER_USER
+
+
+LABELLER_CASES = [
+    pytest.param(LabellerCase(GPU_NODE, relabelled(GPU_NODE, labels={"gpu-type": "NVIDIA-A100-SXM4-80GB",
+                                                                      "gpu-class.io/gpu-count": "8"}), "gpu-1",
+                              "admitted"), id="own-node-own-keys"),
+    pytest.param(LabellerCase(GPU_NODE, relabelled(GPU_NODE, labels={"gpu-class.io/gpu-count": None,
+                                                                      "gpu-class.io/gpu-models-mixed": "true"}),
+                              "gpu-1", "admitted"), id="own-node-own-key-removed-and-added"),
+    pytest.param(LabellerCase(relabelled(GPU_NODE, name="gpu-2"),
+                              relabelled(GPU_NODE, name="gpu-2", labels={"gpu-type": "NVIDIA-H100-80GB-HBM3"}),
+                              "gpu-1", "refused"), id="another-node"),
+    pytest.param(LabellerCase(GPU_NODE, relabelled(GPU_NODE, labels={"gpu-type": "NVIDIA-H100-80GB-HBM3"}), None,
+                              "refused"), id="token-bound-to-no-pod"),
+    pytest.param(LabellerCase(GPU_NODE, relabelled(GPU_NODE, labels={"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}),
+                              "gpu-1", "refused"), id="another-key-added"),
+    pytest.param(LabellerCase(GPU_NODE, relabelled(GPU_NODE, labels={"team": "web"}), "gpu-1", "refused"),
+                 id="another-key-changed"),
+    pytest.param(LabellerCase(GPU_NODE, relabelled(GPU_NODE, labels={"team": None}), "gpu-1", "refused"),
+                 id="another-key-removed"),
+    pytest.param(LabellerCase(GPU_NODE, relabelled(GPU_NODE, taints=[]), "gpu-1", "refused"), id="taint-removed"),
+    pytest.param(LabellerCase(GPU_NODE, relabelled(GPU_NODE, unschedulable=True), "gpu-1", "refused"), id="cordon"),
+    pytest.param(LabellerCase(GPU_NODE, relabelled(GPU_NODE, annotations={"x": "y"}), "gpu-1", "refused"),
+                 id="annotations"),
+    pytest.param(LabellerCase(GPU_NODE, relabelled(GPU_NODE, ownerReferences=[
+        {"apiVersion": "v1", "kind": "ConfigMap", "name": "doomed", "uid": "5f2c9b1e-0000-4000-8000-000000000001"}]),
+        "gpu-1", "refused"), id="owner-reference"),
+    pytest.param(LabellerCase(GPU_NODE, relabelled(GPU_NODE, labels={"team": "web"}), None, "not-matched",
+                              username="system:admin"), id="anyone-else-not-matched"),
+]
+
+
+def labeller_activation(case: LabellerCase) -> dict[str, Any]:
+    user: Obj = {"username": case.username, "groups": ["system:serviceaccounts", "system:authenticated"]}
+    if case.node_name is not None:
+        user["extra"] = {NODE_NAME_EXTRA: [case.node_name], "authentication.kubernetes.io/node-uid": ["4b1c"],
+                         "authentication.kubernetes.io/pod-name": ["gpu-class-labeller-x2k4p"]}
+    request = {"uid": "1f9c", "operation": "UPDATE", "userInfo": user, "name": case.new["metadata"]["name"],
+               "kind": {"group": "", "version": "v1", "kind": "Node"},
+               "resource": {"group": "", "version": "v1", "resource": "nodes"}}
+    return {"object": case.new, "oldObject": case.old, "request": request, "params": None, "namespaceObject": None}
+
+
+@pytest.mark.parametrize("case", LABELLER_CASES)
+def test_labeller_changes_only_its_own_labels_on_its_own_node(renders: Renders, case: LabellerCase) -> None:
+    policy, binding = policy_and_binding(objects_of(renders, "labeller"), LABELLER_POLICY)
+    assert policy_outcome(policy, binding, labeller_activation(case)) == case.outcome
+
+
+def test_labeller_policy_is_bound_to_deny_and_fails_closed(renders: Renders) -> None:
+    from webhook.core.labels import OWNED_LABELS
+
+    objects = objects_of(renders, "labeller")
+    policy, binding = policy_and_binding(objects, LABELLER_POLICY)
+    spec = policy["spec"]
+    assert spec["failurePolicy"] == "Fail" and binding["spec"]["validationActions"] == ["Deny"]
+    assert spec["matchConstraints"]["resourceRules"] == [
+        {"apiGroups": [""], "apiVersions": ["*"], "operations": ["UPDATE"], "resources": ["nodes"]}]
+    (account,) = all_of(objects, "ServiceAccount")
+    assert f"'system:serviceaccount:{account['metadata']['namespace']}:{account['metadata']['name']}'" in (
+        spec["matchConditions"][0]["expression"])
+    own = compile_cel(next(v["expression"] for v in spec["variables"] if v["name"] == "ownKeys")).evaluate({})
+    assert tuple(own) == OWNED_LABELS, "the keys the labeller sets (webhook/core/labels.py)"
+    for validation in spec["validations"]:
+        assert validation["reason"] == "Forbidden"
+    for entry in [*spec["matchConditions"], *spec["variables"]]:
+        assert QUALIFIED_NAME.match(entry["name"]), entry["name"]
+
+
 # --- certificates ----------------------------------------------------------------------------------
 
 
