@@ -33,7 +33,7 @@ from webhook.serving.certs import CLIENT_COMMON_NAME
 from webhook.core.catalog import Catalog
 from webhook.core.extender import (ASSUME_SECONDS, MAX_EXTENDER_PRIORITY, Assumed, NodeVerdict, PodNeeds,
                                    filter_assuming, parse_extender_args, score_nodes, share_score, with_assumed)
-from webhook.serving.extender_routes import register_extender_routes
+from webhook.serving.extender_routes import UNKNOWN_POD_WAIT_SECONDS, register_extender_routes
 from webhook.cluster.loading import read_inventory
 from webhook.core.catalog import load_default_catalog
 from webhook.core.inventory import InventoryState, Snapshot, node_info_from_object, unbound_gpu_pod
@@ -752,7 +752,7 @@ def _replica(pod: dict[str, Any], uid: str) -> dict[str, Any]:
 
 def knowing(snapshot: Snapshot, *pods: Mapping[str, Any], catalog: Catalog = CATALOG) -> Snapshot:
     """`snapshot` with `pods` seen by the watch, unbound (reduced as the watch reduces them)."""
-    state = InventoryState(catalog=catalog, synced=snapshot.synced)
+    state = InventoryState(catalog=catalog, synced=snapshot.synced, watch_pods=True)
     state.replace_nodes(snapshot.nodes.values())
     state.requested = dict(snapshot.requested)
     state.replace_unbound_pods(p for p in (unbound_gpu_pod(pod, catalog.resources) for pod in pods) if p is not None)
@@ -805,7 +805,7 @@ def test_forged_filter_calls_change_no_genuine_answer() -> None:
     catalog = load_default_catalog()
     nodes, _ = read_inventory((str(DEMO / "nodes.yaml"),), catalog)
     genuine = _replica(placed_pod("L4,A10,T4", class_name="inference"), "3b0d6c1e-genuine")
-    state = InventoryState(catalog=catalog, synced=True)
+    state = InventoryState(catalog=catalog, synced=True, watch_pods=True)
     state.replace_nodes(nodes)
     state.replace_unbound_pods([p for p in [unbound_gpu_pod(genuine, catalog.resources)] if p is not None])
     client = make_app(state.publish(), catalog).test_client()
@@ -846,3 +846,52 @@ def test_only_a_pod_the_inventory_knows_leaves_an_assumption(change: Any, known:
     assert outcome.pod_known is known
     assert (outcome.assumed is not None) is known
     assert set(outcome.assumptions) == ({"uid-seen"} if known else set())
+
+
+class LateWatch:
+    """An inventory whose watch brings the Pods after the scheduler asked: `later` is published on the
+    first wait for a newer snapshot (or nothing new, when `later` is None)."""
+
+    def __init__(self, now: Snapshot, later: Snapshot | None) -> None:
+        self.current, self.later, self.waits = now, later, 0
+
+    def snapshot(self) -> Snapshot:
+        return self.current
+
+    def wait_newer(self, than: Snapshot, timeout_seconds: float) -> Snapshot:
+        assert 0 < timeout_seconds <= UNKNOWN_POD_WAIT_SECONDS
+        self.waits += 1
+        if self.later is not None:
+            self.current, self.later = self.later, None
+        return self.current
+
+    def readiness(self) -> tuple[bool, dict[str, Any]]:
+        return True, {}
+
+
+def test_filter_waits_for_the_watch_to_bring_a_pod_the_scheduler_asked_about_first() -> None:
+    """The scheduler can ask about a Pod before the webhook's watch has brought its creation (one Pod in
+    four on the local control plane): filter waits for the watch, then counts the Pod as it should."""
+    pod = placed_pod("A100,T4", class_name="packed")  # free: T4 1 of 1 (t4-a), A100 4 of 4 (a100-idle)
+    replicas = [_replica(pod, f"uid-replica-{i}") for i in range(2)]
+    inventory = LateWatch(knowing(snapshot_of()), knowing(snapshot_of(), *replicas))
+    client = create_app(CATALOG, inventory, extender_caller_of=the_test_scheduler).test_client()
+    kept = [post(client, "filter", args_by_names(r, ["t4-a", "a100-idle"]))[1]["NodeNames"] for r in replicas]
+    assert kept == [["t4-a"], ["a100-idle"]], "the first replica counted on T4, as in the burst above"
+    assert inventory.waits == 1, "the second replica was known at once"
+
+
+@pytest.mark.parametrize("watched, waits", [
+    pytest.param(True, 1, id="pods-watched-waits-once-for-nothing"),
+    pytest.param(False, 0, id="pods-not-watched-no-wait"),
+])
+def test_a_made_up_pod_is_answered_after_the_wait_and_leaves_nothing(watched: bool, waits: int) -> None:
+    state = InventoryState(catalog=CATALOG, synced=True, watch_pods=watched)
+    state.replace_nodes(snapshot_of().nodes.values())
+    inventory = LateWatch(state.publish(), None)
+    client = create_app(CATALOG, inventory, extender_caller_of=the_test_scheduler).test_client()
+    made_up = _replica(placed_pod("T4", class_name="packed"), "uid-made-up")
+    for _ in range(2):
+        _, result = post(client, "filter", args_by_names(made_up, ["t4-a"]))
+        assert result["NodeNames"] == ["t4-a"], "its own earlier call counted nothing"
+    assert inventory.waits == 2 * waits

@@ -202,6 +202,21 @@ def test_unbound_gpu_pods_are_known_until_bound_finished_or_deleted(api: FakeApi
         inv.stop()
 
 
+def test_wait_newer_returns_when_the_watch_publishes(api: FakeApiServer) -> None:
+    api.create(make_namespace("ml"))
+    inv = start_inventory(api, watch_pods=True)
+    try:
+        eventually(lambda: inv.readiness()[0], what="sync")
+        before = inv.snapshot()
+        assert inv.wait_newer(before, 0.05) is before, "nothing new: the same snapshot, after the timeout"
+        api.create(gpu_pod("waiting", None, 1, phase="Pending"))
+        newer = inv.wait_newer(before, 30)
+        assert newer is not before
+        eventually(lambda: [p.name for p in inv.snapshot().unbound_pods.values()] == ["waiting"], what="the Pod")
+    finally:
+        inv.stop()
+
+
 def unbound(name: str, devices: int, resource: str = "nvidia.com/gpu", class_name: str | None = None) -> UnboundGpuPod:
     return UnboundGpuPod(f"uid-{name}", "ml", name, resource, devices, class_name)
 

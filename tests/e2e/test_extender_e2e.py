@@ -62,6 +62,11 @@ def test_the_extender_scheduler_filters_through_the_extender(
     assert calls == {("filter", name) for name in [*names, "fast"]}, calls
     # every call came over the extender's listener, with the scheduler's client certificate
     assert {r["caller"] for r in records} == {"gpu-class-scheduler"}
+    # Each balanced Pod was sent to one node and counted there until its binding was seen: a Pod the
+    # webhook's watch had brought (filter waits for it when the scheduler asks first, as it often does)
+    filters = [r for r in records if r["verb"] == "filter"]
+    assert [(r["assumed"], r["pod_known"]) for r in filters if r["pod"].split("/", 1)[1] in names] == [
+        (nodes[n], True) for n in names], filters
 
 
 def test_default_scheduler_pods_do_not_reach_the_extender(cluster: local_cluster.Cluster,

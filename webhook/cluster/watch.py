@@ -246,11 +246,12 @@ class LiveInventory:
                  observer: InventoryObserver | None = None) -> None:
         self.catalog = catalog
         self.observer = observer or NoObserver()
-        self.state = InventoryState(catalog=catalog, watch_namespaces=True)
         self.stop_event = threading.Event()
         # GPUs in use: the balanced and binpack orders, the extender's free devices, and the groups
         # (gpu-class.io/group) whose Pods run where and whose size must fit what is free
         self.watch_pods = watch_pods
+        self.state = InventoryState(catalog=catalog, watch_namespaces=True, watch_pods=self.watch_pods)
+        self._published = threading.Condition()  # notified with every new snapshot (wait_newer)
         self.reflectors = [
             self._reflector("nodes", api.list_node, self._reduce_node, self._replace_nodes, self._apply_node),
             self._reflector("namespaces", api.list_namespace, namespace_info_from_object, self._replace_namespaces,
@@ -287,6 +288,12 @@ class LiveInventory:
     def snapshot(self) -> Snapshot:
         return self.state.snapshot
 
+    def wait_newer(self, than: Snapshot, timeout_seconds: float) -> Snapshot:
+        """The first snapshot published after `than`, or the current one when none comes in time."""
+        with self._published:
+            self._published.wait_for(lambda: self.state.snapshot is not than, timeout_seconds)
+        return self.state.snapshot
+
     def read_once(self) -> Snapshot:
         """One list of each resource and no watch, reduced as the watch reduces: the view of a one-shot command."""
         for r in self.reflectors:
@@ -307,7 +314,12 @@ class LiveInventory:
     # each change goes through the state's lock and ends with a new published snapshot
     def _publish_if(self, changed: bool) -> None:
         if changed:
-            self.observer.published(self.state.publish())
+            self._publish()
+
+    def _publish(self) -> None:
+        self.observer.published(self.state.publish())
+        with self._published:
+            self._published.notify_all()
 
     def _reduce_node(self, obj: dict[str, Any]) -> NodeInfo | None:
         return node_info_from_object(obj, self.catalog)
@@ -362,7 +374,7 @@ class LiveInventory:
     def _mark_synced(self, name: str) -> None:
         # the reflector sets its own flag after replace() returns; count this one as done already
         self.state.synced = all(r.synced or r.name == name for r in self.reflectors)
-        self.observer.published(self.state.publish())
+        self._publish()
 
 
 def _pod_key(obj: Mapping[str, Any]) -> str:

@@ -339,6 +339,9 @@ class FilterOutcome:
     assumptions: dict[str, Assumed]
     assumed: Assumed | None
     pod_known: bool  # the Pod is one the inventory has seen unbound, with this request
+    # the answer sent the Pod to one node, but the inventory does not know the Pod (yet: the
+    # scheduler may ask before the watch has brought the Pod's creation); None otherwise
+    unknown: Assumed | None = None
 
 
 def known_unbound_pod(args: ExtenderArgs, needs: PodNeeds, snapshot: Snapshot) -> UnboundGpuPod | None:
@@ -347,7 +350,7 @@ def known_unbound_pod(args: ExtenderArgs, needs: PodNeeds, snapshot: Snapshot) -
     Only such a Pod may leave an assumption behind: anyone can make up a Pod with a fresh uid, and
     its GPUs, counted for ASSUME_SECONDS, would keep real Pods off the nodes it names.
     """
-    known = snapshot.unbound_pods.get(pod_uid(args))
+    known = (snapshot.unbound_pods or {}).get(pod_uid(args))
     metadata = args.pod.get("metadata")
     name = (metadata.get("namespace"), metadata.get("name")) if isinstance(metadata, Mapping) else None
     if known is None or name != (known.namespace, known.name) or (needs.resource, needs.gpus) != (
@@ -381,10 +384,10 @@ def filter_assuming(args: ExtenderArgs, snapshot: Snapshot, catalog: Catalog, as
     except PodProblem:
         needs = None
     known = needs is not None and known_unbound_pod(args, needs, snapshot) is not None
-    made = assume(result, needs, now_seconds) if needs is not None and known else None
-    if made is not None:
-        live[uid] = made
-    return FilterOutcome(result, live, made, known)
+    implied = assume(result, needs, now_seconds) if needs is not None and uid else None
+    if implied is not None and known:
+        live[uid] = implied
+    return FilterOutcome(result, live, implied if known else None, known, None if known else implied)
 
 
 def pod_uid(args: ExtenderArgs) -> str:
@@ -400,8 +403,8 @@ def with_assumed(snapshot: Snapshot, assumed: Mapping[str, Assumed],
     An assumption ends when its Pod is no longer a known unbound Pod (the watch saw it bound, where
     it is counted from then on, or deleted or finished), or after ASSUME_SECONDS.
     """
-    live = {uid: a for uid, a in assumed.items()
-            if now_seconds - a.at_seconds < ASSUME_SECONDS and uid in snapshot.unbound_pods}
+    unbound = snapshot.unbound_pods or {}
+    live = {uid: a for uid, a in assumed.items() if now_seconds - a.at_seconds < ASSUME_SECONDS and uid in unbound}
     if not live:
         return snapshot, live
     requested = dict(snapshot.requested)

@@ -145,8 +145,9 @@ class Snapshot:
     requested: Mapping[tuple[str, str], int] = field(default_factory=dict)
     # the bound, unfinished Pods of each group, by group, then by Pod ("namespace/name")
     pod_groups: Mapping[GroupName, Mapping[str, Holding]] = field(default_factory=dict)
-    # GPU Pods seen unbound and unfinished, by uid; a Pod leaves it in the event that binds it
-    unbound_pods: Mapping[str, UnboundGpuPod] = field(default_factory=dict)
+    # GPU Pods seen unbound and unfinished, by uid; a Pod leaves it in the event that binds it.
+    # None: Pods are not watched (a file inventory)
+    unbound_pods: Mapping[str, UnboundGpuPod] | None = None
     # answers worked out from this snapshot (the planner's), dropped with it; the only mutable part
     memo: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
 
@@ -382,6 +383,7 @@ class InventoryState:
 
     catalog: Catalog
     watch_namespaces: bool = False
+    watch_pods: bool = False  # publish unbound_pods (else None: nobody tells us which Pods exist)
     nodes: dict[str, NodeInfo] = field(default_factory=dict)
     members: dict[GroupKey, dict[str, NodeInfo]] = field(default_factory=dict)
     summaries: dict[GroupKey, ProductGroup] = field(default_factory=dict)
@@ -560,7 +562,7 @@ class InventoryState:
             nodes=MappingProxyType(self.nodes),
             requested=MappingProxyType(self.requested),
             pod_groups=MappingProxyType(self.pod_groups),
-            unbound_pods=MappingProxyType(self.unbound_pods),
+            unbound_pods=MappingProxyType(self.unbound_pods) if self.watch_pods else None,
         )
         return self.snapshot
 

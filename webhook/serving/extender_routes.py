@@ -25,6 +25,7 @@ from ..core.extender import (
     Assumed,
     BadExtenderArgs,
     ExtenderArgs,
+    FilterOutcome,
     filter_assuming,
     filter_error,
     neutral_priorities,
@@ -37,6 +38,11 @@ from .responses import json_response
 from .tls import Refusal
 
 log = logging.getLogger("gpu_class.extender")
+
+# How long `filter` waits for the watch to bring a Pod it does not know yet. In `python -m bench
+# placement` the scheduler asked first in 23 of 156 calls, and the watch brought the Pod 0.01 to 365 ms
+# later (median 6 ms) on a busy 2-core machine.
+UNKNOWN_POD_WAIT_SECONDS = 1.0
 
 # who calls an extender verb (a name for the log), or why the call is refused
 CallerCheck = Callable[[Mapping[str, Any]], str | Refusal]
@@ -71,6 +77,30 @@ def register_extender_routes(app: Flask, catalog: Catalog, inventory: InventoryS
         error = "Unauthorized" if caller.status == 401 else "Forbidden"
         return json_response({"error": error, "message": caller.message}, caller.status)
 
+    def filter_known(args: ExtenderArgs) -> tuple[FilterOutcome, float]:
+        """`filter` on the newest snapshot, and the seconds it waited for the watch.
+
+        The scheduler's informer and our watch get a Pod's creation at about the same time, and the
+        scheduler can ask first: while the answer would count a Pod the watch has not brought yet,
+        wait for it (UNKNOWN_POD_WAIT_SECONDS at most). A made-up Pod never comes, and costs the wait.
+        """
+        deadline = time.perf_counter() + UNKNOWN_POD_WAIT_SECONDS
+        snapshot, waited = inventory.snapshot(), 0.0
+        while True:
+            with lock:
+                outcome = filter_assuming(args, snapshot, catalog, assumed, time.monotonic())
+                assumed.clear()
+                assumed.update(outcome.assumptions)
+            left = deadline - time.perf_counter()
+            if outcome.unknown is None or snapshot.unbound_pods is None or left <= 0:
+                return outcome, waited
+            waiting = time.perf_counter()
+            newer = inventory.wait_newer(snapshot, left)
+            waited += time.perf_counter() - waiting
+            if newer is snapshot:
+                return outcome, waited
+            snapshot = newer
+
     @app.post("/filter")
     def extender_filter() -> Response:
         started = time.perf_counter()
@@ -83,15 +113,13 @@ def register_extender_routes(app: Flask, catalog: Catalog, inventory: InventoryS
             _log("filter", None, started, caller=caller, error=str(exc))
             return json_response({"error": "Bad Request", "message": str(exc)}, 400)
         try:
-            with lock:
-                outcome = filter_assuming(args, inventory.snapshot(), catalog, assumed, time.monotonic())
-                assumed.clear()
-                assumed.update(outcome.assumptions)
+            outcome, waited = filter_known(args)
             result = outcome.result
             # a Pod the watch has not seen unbound is answered, never counted: say so, so that calls
             # for made-up Pods show in the log
             known: dict[str, Any] = {"assumed": outcome.assumed.node if outcome.assumed else None,
-                                     "pod_known": outcome.pod_known}
+                                     "pod_known": outcome.pod_known,
+                                     **({"waited_ms": round(waited * 1000, 3)} if waited else {})}
         except Exception:
             log.exception("extender filter failed pod=%s", args.pod_ref)
             result = filter_error(f"gpu-class: internal error filtering nodes for Pod {args.pod_ref}; see its logs")
