@@ -948,12 +948,14 @@ def test_webhook_args_name_mounted_files(renders: Renders, rel: str) -> None:
     assert files[args["--client-ca-file"]] == ("Secret", TLS_SECRET, "ca.crt")
 
 
+@pytest.mark.parametrize("secret", [TLS_SECRET, CLIENT_SECRET])
 @pytest.mark.parametrize("rel", INSTALLS)
-def test_install_provides_the_tls_secret(renders: Renders, rel: str) -> None:
-    """The base only names gpu-class-tls; each install must create it, or the Pods never start."""
+def test_install_provides_the_tls_secrets(renders: Renders, rel: str, secret: str) -> None:
+    """The base and deploy/scheduler only name gpu-class-tls and gpu-class-extender-client; each install
+    must create them, or the Pods never start (the webhook's) or the extender refuses the scheduler."""
     objects = objects_of(renders, rel)
-    secrets = [o for o in all_of(objects, "Secret") if o["metadata"]["name"] == TLS_SECRET]
-    issued = [c for c in all_of(objects, "Certificate") if c["spec"].get("secretName") == TLS_SECRET]
+    secrets = [o for o in all_of(objects, "Secret") if o["metadata"]["name"] == secret]
+    issued = [c for c in all_of(objects, "Certificate") if c["spec"].get("secretName") == secret]
     assert len(secrets) + len(issued) == 1
     assert all(o["metadata"]["namespace"] == SYSTEM_NAMESPACE for o in secrets + issued)
 
@@ -1311,22 +1313,31 @@ def test_labeller_policy_is_bound_to_deny_and_fails_closed(renders: Renders) -> 
 # --- certificates ----------------------------------------------------------------------------------
 
 
+def tls_secret_problems(objects: Sequence[Obj], name: str, files: Mapping[str, bytes]) -> tuple[dict[str, bytes], list[str]]:
+    """The data of the kubernetes.io/tls Secret `name`, and why it is not the one made of `files`."""
+    secret = one_of(objects, "Secret", name, SYSTEM_NAMESPACE)
+    data = {k: base64.b64decode(v) for k, v in secret["data"].items()}
+    problems = [] if secret["type"] == "kubernetes.io/tls" else [f"{name}: Secret type {secret['type']}"]
+    if data != files:
+        problems.append(f"{name} does not hold the certificate files")
+    return data, problems
+
+
+def issue_problems(certificate: x509.Certificate, ca_pem: bytes, what: str) -> list[str]:
+    try:
+        certificate.verify_directly_issued_by(x509.load_pem_x509_certificate(ca_pem))
+    except (ValueError, TypeError, InvalidSignature) as exc:
+        return [f"the {what} does not verify against its CA: {exc!r}"]
+    return []
+
+
 def self_managed_problems(objects: Sequence[Obj], files: CertificateFiles) -> list[str]:
     """Why the API server would not trust the webhook installed by the self-managed overlay, if it would not."""
-    secret = one_of(objects, "Secret", TLS_SECRET, SYSTEM_NAMESPACE)
-    data = {k: base64.b64decode(v) for k, v in secret["data"].items()}
-    problems = []
-    if secret["type"] != "kubernetes.io/tls":
-        problems.append(f"Secret type {secret['type']}")
-    if data != {"ca.crt": files.ca_pem, "tls.crt": files.cert_pem, "tls.key": files.key_pem}:
-        problems.append("the Secret does not hold the certificate files")
+    data, problems = tls_secret_problems(objects, TLS_SECRET, {"ca.crt": files.ca_pem, "tls.crt": files.cert_pem,
+                                                               "tls.key": files.key_pem})
     client = the_webhook(objects)["clientConfig"]
-    ca = x509.load_pem_x509_certificate(base64.b64decode(client["caBundle"]))
     serving = x509.load_pem_x509_certificate(data["tls.crt"])
-    try:
-        serving.verify_directly_issued_by(ca)
-    except (ValueError, TypeError, InvalidSignature) as exc:
-        problems.append(f"the serving certificate does not verify against caBundle: {exc!r}")
+    problems += issue_problems(serving, base64.b64decode(client["caBundle"]), "serving certificate (caBundle)")
     names = serving.extensions.get_extension_for_class(x509.SubjectAlternativeName).value.get_values_for_type(
         x509.DNSName
     )
@@ -1338,21 +1349,12 @@ def self_managed_problems(objects: Sequence[Obj], files: CertificateFiles) -> li
 
 def client_certificate_problems(objects: Sequence[Obj], files: CertificateFiles) -> list[str]:
     """Why the webhook would not accept the scheduler's client certificate from a self-managed install."""
-    secret = one_of(objects, "Secret", CLIENT_SECRET, SYSTEM_NAMESPACE)
-    data = {k: base64.b64decode(v) for k, v in secret["data"].items()}
-    problems = []
-    if secret["type"] != "kubernetes.io/tls":
-        problems.append(f"Secret type {secret['type']}")
-    if data != {"tls.crt": files.client_pem, "tls.key": files.client_key_pem, "ca.crt": files.ca_pem}:
-        problems.append("the Secret does not hold the client certificate files")
+    data, problems = tls_secret_problems(objects, CLIENT_SECRET, {
+        "tls.crt": files.client_pem, "tls.key": files.client_key_pem, "ca.crt": files.ca_pem})
     # the webhook's --client-ca-file is the ca.crt of the serving Secret
     ca_pem = base64.b64decode(one_of(objects, "Secret", TLS_SECRET, SYSTEM_NAMESPACE)["data"]["ca.crt"])
-    ca = x509.load_pem_x509_certificate(ca_pem)
     client = x509.load_pem_x509_certificate(data["tls.crt"])
-    try:
-        client.verify_directly_issued_by(ca)
-    except (ValueError, TypeError, InvalidSignature) as exc:
-        problems.append(f"the client certificate does not verify against the client CA: {exc!r}")
+    problems += issue_problems(client, ca_pem, "client certificate (--client-ca-file)")
     usages = client.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
     if ExtendedKeyUsageOID.CLIENT_AUTH not in usages:
         problems.append(f"the client certificate is not for client authentication: {list(usages)}")
@@ -1362,16 +1364,6 @@ def client_certificate_problems(objects: Sequence[Obj], files: CertificateFiles)
 def test_self_managed_trusts_the_ca_that_signed_the_serving_certificate(renders: Renders) -> None:
     assert self_managed_problems(objects_of(renders, SELF_MANAGED), renders[1]) == []
     assert client_certificate_problems(objects_of(renders, SELF_MANAGED), renders[1]) == []
-
-
-@pytest.mark.parametrize("rel", INSTALLS)
-def test_install_provides_the_schedulers_client_certificate(renders: Renders, rel: str) -> None:
-    """deploy/scheduler mounts it: each install must create it, or the extender refuses the scheduler."""
-    objects = objects_of(renders, rel)
-    secrets = [o for o in all_of(objects, "Secret") if o["metadata"]["name"] == CLIENT_SECRET]
-    issued = [c for c in all_of(objects, "Certificate") if c["spec"].get("secretName") == CLIENT_SECRET]
-    assert len(secrets) + len(issued) == 1
-    assert all(o["metadata"]["namespace"] == SYSTEM_NAMESPACE for o in secrets + issued)
 
 
 def test_gpuclass_certs_fit_the_self_managed_overlay(tmp_path: Path) -> None:
