@@ -202,6 +202,24 @@ def test_unbound_gpu_pods_are_known_until_bound_finished_or_deleted(api: FakeApi
         inv.stop()
 
 
+@pytest.mark.parametrize("order", [
+    pytest.param(("nodes", "namespaces", "pods"), id="nodes-first"),
+    pytest.param(("pods", "namespaces", "nodes"), id="pods-first"),
+])
+def test_synced_once_every_first_list_is_in_whatever_the_reflectors_flags_say(api: FakeApiServer,
+                                                                              order: tuple[str, ...]) -> None:
+    """Reflectors set their own flag after replace() returns: lists that end together each see the
+    others unfinished. The snapshot counts the lists it has taken in instead (here the flags never move)."""
+    core = kubernetes.client.CoreV1Api(api.api_client())
+    inv = LiveInventory(CATALOG, core, watch_pods=True)  # not started: the replaces are called by hand
+    replace = {"nodes": inv._replace_nodes, "namespaces": inv._replace_namespaces, "pods": inv._replace_pods}
+    for name in order:
+        assert inv.snapshot().synced is False, f"synced before {name} was listed"
+        replace[name]([])
+        assert not any(r.synced for r in inv.reflectors)
+    assert inv.snapshot().synced is True
+
+
 def test_wait_newer_returns_when_the_watch_publishes(api: FakeApiServer) -> None:
     api.create(make_namespace("ml"))
     inv = start_inventory(api, watch_pods=True)

@@ -252,6 +252,7 @@ class LiveInventory:
         self.watch_pods = watch_pods
         self.state = InventoryState(catalog=catalog, watch_namespaces=True, watch_pods=self.watch_pods)
         self._published = threading.Condition()  # notified with every new snapshot (wait_newer)
+        self._listed: set[str] = set()  # reflectors whose first list is in the state
         self.reflectors = [
             self._reflector("nodes", api.list_node, self._reduce_node, self._replace_nodes, self._apply_node),
             self._reflector("namespaces", api.list_namespace, namespace_info_from_object, self._replace_namespaces,
@@ -372,8 +373,11 @@ class LiveInventory:
             self._publish_if(accounted or known)
 
     def _mark_synced(self, name: str) -> None:
-        # the reflector sets its own flag after replace() returns; count this one as done already
-        self.state.synced = all(r.synced or r.name == name for r in self.reflectors)
+        # Counted here, under the state's lock, not from the reflectors' own flags: a reflector sets its
+        # flag after replace() returns, so two lists ending together could each see the other unfinished
+        # and leave the snapshot unsynced, refusing every GPU Pod, until the next relist.
+        self._listed.add(name)
+        self.state.synced = self._listed >= {r.name for r in self.reflectors}
         self._publish()
 
 
