@@ -28,11 +28,11 @@ def free_port() -> int:
 
 
 def write_certs(directory: Path, names: Sequence[str] = ("localhost",), ips: Sequence[str] = ("127.0.0.1",)) -> Path:
+    """ca.crt, the serving pair tls.crt/tls.key and the scheduler's client pair client.crt/client.key."""
     bundle = certs.generate(list(names), list(ips))
     directory.mkdir(parents=True, exist_ok=True)
-    (directory / "ca.crt").write_bytes(bundle.ca_crt)
-    (directory / "tls.crt").write_bytes(bundle.tls_crt)
-    (directory / "tls.key").write_bytes(bundle.tls_key)
+    for name in ("ca.crt", "tls.crt", "tls.key", "client.crt", "client.key"):
+        (directory / name).write_bytes(getattr(bundle, name.replace(".", "_")))
     return directory
 
 
@@ -47,6 +47,7 @@ class Server:
     port: int
     ca_file: Path
     log_file: Path
+    extender_port: int | None = None  # with `extender=True`: --extender-bind, trusting ca_file's clients
 
     def context(self, **kwargs: Any) -> ssl.SSLContext:
         ctx = ssl.create_default_context(cafile=str(self.ca_file))
@@ -54,8 +55,19 @@ class Server:
             setattr(ctx, k, v)
         return ctx
 
-    def connection(self, timeout: float = 10.0) -> http.client.HTTPSConnection:
-        return http.client.HTTPSConnection("localhost", self.port, context=self.context(), timeout=timeout)
+    def connection(self, timeout: float = 10.0, *, port: int | None = None,
+                   client: tuple[Path, Path] | None = None) -> http.client.HTTPSConnection:
+        """A connection to `port` (default: the admission listener), presenting `client` (cert, key) if given."""
+        context = self.context()
+        if client is not None:
+            context.load_cert_chain(*client)
+        return http.client.HTTPSConnection("localhost", port or self.port, context=context, timeout=timeout)
+
+    def scheduler_connection(self, timeout: float = 10.0) -> http.client.HTTPSConnection:
+        """To the extender's listener, as the scheduler calls it: with the client certificate `gpuclass certs` made."""
+        assert self.extender_port is not None, "started without extender=True"
+        return self.connection(timeout, port=self.extender_port,
+                               client=(self.ca_file.parent / "client.crt", self.ca_file.parent / "client.key"))
 
     def post(self, path: str, body: bytes | dict[str, Any], conn: http.client.HTTPSConnection | None = None,
              headers: dict[str, str] | None = None) -> tuple[int, Any]:
@@ -103,19 +115,21 @@ def wait_until_serving(server: Server, timeout_seconds: float = 30.0) -> None:
 
 @contextlib.contextmanager
 def running_server(tmp: Path, args: Sequence[str], *, cert_dir: Path | None = None, workers: int = 1,
-                   env: dict[str, str] | None = None) -> Iterator[Server]:
+                   env: dict[str, str] | None = None, extender: bool = False) -> Iterator[Server]:
     cert_dir = cert_dir or write_certs(tmp / "certs")
     port = free_port()
+    extender_port = free_port() if extender else None
     log_file = tmp / f"server-{port}.log"
+    listener = ["--extender-bind", f"127.0.0.1:{extender_port}", "--client-ca-file", str(cert_dir / "ca.crt")]
     cmd = [
         sys.executable, "-m", "webhook.cli", "serve",
         "--cert-file", str(cert_dir / "tls.crt"), "--key-file", str(cert_dir / "tls.key"),
-        "--bind", f"127.0.0.1:{port}", "--workers", str(workers), *args,
+        "--bind", f"127.0.0.1:{port}", "--workers", str(workers), *(listener if extender else []), *args,
     ]
     with open(log_file, "wb") as log:
         process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})},
                                    start_new_session=True)
-    server = Server(process, port, cert_dir / "ca.crt", log_file)
+    server = Server(process, port, cert_dir / "ca.crt", log_file, extender_port)
     try:
         wait_until_serving(server)
         yield server
@@ -129,11 +143,11 @@ def running_server(tmp: Path, args: Sequence[str], *, cert_dir: Path | None = No
                 process.wait()
 
 
-def serving_test_inventory(tmp: Path, *, workers: int = 1) -> contextlib.AbstractContextManager[Server]:
+def serving_test_inventory(tmp: Path, *, workers: int = 1, extender: bool = False) -> contextlib.AbstractContextManager[Server]:
     """The real server on the test catalog and the small mixed cluster of builders.py."""
     from builders import CATALOG_NODES, TEST_CATALOG_YAML
 
     nodes = write_objects(tmp / "nodes.yaml", CATALOG_NODES)
     catalog = tmp / "catalog.yaml"
     catalog.write_text(TEST_CATALOG_YAML)
-    return running_server(tmp, ["--nodes", str(nodes), "--config", str(catalog)], workers=workers)
+    return running_server(tmp, ["--nodes", str(nodes), "--config", str(catalog)], workers=workers, extender=extender)

@@ -116,6 +116,11 @@ BAD_VALUES = [
     pytest.param(["--set", "tls.certManager.duration=90d"], "/tls/certManager/duration", id="not-a-go-duration"),
     pytest.param(["--set", "webhook.url=http://127.0.0.1:8443"], "/webhook/url", id="webhook-url-not-https"),
     pytest.param(["--set", "catalog.inline=types: [oops"], "catalog.inline is not YAML", id="inline-catalog-not-yaml"),
+    pytest.param(["--set", "tls.mode=secret", "--set", "tls.secretName=mine", "--set", "scheduler.extender=true",
+                  "--set-string", "tls.caBundle=-----BEGIN CERTIFICATE-----"], "tls.clientSecretName",
+                 id="secret-mode-extender-without-a-client-certificate"),
+    pytest.param(["--set", "networkPolicy.admissionFrom=everyone"], "/networkPolicy/admissionFrom",
+                 id="admission-sources-not-peers"),
 ]
 
 
@@ -172,6 +177,7 @@ SAFETY_CHECKS: Sequence[Callable[..., None]] = (
     deploy.test_webhook_args_name_mounted_files,
     deploy.test_rbac_is_read_only,
     deploy.test_service_reaches_the_webhook_port,
+    deploy.test_network_policy_keeps_the_extender_port_to_the_scheduler,
     deploy.test_webhook_sees_only_pod_creations,
     deploy.test_backstop_fails_closed_on_pod_creations,
     deploy.test_every_expression_compiles,
@@ -200,9 +206,10 @@ EXTRA_NAMESPACE_LABELS = {"own-secret.yaml": {"team-kind": "ml"}}
 
 
 def selected_by(objects: Sequence[Obj], labels: Mapping[str, str]) -> set[bool]:
-    """Whether the webhook, and each backstop policy, serve a namespace with these labels."""
+    """Whether the webhook, and the backstop policy where there is one, serve a namespace with these labels."""
     selectors = [deploy.the_webhook(objects)["namespaceSelector"]]
-    selectors += [p["spec"]["matchConstraints"]["namespaceSelector"] for p in all_of(objects, "ValidatingAdmissionPolicy")]
+    selectors += [p["spec"]["matchConstraints"]["namespaceSelector"] for p in all_of(objects, "ValidatingAdmissionPolicy")
+                  if p["metadata"]["name"] == deploy.BACKSTOP_POLICY]
     return {deploy.selects(s, labels) for s in selectors}
 
 
@@ -236,6 +243,16 @@ def test_another_release_namespace_is_never_served() -> None:
 @pytest.mark.parametrize("case", deploy.MATCH_CASES)
 def test_match_conditions_as_in_deploy(chart_renders: dict[str, list[Obj]], case: deploy.MatchCase) -> None:
     assert deploy.webhook_is_called(deploy.the_webhook(chart_renders["defaults"]), case.pod, deploy.OPTED_IN) is case.sent
+
+
+def test_network_policy_follows_the_values() -> None:
+    peers = [{"ipBlock": {"cidr": "10.0.0.0/24"}}, {"namespaceSelector": {"matchLabels": {"name": "monitoring"}}}]
+    objects = template("--set-json", f"networkPolicy.admissionFrom={json.dumps(peers)}")
+    policy = one_of(objects, "NetworkPolicy", "gpu-class", NAMESPACE)
+    container = deploy.webhook_container(deploy.webhook_deployment(objects))
+    assert deploy.admitted_sources(policy, container, deploy.CONTAINER_PORT) == [peers]
+    assert deploy.admitted_sources(policy, container, deploy.EXTENDER_PORT)[0] != peers
+    assert all_of(template("--set", "networkPolicy.enabled=false"), "NetworkPolicy") == []
 
 
 def test_webhook_settings_follow_the_values() -> None:
@@ -317,8 +334,11 @@ def test_shipped_catalog_is_deploys() -> None:
 def test_self_managed_certificate_verifies_for_the_service(chart_renders: dict[str, list[Obj]]) -> None:
     objects = chart_renders["defaults"]
     secret = one_of(objects, "Secret", deploy.TLS_SECRET, NAMESPACE)
-    files = CertificateFiles(*(base64.b64decode(secret["data"][k]) for k in ("ca.crt", "tls.crt", "tls.key")))
+    client = one_of(objects, "Secret", deploy.CLIENT_SECRET, NAMESPACE)
+    files = CertificateFiles(*(base64.b64decode(secret["data"][k]) for k in ("ca.crt", "tls.crt", "tls.key")),
+                             *(base64.b64decode(client["data"][k]) for k in ("tls.crt", "tls.key")))
     assert deploy.self_managed_problems(objects, files) == []
+    assert deploy.client_certificate_problems(objects, files) == []
     ca_secret = one_of(objects, "Secret", "gpu-class-ca", NAMESPACE)
     ca = x509.load_pem_x509_certificate(base64.b64decode(ca_secret["data"]["tls.crt"]))
     assert ca.public_bytes(serialization.Encoding.PEM) == files.ca_pem
@@ -383,8 +403,8 @@ SAME_INSTALLS = [
          "--set", "labeller.enabled=true",
          "--set", "monitoring.serviceMonitor.enabled=true", "--set", "monitoring.prometheusRule.enabled=true",
          "--set", "monitoring.dashboard.enabled=true"],
-        # The namespace: Helm installs into one that exists. The Secret: the user's, in mode secret.
-        {f"Namespace {NAMESPACE}", f"Secret {NAMESPACE}/{deploy.TLS_SECRET}"},
+        # The namespace: Helm installs into one that exists. The Secrets: the user's, in mode secret.
+        {f"Namespace {NAMESPACE}", f"Secret {NAMESPACE}/{deploy.TLS_SECRET}", f"Secret {NAMESPACE}/{deploy.CLIENT_SECRET}"},
         id="self-managed-labeller-monitoring",
     ),
     pytest.param(

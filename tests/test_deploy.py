@@ -55,9 +55,11 @@ CLUSTER_ROLE = "gpu-class"
 WEBHOOK_CONFIGURATION = "gpu-class.io"
 WEBHOOK = "pods.gpu-class.io"
 TLS_SECRET = "gpu-class-tls"
+CLIENT_SECRET = "gpu-class-extender-client"  # the scheduler's client certificate for the extender
 PRIORITY_CLASS = "system-cluster-critical"
 USER_ID = 65532
 CONTAINER_PORT = 8443
+EXTENDER_PORT = 8444
 SERVICE_DNS_NAMES = (
     f"{SERVICE}.{SYSTEM_NAMESPACE}.svc",
     f"{SERVICE}.{SYSTEM_NAMESPACE}.svc.cluster.local",
@@ -68,6 +70,8 @@ SERVE_ARGS = [
     "--cert-file", "/etc/gpu-class/tls/tls.crt",
     "--key-file", "/etc/gpu-class/tls/tls.key",
     "--bind", f"0.0.0.0:{CONTAINER_PORT}",
+    "--extender-bind", f"0.0.0.0:{EXTENDER_PORT}",
+    "--client-ca-file", "/etc/gpu-class/tls/ca.crt",
 ]
 BACKSTOP_MESSAGE_PREFIX = "gpu-class did not place this Pod (webhook down or bypassed): "
 
@@ -150,24 +154,48 @@ def tool(name: str) -> Path:
 
 @dataclass(frozen=True)
 class CertificateFiles:
+    """The files of the self-managed overlay's certs/, as `gpuclass certs` writes them."""
+
     ca_pem: bytes
     cert_pem: bytes
     key_pem: bytes
+    client_pem: bytes
+    client_key_pem: bytes
+
+    FILES = ("ca.crt", "tls.crt", "tls.key", "client.crt", "client.key")
 
     @classmethod
     def read(cls, directory: Path) -> CertificateFiles:
-        return cls(*((directory / name).read_bytes() for name in ("ca.crt", "tls.crt", "tls.key")))
+        return cls(*((directory / name).read_bytes() for name in cls.FILES))
 
     def write(self, directory: Path) -> None:
         directory.mkdir(parents=True, exist_ok=True)
-        (directory / "ca.crt").write_bytes(self.ca_pem)
-        (directory / "tls.crt").write_bytes(self.cert_pem)
-        (directory / "tls.key").write_bytes(self.key_pem)
+        for name, data in zip(self.FILES, (self.ca_pem, self.cert_pem, self.key_pem, self.client_pem,
+                                           self.client_key_pem)):
+            (directory / name).write_bytes(data)
+
+
+def _leaf(ca: x509.Certificate, ca_key: ec.EllipticCurvePrivateKey, common_name: str,
+          usage: x509.ObjectIdentifier, names: Sequence[str] = ()) -> tuple[bytes, bytes]:
+    now = datetime.now(timezone.utc)
+    key = ec.generate_private_key(ec.SECP256R1())
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)]))
+        .issuer_name(ca.subject).public_key(key.public_key()).serial_number(x509.random_serial_number())
+        .not_valid_before(now - timedelta(minutes=5)).not_valid_after(now + timedelta(days=1))
+        .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+    )
+    if names:
+        builder = builder.add_extension(x509.SubjectAlternativeName([x509.DNSName(n) for n in names]), critical=False)
+    return (builder.sign(ca_key, hashes.SHA256()).public_bytes(serialization.Encoding.PEM),
+            key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
 
 
 def make_test_certificates() -> CertificateFiles:
-    """A throwaway CA and serving certificate for the webhook Service, made here so that rendering does
-    not depend on the `gpuclass` command (test_gpuclass_certs_fit_the_self_managed_overlay covers that)."""
+    """A throwaway CA, serving certificate for the webhook Service and scheduler client certificate, made
+    here so that rendering does not depend on the `gpuclass` command
+    (test_gpuclass_certs_fit_the_self_managed_overlay covers that)."""
     now = datetime.now(timezone.utc)
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "gpu-class test CA")])
@@ -178,21 +206,9 @@ def make_test_certificates() -> CertificateFiles:
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
         .sign(ca_key, hashes.SHA256())
     )
-    key = ec.generate_private_key(ec.SECP256R1())
-    serving = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, SERVICE_DNS_NAMES[0])]))
-        .issuer_name(ca_name).public_key(key.public_key()).serial_number(x509.random_serial_number())
-        .not_valid_before(now - timedelta(minutes=5)).not_valid_after(now + timedelta(days=1))
-        .add_extension(x509.SubjectAlternativeName([x509.DNSName(n) for n in SERVICE_DNS_NAMES]), critical=False)
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .sign(ca_key, hashes.SHA256())
-    )
-    return CertificateFiles(
-        ca.public_bytes(serialization.Encoding.PEM),
-        serving.public_bytes(serialization.Encoding.PEM),
-        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()),
-    )
+    serving = _leaf(ca, ca_key, SERVICE_DNS_NAMES[0], ExtendedKeyUsageOID.SERVER_AUTH, SERVICE_DNS_NAMES)
+    client = _leaf(ca, ca_key, "gpu-class-scheduler", ExtendedKeyUsageOID.CLIENT_AUTH)
+    return CertificateFiles(ca.public_bytes(serialization.Encoding.PEM), *serving, *client)
 
 
 def copy_deploy(destination: Path) -> Path:
@@ -301,10 +317,12 @@ def the_webhook(objects: Sequence[Obj]) -> Obj:
     return webhook
 
 
+BACKSTOP_POLICY = "gpu-class.io-placement"
+LABELLER_POLICY = "gpu-class.io-labeller"
+
+
 def backstop_policy(objects: Sequence[Obj]) -> Obj:
-    policies = all_of(objects, "ValidatingAdmissionPolicy")
-    assert len(policies) == 1, "one backstop ValidatingAdmissionPolicy"
-    return policies[0]
+    return one_of(objects, "ValidatingAdmissionPolicy", BACKSTOP_POLICY)
 
 
 # --- label selectors, as the API server evaluates them ---------------------------------------------
@@ -398,14 +416,26 @@ def backstop_outcome(policy: Obj, binding: Obj, pod: Obj, namespace: Obj) -> Bac
     for resources in (spec["matchConstraints"], binding["spec"].get("matchResources")):
         if resources is not None and not selects(resources.get("namespaceSelector"), labels):
             return "not-matched"
-    activation = policy_activation(pod, namespace)
+    return policy_outcome(policy, binding, policy_activation(pod, namespace))
+
+
+def policy_outcome(policy: Obj, binding: Obj, activation: Mapping[str, Any]) -> BackstopOutcome:
+    """What a ValidatingAdmissionPolicy does with a request, given its variables (object, request, ...)."""
+    spec = policy["spec"]
     if not all(evaluate_cel(c["expression"], activation) for c in spec.get("matchConditions") or []):
         return "not-matched"
-    computed: dict[str, Any] = {}
+    computed = celpy.celtypes.MapType()
+    cel_activation = {**{k: json_to_cel(v) for k, v in activation.items()}, "variables": computed}
     for variable in spec.get("variables") or []:
-        computed[variable["name"]] = evaluate_cel(variable["expression"], {**activation, "variables": computed})
-    activation = {**activation, "variables": computed}
-    if all(evaluate_cel(v["expression"], activation) for v in spec["validations"]):
+        computed[celpy.celtypes.StringType(variable["name"])] = compile_cel(variable["expression"]).evaluate(
+            cel_activation)
+
+    def holds(expression: str) -> bool:
+        result = compile_cel(expression).evaluate(cel_activation)
+        assert isinstance(result, celpy.celtypes.BoolType), f"{expression!r} gave {result!r}, not a bool"
+        return bool(result)
+
+    if all(holds(v["expression"]) for v in spec["validations"]):
         return "admitted"
     return "refused" if "Deny" in binding["spec"]["validationActions"] else "admitted"
 
@@ -914,14 +944,18 @@ def test_webhook_args_name_mounted_files(renders: Renders, rel: str) -> None:
     assert key in catalog["data"], f"{name_of(catalog)} has no {key}"
     assert files[args["--cert-file"]] == ("Secret", TLS_SECRET, "tls.crt")
     assert files[args["--key-file"]] == ("Secret", TLS_SECRET, "tls.key")
+    # the extender's callers: client certificates of the CA that signed the serving certificate
+    assert files[args["--client-ca-file"]] == ("Secret", TLS_SECRET, "ca.crt")
 
 
+@pytest.mark.parametrize("secret", [TLS_SECRET, CLIENT_SECRET])
 @pytest.mark.parametrize("rel", INSTALLS)
-def test_install_provides_the_tls_secret(renders: Renders, rel: str) -> None:
-    """The base only names gpu-class-tls; each install must create it, or the Pods never start."""
+def test_install_provides_the_tls_secrets(renders: Renders, rel: str, secret: str) -> None:
+    """The base and deploy/scheduler only name gpu-class-tls and gpu-class-extender-client; each install
+    must create them, or the Pods never start (the webhook's) or the extender refuses the scheduler."""
     objects = objects_of(renders, rel)
-    secrets = [o for o in all_of(objects, "Secret") if o["metadata"]["name"] == TLS_SECRET]
-    issued = [c for c in all_of(objects, "Certificate") if c["spec"].get("secretName") == TLS_SECRET]
+    secrets = [o for o in all_of(objects, "Secret") if o["metadata"]["name"] == secret]
+    issued = [c for c in all_of(objects, "Certificate") if c["spec"].get("secretName") == secret]
     assert len(secrets) + len(issued) == 1
     assert all(o["metadata"]["namespace"] == SYSTEM_NAMESPACE for o in secrets + issued)
 
@@ -964,6 +998,42 @@ def test_service_reaches_the_webhook_port(renders: Renders, rel: str) -> None:
     ports = [p for p in service["spec"]["ports"] if p["port"] == reference.get("port", 443)]
     assert len(ports) == 1 and ports[0]["port"] == 443
     assert port_number(webhook_container(deployment), ports[0]["targetPort"]) == CONTAINER_PORT
+
+
+def admitted_sources(policy: Obj, container: Obj, port: int) -> list[list[Obj] | None]:
+    """The `from` of each ingress rule that admits the container's `port` (None: any source)."""
+    return [rule.get("from") for rule in policy["spec"].get("ingress") or []
+            if not rule.get("ports") or any(port_number(container, p["port"]) == port for p in rule["ports"])]
+
+
+@pytest.mark.parametrize("rel", INSTALLS)
+def test_network_policy_keeps_the_extender_port_to_the_scheduler(renders: Renders, rel: str) -> None:
+    """Defence in depth where the network plugin enforces it: the extender's port only from the second
+    scheduler's Pods in this namespace; the admission port from anywhere (the API server's address is
+    no Pod's, and differs by cluster), which keeps the API server's calls working everywhere."""
+    objects = objects_of(renders, rel)
+    deployment = webhook_deployment(objects)
+    policy = one_of(objects, "NetworkPolicy", "gpu-class", SYSTEM_NAMESPACE)
+    spec = policy["spec"]
+    assert selects(spec["podSelector"], deployment["spec"]["template"]["metadata"]["labels"])
+    assert spec["policyTypes"] == ["Ingress"], "the webhook's own calls to the API server stay open"
+    container = webhook_container(deployment)
+    assert admitted_sources(policy, container, CONTAINER_PORT) == [None]
+    sources = admitted_sources(policy, container, EXTENDER_PORT)
+    schedulers = [o for o in all_of(objects, "Deployment") if o["metadata"]["name"] == "gpu-class-scheduler"]
+    if not schedulers:
+        assert sources == [], "no second scheduler: nothing may reach the extender's port"
+        return
+    (peers,) = sources
+    assert peers and all(set(peer) == {"podSelector"} for peer in peers), "Pods of this namespace only"
+    assert any(selects(p["podSelector"], schedulers[0]["spec"]["template"]["metadata"]["labels"]) for p in peers)
+    for owner, pod_spec in pod_templates(objects):
+        if owner["metadata"]["name"] != "gpu-class-scheduler":
+            labels = dig(owner, *POD_TEMPLATE_PATHS[owner["kind"]][:-1], "metadata", "labels") or {}
+            assert not any(selects(p["podSelector"], labels) for p in peers), name_of(owner)
+    service = one_of(objects, "Service", SERVICE, SYSTEM_NAMESPACE)
+    assert [p["port"] for p in service["spec"]["ports"] if port_number(container, p["targetPort"]) == EXTENDER_PORT
+            ] == [EXTENDER_PORT], "the Service reaches the extender's port as the scheduler's urlPrefix names it"
 
 
 # --- the mutating webhook --------------------------------------------------------------------------
@@ -1054,8 +1124,8 @@ def test_shipped_catalog_loads(renders: Renders) -> None:
 # --- the backstop policy ---------------------------------------------------------------------------
 
 
-def policy_and_binding(objects: Sequence[Obj]) -> tuple[Obj, Obj]:
-    policy = backstop_policy(objects)
+def policy_and_binding(objects: Sequence[Obj], name: str = BACKSTOP_POLICY) -> tuple[Obj, Obj]:
+    policy = one_of(objects, "ValidatingAdmissionPolicy", name)
     bindings = [b for b in all_of(objects, "ValidatingAdmissionPolicyBinding")
                 if b["spec"]["policyName"] == policy["metadata"]["name"]]
     assert len(bindings) == 1, "the policy is bound exactly once"
@@ -1132,25 +1202,142 @@ def test_every_expression_compiles(renders: Renders, rel: str) -> None:
         compile_cel(expression)
 
 
+# --- the labeller's policy ---------------------------------------------------------------------------
+
+LABELLER_USER = f"system:serviceaccount:{SYSTEM_NAMESPACE}:gpu-class-labeller"
+NODE_NAME_EXTRA = "authentication.kubernetes.io/node-name"
+
+
+def make_node(name: str, labels: Mapping[str, str], **spec: Any) -> Obj:
+    return {"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "labels": dict(labels), "annotations": {"node.alpha.kubernetes.io/ttl": "0"}},
+            "spec": spec, "status": {}}
+
+
+GPU_NODE = make_node("gpu-1", {"kubernetes.io/hostname": "gpu-1", "team": "ml", "gpu-type": "Tesla-T4",
+                               "gpu-class.io/gpu-count": "1"},
+                     taints=[{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}])
+
+
+def relabelled(node: Obj, *, name: str | None = None, labels: Mapping[str, str | None] = (), **change: Any) -> Obj:
+    """`node` after a patch: labels set (None: removed), other top-level spec or metadata fields replaced."""
+    new: Obj = yaml.safe_load(yaml.safe_dump(node))
+    if name:
+        new["metadata"]["name"] = name
+    for key, value in dict(labels).items():
+        if value is None:
+            new["metadata"]["labels"].pop(key, None)
+        else:
+            new["metadata"]["labels"][key] = value
+    for field, value in change.items():
+        (new["spec"] if field in ("taints", "unschedulable") else new["metadata"])[field] = value
+    return new
+
+
+@dataclass(frozen=True)
+class LabellerCase:
+    old: Obj
+    new: Obj
+    node_name: str | None  # the node of the Pod the token is bound to; None: a token bound to no Pod
+    outcome: BackstopOutcome
+    username: str = LABELLER_USER
+
+
+LABELLER_CASES = [
+    pytest.param(LabellerCase(GPU_NODE, relabelled(GPU_NODE, labels={"gpu-type": "NVIDIA-A100-SXM4-80GB",
+                                                                      "gpu-class.io/gpu-count": "8"}), "gpu-1",
+                              "admitted"), id="own-node-own-keys"),
+    pytest.param(LabellerCase(GPU_NODE, relabelled(GPU_NODE, labels={"gpu-class.io/gpu-count": None,
+                                                                      "gpu-class.io/gpu-models-mixed": "true"}),
+                              "gpu-1", "admitted"), id="own-node-own-key-removed-and-added"),
+    pytest.param(LabellerCase(relabelled(GPU_NODE, name="gpu-2"),
+                              relabelled(GPU_NODE, name="gpu-2", labels={"gpu-type": "NVIDIA-H100-80GB-HBM3"}),
+                              "gpu-1", "refused"), id="another-node"),
+    pytest.param(LabellerCase(GPU_NODE, relabelled(GPU_NODE, labels={"gpu-type": "NVIDIA-H100-80GB-HBM3"}), None,
+                              "refused"), id="token-bound-to-no-pod"),
+    pytest.param(LabellerCase(GPU_NODE, relabelled(GPU_NODE, labels={"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}),
+                              "gpu-1", "refused"), id="another-key-added"),
+    pytest.param(LabellerCase(GPU_NODE, relabelled(GPU_NODE, labels={"team": "web"}), "gpu-1", "refused"),
+                 id="another-key-changed"),
+    pytest.param(LabellerCase(GPU_NODE, relabelled(GPU_NODE, labels={"team": None}), "gpu-1", "refused"),
+                 id="another-key-removed"),
+    pytest.param(LabellerCase(GPU_NODE, relabelled(GPU_NODE, taints=[]), "gpu-1", "refused"), id="taint-removed"),
+    pytest.param(LabellerCase(GPU_NODE, relabelled(GPU_NODE, unschedulable=True), "gpu-1", "refused"), id="cordon"),
+    pytest.param(LabellerCase(GPU_NODE, relabelled(GPU_NODE, annotations={"x": "y"}), "gpu-1", "refused"),
+                 id="annotations"),
+    pytest.param(LabellerCase(GPU_NODE, relabelled(GPU_NODE, ownerReferences=[
+        {"apiVersion": "v1", "kind": "ConfigMap", "name": "doomed", "uid": "5f2c9b1e-0000-4000-8000-000000000001"}]),
+        "gpu-1", "refused"), id="owner-reference"),
+    pytest.param(LabellerCase(GPU_NODE, relabelled(GPU_NODE, labels={"team": "web"}), None, "not-matched",
+                              username="system:admin"), id="anyone-else-not-matched"),
+]
+
+
+def labeller_activation(case: LabellerCase) -> dict[str, Any]:
+    user: Obj = {"username": case.username, "groups": ["system:serviceaccounts", "system:authenticated"]}
+    if case.node_name is not None:
+        user["extra"] = {NODE_NAME_EXTRA: [case.node_name], "authentication.kubernetes.io/node-uid": ["4b1c"],
+                         "authentication.kubernetes.io/pod-name": ["gpu-class-labeller-x2k4p"]}
+    request = {"uid": "1f9c", "operation": "UPDATE", "userInfo": user, "name": case.new["metadata"]["name"],
+               "kind": {"group": "", "version": "v1", "kind": "Node"},
+               "resource": {"group": "", "version": "v1", "resource": "nodes"}}
+    return {"object": case.new, "oldObject": case.old, "request": request, "params": None, "namespaceObject": None}
+
+
+@pytest.mark.parametrize("case", LABELLER_CASES)
+def test_labeller_changes_only_its_own_labels_on_its_own_node(renders: Renders, case: LabellerCase) -> None:
+    policy, binding = policy_and_binding(objects_of(renders, "labeller"), LABELLER_POLICY)
+    assert policy_outcome(policy, binding, labeller_activation(case)) == case.outcome
+
+
+def test_labeller_policy_is_bound_to_deny_and_fails_closed(renders: Renders) -> None:
+    from webhook.core.labels import OWNED_LABELS
+
+    objects = objects_of(renders, "labeller")
+    policy, binding = policy_and_binding(objects, LABELLER_POLICY)
+    spec = policy["spec"]
+    assert spec["failurePolicy"] == "Fail" and binding["spec"]["validationActions"] == ["Deny"]
+    assert spec["matchConstraints"]["resourceRules"] == [
+        {"apiGroups": [""], "apiVersions": ["*"], "operations": ["UPDATE"], "resources": ["nodes"]}]
+    (account,) = all_of(objects, "ServiceAccount")
+    assert f"'system:serviceaccount:{account['metadata']['namespace']}:{account['metadata']['name']}'" in (
+        spec["matchConditions"][0]["expression"])
+    own = compile_cel(next(v["expression"] for v in spec["variables"] if v["name"] == "ownKeys")).evaluate({})
+    assert tuple(own) == OWNED_LABELS, "the keys the labeller sets (webhook/core/labels.py)"
+    for validation in spec["validations"]:
+        assert validation["reason"] == "Forbidden"
+    for entry in [*spec["matchConditions"], *spec["variables"]]:
+        assert QUALIFIED_NAME.match(entry["name"]), entry["name"]
+
+
 # --- certificates ----------------------------------------------------------------------------------
+
+
+def tls_secret_problems(objects: Sequence[Obj], name: str, files: Mapping[str, bytes]) -> tuple[dict[str, bytes], list[str]]:
+    """The data of the kubernetes.io/tls Secret `name`, and why it is not the one made of `files`."""
+    secret = one_of(objects, "Secret", name, SYSTEM_NAMESPACE)
+    data = {k: base64.b64decode(v) for k, v in secret["data"].items()}
+    problems = [] if secret["type"] == "kubernetes.io/tls" else [f"{name}: Secret type {secret['type']}"]
+    if data != files:
+        problems.append(f"{name} does not hold the certificate files")
+    return data, problems
+
+
+def issue_problems(certificate: x509.Certificate, ca_pem: bytes, what: str) -> list[str]:
+    try:
+        certificate.verify_directly_issued_by(x509.load_pem_x509_certificate(ca_pem))
+    except (ValueError, TypeError, InvalidSignature) as exc:
+        return [f"the {what} does not verify against its CA: {exc!r}"]
+    return []
 
 
 def self_managed_problems(objects: Sequence[Obj], files: CertificateFiles) -> list[str]:
     """Why the API server would not trust the webhook installed by the self-managed overlay, if it would not."""
-    secret = one_of(objects, "Secret", TLS_SECRET, SYSTEM_NAMESPACE)
-    data = {k: base64.b64decode(v) for k, v in secret["data"].items()}
-    problems = []
-    if secret["type"] != "kubernetes.io/tls":
-        problems.append(f"Secret type {secret['type']}")
-    if data != {"ca.crt": files.ca_pem, "tls.crt": files.cert_pem, "tls.key": files.key_pem}:
-        problems.append("the Secret does not hold the certificate files")
+    data, problems = tls_secret_problems(objects, TLS_SECRET, {"ca.crt": files.ca_pem, "tls.crt": files.cert_pem,
+                                                               "tls.key": files.key_pem})
     client = the_webhook(objects)["clientConfig"]
-    ca = x509.load_pem_x509_certificate(base64.b64decode(client["caBundle"]))
     serving = x509.load_pem_x509_certificate(data["tls.crt"])
-    try:
-        serving.verify_directly_issued_by(ca)
-    except (ValueError, TypeError, InvalidSignature) as exc:
-        problems.append(f"the serving certificate does not verify against caBundle: {exc!r}")
+    problems += issue_problems(serving, base64.b64decode(client["caBundle"]), "serving certificate (caBundle)")
     names = serving.extensions.get_extension_for_class(x509.SubjectAlternativeName).value.get_values_for_type(
         x509.DNSName
     )
@@ -1160,8 +1347,23 @@ def self_managed_problems(objects: Sequence[Obj], files: CertificateFiles) -> li
     return problems
 
 
+def client_certificate_problems(objects: Sequence[Obj], files: CertificateFiles) -> list[str]:
+    """Why the webhook would not accept the scheduler's client certificate from a self-managed install."""
+    data, problems = tls_secret_problems(objects, CLIENT_SECRET, {
+        "tls.crt": files.client_pem, "tls.key": files.client_key_pem, "ca.crt": files.ca_pem})
+    # the webhook's --client-ca-file is the ca.crt of the serving Secret
+    ca_pem = base64.b64decode(one_of(objects, "Secret", TLS_SECRET, SYSTEM_NAMESPACE)["data"]["ca.crt"])
+    client = x509.load_pem_x509_certificate(data["tls.crt"])
+    problems += issue_problems(client, ca_pem, "client certificate (--client-ca-file)")
+    usages = client.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+    if ExtendedKeyUsageOID.CLIENT_AUTH not in usages:
+        problems.append(f"the client certificate is not for client authentication: {list(usages)}")
+    return problems
+
+
 def test_self_managed_trusts_the_ca_that_signed_the_serving_certificate(renders: Renders) -> None:
     assert self_managed_problems(objects_of(renders, SELF_MANAGED), renders[1]) == []
+    assert client_certificate_problems(objects_of(renders, SELF_MANAGED), renders[1]) == []
 
 
 def test_gpuclass_certs_fit_the_self_managed_overlay(tmp_path: Path) -> None:
@@ -1176,6 +1378,7 @@ def test_gpuclass_certs_fit_the_self_managed_overlay(tmp_path: Path) -> None:
     objects = kustomize(root / SELF_MANAGED)
     assert isinstance(objects, list), objects
     assert self_managed_problems(objects, CertificateFiles.read(certs)) == []
+    assert client_certificate_problems(objects, CertificateFiles.read(certs)) == []
 
 
 def is_cert_manager(obj: Mapping[str, Any]) -> bool:
@@ -1267,6 +1470,14 @@ def test_cert_manager_issues_and_injects_the_serving_certificate(renders: Render
     # under the renewed CA before the old one expires.
     ca_spec, serving_spec = ca_certificate[0]["spec"], serving["spec"]
     assert go_duration(ca_spec["renewBefore"]) > go_duration(serving_spec["duration"])
+
+    # The scheduler's client certificate: from the same CA Issuer, so the ca.crt of the serving Secret
+    # (the webhook's --client-ca-file) verifies it, for client authentication only, and renewed.
+    (client,) = [c for c in all_of(objects, "Certificate") if c["spec"]["secretName"] == CLIENT_SECRET]
+    assert client["spec"]["issuerRef"] == serving["spec"]["issuerRef"]
+    assert "client auth" in client["spec"]["usages"] and "server auth" not in client["spec"]["usages"]
+    assert go_duration(client["spec"]["renewBefore"]) < go_duration(client["spec"]["duration"])
+    assert go_duration(ca_spec["renewBefore"]) > go_duration(client["spec"]["duration"])
 
 
 # --- the image ---------------------------------------------------------------------------------------

@@ -10,7 +10,12 @@ from __future__ import annotations
 
 import copy
 import json
+import ssl
+import subprocess
+import sys
+import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
 import jsonpatch
@@ -21,14 +26,17 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from builders import make_catalog, make_node, make_pod, make_review
-from servers import serving_test_inventory, Server
+from servers import Server, serving_test_inventory, write_certs, write_objects
 from webhook.cluster.source import StaticInventory
 from webhook.serving.app import create_app
+from webhook.serving.certs import CLIENT_COMMON_NAME
 from webhook.core.catalog import Catalog
-from webhook.core.extender import (ASSUME_SECONDS, MAX_EXTENDER_PRIORITY, Assumed, NodeVerdict, PodNeeds, score_nodes,
-                                   share_score, with_assumed)
-from webhook.serving.extender_routes import register_extender_routes
-from webhook.core.inventory import InventoryState, Snapshot, node_info_from_object
+from webhook.core.extender import (ASSUME_SECONDS, MAX_EXTENDER_PRIORITY, Assumed, NodeVerdict, PodNeeds,
+                                   filter_assuming, parse_extender_args, score_nodes, share_score, with_assumed)
+from webhook.serving.extender_routes import UNKNOWN_POD_WAIT_SECONDS, register_extender_routes
+from webhook.cluster.loading import read_inventory
+from webhook.core.catalog import load_default_catalog
+from webhook.core.inventory import InventoryState, Snapshot, node_info_from_object, unbound_gpu_pod
 
 CATALOG = make_catalog()
 TYPES = "gpu-class.io/types"
@@ -67,13 +75,15 @@ def snapshot_of(
     return state.publish()
 
 
+def the_test_scheduler(_environ: Mapping[str, Any]) -> str:
+    """The Flask test client speaks no TLS, so it has no certificate to show: these tests are about the
+    verbs, and the real server's client authentication is tested below ("who may call")."""
+    return "test-scheduler"
+
+
 def make_app(snapshot: Snapshot | None = None, catalog: Catalog = CATALOG) -> Flask:
     inventory = StaticInventory(snapshot if snapshot is not None else snapshot_of())
-    app = create_app(catalog, inventory)
-    # create_app may already register the extender (once wired in); the routes are the same either way
-    if not any(rule.rule == "/filter" for rule in app.url_map.iter_rules()):
-        register_extender_routes(app, catalog, inventory)
-    return app
+    return create_app(catalog, inventory, extender_caller_of=the_test_scheduler)
 
 
 @pytest.fixture(scope="module")
@@ -516,7 +526,7 @@ def test_a_bug_is_a_200_never_a_5xx(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(routes, "filter_assuming", broken)
     monkeypatch.setattr(routes, "prioritize_nodes", broken)
     app = Flask("bare")
-    register_extender_routes(app, CATALOG, StaticInventory(snapshot_of()))
+    register_extender_routes(app, CATALOG, StaticInventory(snapshot_of()), the_test_scheduler)
     client = app.test_client()
     status, result = post(client, "filter", args_by_names(GOOD_POD, ["h100-idle"]))
     assert status == 200 and result["Error"].startswith("gpu-class: internal error filtering nodes for Pod ml/train")
@@ -562,14 +572,15 @@ def test_the_pod_admission_placed_is_scheduled_where_admission_allowed() -> None
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    with serving_test_inventory(tmp_path_factory.mktemp("extender-server")) as srv:
+    with serving_test_inventory(tmp_path_factory.mktemp("extender-server"), extender=True) as srv:
         yield srv
 
 
 def test_real_server_serves_the_extender(server: Server) -> None:
-    """`gpuclass serve` over TLS, called as kube-scheduler calls it. Needs create_app to register the routes."""
+    """`gpuclass serve` over TLS, called as kube-scheduler calls it: on the extender's listener, with its
+    client certificate."""
     pod = placed_pod("H100,A100", gpus=2, class_name="high")
-    conn = server.connection()
+    conn = server.scheduler_connection()
     try:
         status, result = server.post("/filter", args_by_names(pod, ["h100-a", "a100-a", "t4-a", "cpu-a"]), conn=conn)
         assert status == 200, result
@@ -585,42 +596,302 @@ def test_real_server_serves_the_extender(server: Server) -> None:
         assert status == 400 and error["message"].startswith("body is not JSON")
     finally:
         conn.close()
+    calls = [r for r in log_records(server) if r["msg"] == "extender"]
+    # the pod is made up (no watch on a file inventory): answered, and not remembered
+    assert {(r["verb"], r["caller"], r.get("pod_known")) for r in calls} >= {
+        ("filter", CLIENT_COMMON_NAME, False), ("prioritize", CLIENT_COMMON_NAME, None)}
+
+
+# --- who may call the extender -------------------------------------------------------------
+
+
+def log_records(server: Server) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in server.log().splitlines() if line.startswith("{")]
+
+
+def refusals(server: Server) -> list[tuple[str, int | str]]:
+    return [(r["msg"], r["status"]) for r in log_records(server) if r["msg"].startswith("extender c")]
+
+
+def other_ca_client(tmp: Path) -> tuple[Path, Path]:
+    """A client certificate of a CA the server does not trust, made as `gpuclass certs` makes its own."""
+    other = write_certs(tmp / "other-ca")
+    return other / "client.crt", other / "client.key"
+
+
+@pytest.fixture
+def fresh_server(tmp_path: Path) -> Iterator[Server]:
+    """A server of its own, whose log holds only what the test did."""
+    with serving_test_inventory(tmp_path, extender=True) as srv:
+        yield srv
+
+
+FILTER_ARGS = args_by_names(placed_pod("H100", class_name="high"), ["h100-a"])
+
+
+@pytest.mark.parametrize("where, status", [
+    pytest.param("extender-listener-without-a-certificate", 401, id="no-certificate"),
+    pytest.param("admission-listener-with-the-certificate", 403, id="admission-listener"),
+    pytest.param("admission-listener-without-a-certificate", 403, id="admission-listener-anonymous"),
+])
+@pytest.mark.parametrize("verb", ["filter", "prioritize"])
+def test_callers_without_the_schedulers_certificate_are_refused_and_logged(fresh_server: Server, where: str,
+                                                                           status: int, verb: str) -> None:
+    server = fresh_server
+    certificate = server.ca_file.parent / "client.crt", server.ca_file.parent / "client.key"
+    port = server.extender_port if where.startswith("extender") else server.port
+    conn = server.connection(port=port, client=certificate if where.endswith("with-the-certificate") else None)
+    try:
+        got, error = server.post(f"/{verb}", FILTER_ARGS, conn=conn)
+        assert (got, error["error"]) == (status, "Unauthorized" if status == 401 else "Forbidden")
+        assert "certificate" in error["message"]
+        # the connection stays usable: the scheduler's own is refused nothing else
+        assert server.post("/healthz", b"", conn=conn)[0] == 405
+    finally:
+        conn.close()
+    assert refusals(server) == [("extender call refused", status)]
+    assert [r for r in log_records(server) if r["msg"] == "extender"] == [], "refused before reading the body"
+
+
+def test_a_certificate_the_client_ca_did_not_sign_fails_the_handshake(fresh_server: Server, tmp_path: Path) -> None:
+    server = fresh_server
+    assert server.extender_port is not None
+    conn = server.connection(port=server.extender_port, client=other_ca_client(tmp_path))
+    with pytest.raises((ssl.SSLError, ConnectionError)):
+        server.post("/filter", FILTER_ARGS, conn=conn)
+    conn.close()
+    # the server writes its line after the client has seen the handshake fail
+    assert server.post("/filter", FILTER_ARGS, conn=server.scheduler_connection())[0] == 200, "and serves on"
+    assert refusals(server) == [("extender connection refused", "tls-handshake-failed")]
+
+
+def test_the_serving_certificate_is_no_client_certificate(fresh_server: Server) -> None:
+    """Signed by the same CA, but for server authentication only: it cannot call the extender."""
+    server = fresh_server
+    serving = server.ca_file.parent / "tls.crt", server.ca_file.parent / "tls.key"
+    conn = server.connection(port=server.extender_port, client=serving)
+    with pytest.raises((ssl.SSLError, ConnectionError)):
+        server.post("/filter", FILTER_ARGS, conn=conn)
+    conn.close()
+
+
+def test_admission_is_served_whatever_certificate_the_api_server_presents(fresh_server: Server,
+                                                                          tmp_path: Path) -> None:
+    """The admission listener asks for no client certificate: an API server configured to present one
+    of another CA (for other webhooks) is served as before."""
+    server = fresh_server
+    for client in (None, other_ca_client(tmp_path)):
+        conn = server.connection(client=client)
+        try:
+            status, body = server.post("/mutate", make_review(make_pod({CLASS: "high"}), uid="api-server"), conn=conn)
+            assert status == 200 and body["response"]["allowed"] is True
+        finally:
+            conn.close()
+
+
+def test_a_rotated_client_ca_is_trusted_without_a_restart(fresh_server: Server, tmp_path: Path) -> None:
+    """The install rotates the client CA with the serving certificate (one CA): the new file is read for
+    new connections, and a bundle of the new and the old CA trusts both."""
+    server = fresh_server
+    old_ca = server.ca_file.read_bytes()
+    new = write_certs(tmp_path / "rotated")
+    server.ca_file.write_bytes((new / "ca.crt").read_bytes() + old_ca)
+
+    def status_with(client: tuple[Path, Path]) -> int:
+        assert server.extender_port is not None
+        conn = server.connection(port=server.extender_port, client=client)
+        try:
+            return server.post("/filter", FILTER_ARGS, conn=conn)[0]
+        except (ssl.SSLError, ConnectionError):
+            return 0
+        finally:
+            conn.close()
+
+    rotated = (new / "client.crt", new / "client.key")
+    deadline = time.monotonic() + 10
+    while status_with(rotated) != 200 and time.monotonic() < deadline:
+        time.sleep(0.2)  # the server looks at the files at most once a second
+    assert status_with(rotated) == 200
+    assert server.post("/filter", FILTER_ARGS, conn=server.scheduler_connection())[0] == 200, "the old CA too"
+
+
+@pytest.mark.parametrize("args, message", [
+    pytest.param(["--extender-bind", "127.0.0.1:0"], "--extender-bind and --client-ca-file go together",
+                 id="listener-without-ca"),
+    pytest.param(["--client-ca-file", "ca.crt"], "--extender-bind and --client-ca-file go together",
+                 id="ca-without-listener"),
+    pytest.param(["--extender-bind", "127.0.0.1:8443", "--client-ca-file", "ca.crt"], "needs a port of its own",
+                 id="same-port"),
+    pytest.param(["--extender-bind", "8444", "--client-ca-file", "ca.crt"], "give HOST:PORT", id="no-host"),
+    pytest.param(["--extender-bind", "127.0.0.1:8444", "--client-ca-file", "tls.key"], "cannot use --client-ca-file",
+                 id="ca-not-a-certificate"),
+    pytest.param(["--extender-bind", "127.0.0.1:8444", "--client-ca-file", "missing.crt"],
+                 "cannot use --client-ca-file", id="ca-missing"),
+])
+def test_extender_listener_misconfiguration_fails_at_start(tmp_path: Path, args: list[str], message: str) -> None:
+    certificates = write_certs(tmp_path / "certs")
+    nodes = write_objects(tmp_path / "nodes.yaml", [make_node("h100-a", "NVIDIA-H100-80GB-HBM3", gpus=8)])
+    done = subprocess.run(
+        [sys.executable, "-m", "webhook.cli", "serve", "--nodes", str(nodes), "--bind", "127.0.0.1:8443",
+         "--cert-file", str(certificates / "tls.crt"), "--key-file", str(certificates / "tls.key"),
+         *(str(certificates / a) if a.endswith((".crt", ".key")) else a for a in args)],
+        capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert message in done.stderr
 
 
 # --- assumed binds -------------------------------------------------------------------------
 
 
-def _with_uid(pod: dict[str, Any], uid: str) -> dict[str, Any]:
+def _replica(pod: dict[str, Any], uid: str) -> dict[str, Any]:
+    """Another Pod of the same template, as a ReplicaSet makes it: a name and uid of its own."""
     out = copy.deepcopy(pod)
-    out["metadata"]["uid"] = uid
+    out["metadata"].update(uid=uid, name=f"train-{uid}")
     return out
+
+
+def knowing(snapshot: Snapshot, *pods: Mapping[str, Any], catalog: Catalog = CATALOG) -> Snapshot:
+    """`snapshot` with `pods` seen by the watch, unbound (reduced as the watch reduces them)."""
+    state = InventoryState(catalog=catalog, synced=snapshot.synced, watch_pods=True)
+    state.replace_nodes(snapshot.nodes.values())
+    state.requested = dict(snapshot.requested)
+    state.replace_unbound_pods(p for p in (unbound_gpu_pod(pod, catalog.resources) for pod in pods) if p is not None)
+    return state.publish()
 
 
 def test_a_burst_of_pods_counts_the_ones_just_sent() -> None:
     """The scheduler binds the next replica before the watch shows the last one bound."""
-    client = make_app().test_client()
     pod = placed_pod("A100,T4", class_name="packed")  # free: T4 1 of 1 (t4-a), A100 4 of 4 (a100-idle)
+    replicas = [_replica(pod, f"uid-replica-{i}") for i in range(3)]
+    client = make_app(knowing(snapshot_of(), *replicas)).test_client()
     kept = []
-    for uid in ("uid-replica-0", "uid-replica-1"):
-        _, result = post(client, "filter", args_by_names(_with_uid(pod, uid), ["t4-a", "a100-idle"]))
+    for replica in replicas[:2]:
+        _, result = post(client, "filter", args_by_names(replica, ["t4-a", "a100-idle"]))
         kept.append(result["NodeNames"])
     # the first fills T4's only GPU; with it counted, the second cannot go there
     assert kept == [["t4-a"], ["a100-idle"]]
     # the first asking again (its bind failed) is not counted against itself: T4's GPU is free for it
-    _, again = post(client, "filter", args_by_names(_with_uid(pod, "uid-replica-0"), ["t4-a", "a100-idle"]))
+    _, again = post(client, "filter", args_by_names(replicas[0], ["t4-a", "a100-idle"]))
     assert again["NodeNames"] == ["t4-a"]
-    _, third = post(client, "filter", args_by_names(_with_uid(pod, "uid-replica-2"), ["t4-a", "a100-idle"]))
+    _, third = post(client, "filter", args_by_names(replicas[2], ["t4-a", "a100-idle"]))
     assert third["FailedNodes"] == {"t4-a": "gpu-class: 0 GPUs free, Pod needs 1"}
 
 
-@pytest.mark.parametrize("requested_now, age_seconds, counted", [
-    pytest.param(1, 0.0, True, id="not-yet-bound-counted"),
-    pytest.param(3, 0.0, False, id="watch-saw-the-bind"),
-    pytest.param(1, ASSUME_SECONDS + 1, False, id="expired"),
+@pytest.mark.parametrize("known_then, known_now, age_seconds, counted", [
+    pytest.param(True, True, 0.0, True, id="not-yet-bound-counted"),
+    pytest.param(True, False, 0.0, False, id="watch-saw-the-bind-or-deletion"),
+    pytest.param(True, True, ASSUME_SECONDS + 1, False, id="expired"),
 ])
-def test_assumptions_end_when_the_bind_is_seen_or_late(requested_now: int, age_seconds: float, counted: bool) -> None:
-    snapshot = snapshot_of(pods=[("ml/other", "a100-idle", requested_now)])
-    assumed = {"uid-1": Assumed("a100-idle", "nvidia.com/gpu", 2, requested_then=1, at_seconds=100.0)}
-    adjusted, live = with_assumed(snapshot, assumed, 100.0 + age_seconds)
-    assert (adjusted.requested[("a100-idle", "nvidia.com/gpu")] == requested_now + 2) is counted
+def test_assumptions_end_when_the_bind_is_seen_or_late(known_then: bool, known_now: bool, age_seconds: float,
+                                                       counted: bool) -> None:
+    pod = _replica(placed_pod("A100", gpus=2), "uid-1")
+    before = snapshot_of(pods=[("ml/other", "a100-idle", 1)])
+    now = knowing(before, *([pod] if known_now else []))
+    assumed = {"uid-1": Assumed("a100-idle", "nvidia.com/gpu", 2, at_seconds=100.0)}
+    adjusted, live = with_assumed(now, assumed, 100.0 + age_seconds)
+    assert adjusted.requested[("a100-idle", "nvidia.com/gpu")] == (3 if counted else 1)
     assert ("uid-1" in live) is counted
+
+
+# --- no state from strangers ---------------------------------------------------------------
+
+DEMO = Path(__file__).resolve().parent.parent / "deploy" / "demo"
+
+
+def test_forged_filter_calls_change_no_genuine_answer() -> None:
+    """The attack of a forged `filter` for made-up Pods, on the demo inventory: without the inventory's
+    knowledge of the Pod, each forged call counted its GPU on the node it kept for 10 s, and twelve of
+    them left the genuine Pod no node ("0 GPUs free" on both T4 nodes)."""
+    catalog = load_default_catalog()
+    nodes, _ = read_inventory((str(DEMO / "nodes.yaml"),), catalog)
+    genuine = _replica(placed_pod("L4,A10,T4", class_name="inference"), "3b0d6c1e-genuine")
+    state = InventoryState(catalog=catalog, synced=True, watch_pods=True)
+    state.replace_nodes(nodes)
+    state.replace_unbound_pods([p for p in [unbound_gpu_pod(genuine, catalog.resources)] if p is not None])
+    client = make_app(state.publish(), catalog).test_client()
+    t4_nodes = ["gpu-t4-0", "gpu-t4-shared-0"]
+
+    _, first = post(client, "filter", args_by_names(genuine, t4_nodes))
+    assert first["NodeNames"] == ["gpu-t4-0"]
+    forged = [_replica(genuine, f"forged-{i}") for i in range(12)]
+    # and one that copies the genuine Pod's uid but asks for another request
+    greedy = copy.deepcopy(genuine)
+    _request(greedy, "nvidia.com/gpu", 4)
+    for pod in [*forged, greedy]:
+        status, _ = post(client, "filter", args_by_names(pod, t4_nodes))
+        assert status == 200
+    _, again = post(client, "filter", args_by_names(genuine, t4_nodes))
+    assert again == first
+
+
+def _request(pod: dict[str, Any], resource: str, devices: int) -> None:
+    pod["spec"]["containers"][0]["resources"] = {"limits": {resource: str(devices)}, "requests": {resource: str(devices)}}
+
+
+@pytest.mark.parametrize("change, known", [
+    pytest.param(lambda p: p, True, id="as-seen"),
+    pytest.param(lambda p: p["metadata"].update(uid="made-up"), False, id="another-uid"),
+    pytest.param(lambda p: p["metadata"].update(name="other"), False, id="another-name"),
+    pytest.param(lambda p: p["metadata"].update(namespace="other"), False, id="another-namespace"),
+    pytest.param(lambda p: _request(p, "nvidia.com/gpu", 3), False, id="another-count"),
+    pytest.param(lambda p: _request(p, "nvidia.com/mig-1g.5gb", 1), False, id="another-resource"),
+])
+def test_only_a_pod_the_inventory_knows_leaves_an_assumption(change: Any, known: bool) -> None:
+    seen = _replica(placed_pod("A100", gpus=1), "uid-seen")
+    sent = copy.deepcopy(seen)
+    change(sent)
+    snapshot = knowing(snapshot_of(), seen)
+    outcome = filter_assuming(parse_extender_args(args_by_names(sent, ["a100-idle"])), snapshot, CATALOG, {}, 0.0)
+    assert outcome.result["NodeNames"] == ["a100-idle"]  # answered alike
+    assert outcome.pod_known is known
+    assert (outcome.assumed is not None) is known
+    assert set(outcome.assumptions) == ({"uid-seen"} if known else set())
+
+
+class LateWatch:
+    """An inventory whose watch brings the Pods after the scheduler asked: `later` is published on the
+    first wait for a newer snapshot (or nothing new, when `later` is None)."""
+
+    def __init__(self, now: Snapshot, later: Snapshot | None) -> None:
+        self.current, self.later, self.waits = now, later, 0
+
+    def snapshot(self) -> Snapshot:
+        return self.current
+
+    def wait_newer(self, than: Snapshot, timeout_seconds: float) -> Snapshot:
+        assert 0 < timeout_seconds <= UNKNOWN_POD_WAIT_SECONDS
+        self.waits += 1
+        if self.later is not None:
+            self.current, self.later = self.later, None
+        return self.current
+
+    def readiness(self) -> tuple[bool, dict[str, Any]]:
+        return True, {}
+
+
+def test_filter_waits_for_the_watch_to_bring_a_pod_the_scheduler_asked_about_first() -> None:
+    """The scheduler can ask about a Pod before the webhook's watch has brought its creation (one Pod in
+    four on the local control plane): filter waits for the watch, then counts the Pod as it should."""
+    pod = placed_pod("A100,T4", class_name="packed")  # free: T4 1 of 1 (t4-a), A100 4 of 4 (a100-idle)
+    replicas = [_replica(pod, f"uid-replica-{i}") for i in range(2)]
+    inventory = LateWatch(knowing(snapshot_of()), knowing(snapshot_of(), *replicas))
+    client = create_app(CATALOG, inventory, extender_caller_of=the_test_scheduler).test_client()
+    kept = [post(client, "filter", args_by_names(r, ["t4-a", "a100-idle"]))[1]["NodeNames"] for r in replicas]
+    assert kept == [["t4-a"], ["a100-idle"]], "the first replica counted on T4, as in the burst above"
+    assert inventory.waits == 1, "the second replica was known at once"
+
+
+@pytest.mark.parametrize("watched, waits", [
+    pytest.param(True, 1, id="pods-watched-waits-once-for-nothing"),
+    pytest.param(False, 0, id="pods-not-watched-no-wait"),
+])
+def test_a_made_up_pod_is_answered_after_the_wait_and_leaves_nothing(watched: bool, waits: int) -> None:
+    state = InventoryState(catalog=CATALOG, synced=True, watch_pods=watched)
+    state.replace_nodes(snapshot_of().nodes.values())
+    inventory = LateWatch(state.publish(), None)
+    client = create_app(CATALOG, inventory, extender_caller_of=the_test_scheduler).test_client()
+    made_up = _replica(placed_pod("T4", class_name="packed"), "uid-made-up")
+    for _ in range(2):
+        _, result = post(client, "filter", args_by_names(made_up, ["t4-a"]))
+        assert result["NodeNames"] == ["t4-a"], "its own earlier call counted nothing"
+    assert inventory.waits == 2 * waits

@@ -513,6 +513,7 @@ def test_dry_run_without_a_cluster_prints_every_owned_key() -> None:
     ("status", "message"),
     [
         pytest.param(500, "HTTP 500", id="server-error"),
+        pytest.param(500, "HTTP 500 Internal Server Error: injected failure (500)", id="the-api-servers-message"),
         pytest.param(403, "needs get and patch on nodes", id="forbidden-hint"),
     ],
 )

@@ -21,8 +21,9 @@ import pytest
 import yaml
 
 import local_cluster
-from test_deploy import (CERT_MANAGER, DEPLOY, EXTENDER, SELF_MANAGED, STRICT_INSTALLS, SYSTEM_NAMESPACE, WITHOUT_STRICT,
-                         Obj, Renders, all_of, make_test_certificates, objects_of, one_of, renders)
+from test_deploy import (CERT_MANAGER, CLIENT_SECRET, DEPLOY, EXTENDER, SELF_MANAGED, STRICT_INSTALLS, SYSTEM_NAMESPACE,
+                         WITHOUT_STRICT, Obj, Renders, all_of, make_test_certificates, objects_of, one_of, port_number,
+                         renders, webhook_container, webhook_deployment)
 from test_extender import make_app
 from webhook.core.catalog import PROFILE_SUFFIX, STRATEGIES, STRICT_SCHEDULER, load_catalog_file
 from webhook.core.planner import rank_gap, route_scheduler, weights_for
@@ -31,6 +32,7 @@ __all__ = ["renders"]  # the fixture, shared with test_deploy.py
 
 PROFILES_FILE = DEPLOY / "scheduler" / "config.yaml"
 POD_CA_FILE = "/etc/gpu-class-scheduler/tls/ca.crt"
+POD_CLIENT_FILES = ("/etc/gpu-class-scheduler/tls/client.crt", "/etc/gpu-class-scheduler/tls/client.key")
 EXTENDER_FILE = DEPLOY / EXTENDER / "config.yaml"
 SHIPPED = load_catalog_file(str(DEPLOY / "base" / "catalog.yaml"))
 # framework.MaxNodeScore: what every score plugin gives a node at most, after its normalisation.
@@ -53,10 +55,13 @@ def effective(config_file: Path, tmp_path: Path) -> dict[str, Any]:
         "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}]}))
     text = config_file.read_text().replace("leaderElection:", f"clientConnection:\n  kubeconfig: {kubeconfig}\n"
                                            "leaderElection:", 1)
-    # kube-scheduler reads the extender's CA at start; the Pod's file is made by the install
-    ca_file = tmp_path / "ca.crt"
-    ca_file.write_bytes(make_test_certificates().ca_pem)
-    text = text.replace(f"caFile: {POD_CA_FILE}", f"caFile: {ca_file}")
+    # kube-scheduler reads the extender's CA and client pair at start; the Pod's files are made by the install
+    files = make_test_certificates()
+    for pod_file, data in ((POD_CA_FILE, files.ca_pem), (POD_CLIENT_FILES[0], files.client_pem),
+                           (POD_CLIENT_FILES[1], files.client_key_pem)):
+        local = tmp_path / Path(pod_file).name
+        local.write_bytes(data)
+        text = text.replace(f"File: {pod_file}\n", f"File: {local}\n")
     given, written = tmp_path / "config.yaml", tmp_path / "effective.yaml"
     given.write_text(text)
     scheduler = local_cluster.build() / "kube-scheduler"
@@ -172,8 +177,12 @@ def test_the_extender_configuration_is_the_profiles_and_the_extender(profiles_co
 
 def test_the_extender_is_this_webhook(extender_config: dict[str, Any], renders: Renders) -> None:
     (extender,) = extender_config["extenders"]
-    service = one_of(objects_of(renders, SELF_MANAGED), "Service", "gpu-class", SYSTEM_NAMESPACE)
-    port = service["spec"]["ports"][0]["port"]
+    objects = objects_of(renders, SELF_MANAGED)
+    service = one_of(objects, "Service", "gpu-class", SYSTEM_NAMESPACE)
+    # the Service's port that reaches the extender's listener (--extender-bind), not the admission port
+    container = webhook_container(webhook_deployment(objects))
+    listener = int(container["args"][container["args"].index("--extender-bind") + 1].rpartition(":")[2])
+    (port,) = [p["port"] for p in service["spec"]["ports"] if port_number(container, p["targetPort"]) == listener]
     assert extender["urlPrefix"] == f"https://{service['metadata']['name']}.{service['metadata']['namespace']}.svc:{port}"
     routes = {rule.rule for rule in make_app().url_map.iter_rules() if "POST" in (rule.methods or set())}
     assert "/" + extender["filterVerb"] in routes
@@ -186,22 +195,33 @@ def test_the_extender_is_this_webhook(extender_config: dict[str, Any], renders: 
         (r, False) for r in SHIPPED.resources]
 
 
-def test_scheduler_verifies_the_webhook_certificate(extender_config: dict[str, Any], renders: Renders) -> None:
+def mounted_secret_keys(objects: Sequence[Obj], path: str) -> list[tuple[str, str]]:
+    """(Secret, key) the scheduler's container finds at `path`."""
+    spec = scheduler_deployment(objects)["spec"]["template"]["spec"]
+    (container,) = spec["containers"]
+    (mount,) = [m for m in container["volumeMounts"] if Path(path).is_relative_to(m["mountPath"])]
+    (volume,) = [v for v in spec["volumes"] if v["name"] == mount["name"]]
+    relative = Path(path).relative_to(mount["mountPath"]).as_posix()
+    secrets = [s["secret"] for s in volume["projected"]["sources"] if "secret" in s]
+    return [(s["name"], i["key"]) for s in secrets for i in s["items"] if i["path"] == relative]
+
+
+def test_scheduler_verifies_the_webhook_and_shows_its_own_certificate(extender_config: dict[str, Any],
+                                                                      renders: Renders) -> None:
     """With enableHTTPS and no CA the scheduler silently skips verification: a CA must be configured,
-    from the TLS Secret."""
+    from the TLS Secret. And the extender serves only a client certificate of that CA: the scheduler
+    shows the one the install made for it."""
     (extender,) = extender_config["extenders"]
     tls = extender["tlsConfig"]
-    assert not tls.get("insecure") and tls["caFile"]
+    assert not tls.get("insecure") and tls["caFile"] and tls["certFile"] and tls["keyFile"]
     (shipped,) = yaml.safe_load(EXTENDER_FILE.read_text())["extenders"]
-    ca_file = Path(shipped["tlsConfig"]["caFile"])
-    assert ca_file == Path(POD_CA_FILE)
-    spec = scheduler_deployment(objects_of(renders, EXTENDER))["spec"]["template"]["spec"]
-    (container,) = spec["containers"]
-    (mount,) = [m for m in container["volumeMounts"] if ca_file.is_relative_to(m["mountPath"])]
-    (volume,) = [v for v in spec["volumes"] if v["name"] == mount["name"]]
-    relative = ca_file.relative_to(mount["mountPath"]).as_posix()
-    secrets = [s["secret"] for s in volume["projected"]["sources"] if "secret" in s]
-    assert [(s["name"], i["key"]) for s in secrets for i in s["items"] if i["path"] == relative] == [("gpu-class-tls", "ca.crt")]
+    files = [shipped["tlsConfig"][k] for k in ("caFile", "certFile", "keyFile")]
+    assert files == [POD_CA_FILE, *POD_CLIENT_FILES]
+    objects = objects_of(renders, EXTENDER)
+    assert [mounted_secret_keys(objects, f) for f in files] == [
+        [("gpu-class-tls", "ca.crt")], [(CLIENT_SECRET, "tls.crt")], [(CLIENT_SECRET, "tls.key")]]
+    # the profiles alone call no extender, and need no client certificate
+    assert mounted_secret_keys(objects_of(renders, SELF_MANAGED), POD_CLIENT_FILES[0]) == []
 
 
 # --- the installs -------------------------------------------------------------------------

@@ -14,9 +14,9 @@ import pytest
 from builders import make_catalog, make_namespace, make_node, make_pod, make_review
 from fakeapi import FakeApiServer
 from servers import running_server
-from webhook.core.inventory import pod_gpu_requests
+from webhook.core.inventory import UnboundGpuPod, pod_gpu_requests, unbound_gpu_pod
 from webhook.core.planner import plan
-from webhook.cluster.watch import BOUND_UNFINISHED_PODS, LiveInventory
+from webhook.cluster.watch import UNFINISHED_PODS, LiveInventory
 
 CATALOG = make_catalog()
 
@@ -167,11 +167,98 @@ def test_pod_accounting_follows_completion_and_deletion(api: FakeApiServer) -> N
         api.update(gpu_pod("c", "a100-1", 4, phase="Running"))
         eventually(lambda: free() == 4, what="binding takes GPUs")
         assert inv.state.pods == {"ml/c": ("a100-1", {"nvidia.com/gpu": 4})}
-        # only bound, unfinished Pods are listed and watched: a 150,000-Pod cluster sends far fewer
+        # only unfinished Pods are listed and watched: a 150,000-Pod cluster of finished Jobs sends far fewer
         pod_calls = [r for r in api.request_log if r.path == "/api/v1/pods"]
-        assert pod_calls and all(r.query.get("fieldSelector") == BOUND_UNFINISHED_PODS for r in pod_calls)
+        assert pod_calls and all(r.query.get("fieldSelector") == UNFINISHED_PODS for r in pod_calls)
     finally:
         inv.stop()
+
+
+def test_unbound_gpu_pods_are_known_until_bound_finished_or_deleted(api: FakeApiServer) -> None:
+    api.create(make_namespace("ml"))
+    api.create(make_node("a100-1", "A100-SXM4-40GB", gpus=8))
+    api.create(gpu_pod("waiting", None, 2, phase="Pending"))
+    api.create(gpu_pod("cpu-only", None, 0, phase="Pending"))
+    inv = start_inventory(api, watch_pods=True)
+    try:
+        eventually(lambda: inv.readiness()[0], what="sync")
+
+        def known() -> dict[str, tuple[str, int]]:
+            return {p.name: (p.resource, p.devices) for p in inv.snapshot().unbound_pods.values()}
+
+        assert known() == {"waiting": ("nvidia.com/gpu", 2)}, "listed: the GPU Pod only"
+        api.create(gpu_pod("later", None, 1, phase="Pending"))
+        eventually(lambda: known() == {"waiting": ("nvidia.com/gpu", 2), "later": ("nvidia.com/gpu", 1)},
+                   what="a new Pod known")
+        (uid,) = [u for u, p in inv.snapshot().unbound_pods.items() if p.name == "waiting"]
+        api.update(gpu_pod("waiting", "a100-1", 2, phase="Pending"))
+        # one event moves it: known unbound no more, and its GPUs counted on its node
+        eventually(lambda: known() == {"later": ("nvidia.com/gpu", 1)}, what="binding")
+        snapshot = inv.snapshot()
+        assert uid not in snapshot.unbound_pods and snapshot.requested[("a100-1", "nvidia.com/gpu")] == 2
+        api.delete("Pod", "later", "ml")
+        eventually(lambda: known() == {}, what="deletion")
+    finally:
+        inv.stop()
+
+
+@pytest.mark.parametrize("order", [
+    pytest.param(("nodes", "namespaces", "pods"), id="nodes-first"),
+    pytest.param(("pods", "namespaces", "nodes"), id="pods-first"),
+])
+def test_synced_once_every_first_list_is_in_whatever_the_reflectors_flags_say(api: FakeApiServer,
+                                                                              order: tuple[str, ...]) -> None:
+    """Reflectors set their own flag after replace() returns: lists that end together each see the
+    others unfinished. The snapshot counts the lists it has taken in instead (here the flags never move)."""
+    core = kubernetes.client.CoreV1Api(api.api_client())
+    inv = LiveInventory(CATALOG, core, watch_pods=True)  # not started: the replaces are called by hand
+    replace = {"nodes": inv._replace_nodes, "namespaces": inv._replace_namespaces, "pods": inv._replace_pods}
+    for name in order:
+        assert inv.snapshot().synced is False, f"synced before {name} was listed"
+        replace[name]([])
+        assert not any(r.synced for r in inv.reflectors)
+    assert inv.snapshot().synced is True
+
+
+def test_wait_newer_returns_when_the_watch_publishes(api: FakeApiServer) -> None:
+    api.create(make_namespace("ml"))
+    inv = start_inventory(api, watch_pods=True)
+    try:
+        eventually(lambda: inv.readiness()[0], what="sync")
+        before = inv.snapshot()
+        assert inv.wait_newer(before, 0.05) is before, "nothing new: the same snapshot, after the timeout"
+        api.create(gpu_pod("waiting", None, 1, phase="Pending"))
+        newer = inv.wait_newer(before, 30)
+        assert newer is not before
+        eventually(lambda: [p.name for p in inv.snapshot().unbound_pods.values()] == ["waiting"], what="the Pod")
+    finally:
+        inv.stop()
+
+
+def unbound(name: str, devices: int, resource: str = "nvidia.com/gpu", class_name: str | None = None) -> UnboundGpuPod:
+    return UnboundGpuPod(f"uid-{name}", "ml", name, resource, devices, class_name)
+
+
+def with_uid(pod: dict[str, Any], **metadata: Any) -> dict[str, Any]:
+    pod["metadata"].update(uid=f"uid-{pod['metadata']['name']}", **metadata)
+    return pod
+
+
+@pytest.mark.parametrize("pod, expected", [
+    pytest.param(with_uid(gpu_pod("a", None, 2, phase="Pending")), unbound("a", 2), id="pending"),
+    pytest.param(with_uid(gpu_pod("a", None, 1, phase="Pending"), annotations={"gpu-class.io/class": "high"}),
+                 unbound("a", 1, class_name="high"), id="with-class"),
+    pytest.param(with_uid(gpu_pod("a", "n1", 2, phase="Pending")), None, id="bound"),
+    pytest.param(with_uid(gpu_pod("a", None, 2, phase="Failed")), None, id="finished"),
+    pytest.param(with_uid(gpu_pod("a", None, 0, phase="Pending")), None, id="no-gpus"),
+    pytest.param(gpu_pod("a", None, 2, phase="Pending"), None, id="no-uid"),
+    pytest.param(with_uid({"metadata": {"name": "a", "namespace": "ml"}, "spec": {"containers": [
+        {"name": "c", "resources": {"limits": {"amd.com/gpu": "1"}}},
+        {"name": "d", "resources": {"limits": {"nvidia.com/mig-1g.10gb": "2"}}}]}}),
+        unbound("a", 2, "nvidia.com/mig-1g.10gb"), id="first-resource-of-the-catalog"),
+])
+def test_unbound_gpu_pod(pod: dict[str, Any], expected: UnboundGpuPod | None) -> None:
+    assert unbound_gpu_pod(pod, ["nvidia.com/gpu", "nvidia.com/mig-1g.10gb", "amd.com/gpu"]) == expected
 
 
 @pytest.mark.parametrize("pod, expected", [

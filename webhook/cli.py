@@ -58,18 +58,23 @@ def build_parser(prog: str = "gpuclass") -> argparse.ArgumentParser:
     s.add_argument("--cert-file", required=True)
     s.add_argument("--key-file", required=True)
     s.add_argument("--bind", default="0.0.0.0:8443", help="HOST:PORT (default 0.0.0.0:8443)")
+    s.add_argument("--extender-bind", metavar="HOST:PORT",
+                   help="serve the scheduler extender verbs here, to clients with a certificate of --client-ca-file "
+                        "(default: not served)")
+    s.add_argument("--client-ca-file", help="CA of the scheduler extender's callers (with --extender-bind)")
     s.add_argument("--workers", type=int, default=2)
     s.add_argument("--threads", type=int, default=1, help="threads per worker (default 1: see bench/RESULTS.md)")
     s.add_argument("--log-level", default="info", choices=logs.LEVELS)
     _add_scheduler_arg(s)
 
-    c = sub.add_parser("certs", help="write a CA and a serving certificate (ca.crt, tls.crt, tls.key)")
+    c = sub.add_parser("certs", help="write a CA, a serving certificate (ca.crt, tls.crt, tls.key) and the "
+                                     "scheduler's client certificate for the extender (client.crt, client.key)")
     c.add_argument("--out", required=True, help="directory to write into")
     c.add_argument("--service", default="gpu-class")
     c.add_argument("--namespace", default="gpu-class-system")
     c.add_argument("--dns", action="append", default=[], help="extra DNS name (repeatable)")
     c.add_argument("--ip", action="append", default=[], help="IP address SAN (repeatable)")
-    c.add_argument("--days", type=int, default=365, help="serving certificate validity")
+    c.add_argument("--days", type=int, default=365, help="serving and client certificate validity")
 
     i = sub.add_parser("inventory", help="GPU types, nodes and free GPUs of the cluster, and what each class can place now")
     _add_inventory_args(i)
@@ -154,6 +159,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
             cert_file=args.cert_file,
             key_file=args.key_file,
             bind=args.bind,
+            extender_bind=args.extender_bind,
+            client_ca_file=args.client_ca_file,
             catalog_file=args.catalog_file,
             scheduler_name=args.scheduler_name,
             nodes_files=tuple(args.nodes),
@@ -175,6 +182,8 @@ def write_certs(out: str, dns: list[str], ips: list[str], days: int = 365) -> No
         ("ca.crt", bundle.ca_crt, 0o644),
         ("tls.crt", bundle.tls_crt, 0o644),
         ("tls.key", bundle.tls_key, 0o600),
+        ("client.crt", bundle.client_crt, 0o644),
+        ("client.key", bundle.client_key, 0o600),
     ):
         path = os.path.join(out, name)
         fd = os.open(path + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
@@ -192,7 +201,8 @@ def cmd_certs(args: argparse.Namespace) -> int:
         write_certs(args.out, dns, list(args.ip), args.days)
     except ValueError as exc:  # a bad --ip
         raise InputError(str(exc)) from None
-    print(f"wrote {args.out}/ca.crt, tls.crt, tls.key for {', '.join(dns + list(args.ip))}")
+    print(f"wrote {args.out}/ca.crt, tls.crt, tls.key for {', '.join(dns + list(args.ip))}, "
+          f"and client.crt, client.key for the scheduler's calls to the extender")
     print(f"CA bundle for the webhook configuration: base64 -w0 {args.out}/ca.crt")
     return 0
 

@@ -34,7 +34,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
@@ -71,7 +71,8 @@ class Ports:
     scheduler: int
     gpu_scheduler: int
     webhook: int
-    extender_scheduler: int = 0  # 0 in the state of a cluster made before it ran
+    extender_scheduler: int
+    extender: int  # the webhook's extender listener (--extender-bind)
 
 
 def pinned_version(go_mod: Path, module: str) -> str:
@@ -271,7 +272,9 @@ class Cluster:
         self.logs = self.dir / "logs"
         self.kubeconfig = self.dir / "kubeconfig"
         state = self.dir / "state.json"
-        self.ports = Ports(**json.loads(state.read_text())["ports"]) if state.exists() else None
+        saved = json.loads(state.read_text())["ports"] if state.exists() else None
+        # a directory kept from before a port was added gets it now (`up` saves it)
+        self.ports = Ports(**{f.name: free_port() for f in fields(Ports)} | saved) if saved else None
 
     # paths
     def pidfile(self, name: str) -> Path:
@@ -292,6 +295,11 @@ class Cluster:
     def webhook_url(self) -> str:
         assert self.ports
         return f"https://127.0.0.1:{self.ports.webhook}"
+
+    @property
+    def extender_url(self) -> str:
+        assert self.ports
+        return f"https://127.0.0.1:{self.ports.extender}"
 
     @property
     def etcd_url(self) -> str:
@@ -559,8 +567,10 @@ def scheduler_config(cluster: Cluster, kubeconfig: Path, name: str | None) -> Pa
         for profile in config["profiles"]:
             profile["schedulerName"] = profile["schedulerName"].replace(STRICT_SCHEDULER, name, 1)
         for ext in config.get("extenders", []):
-            ext["urlPrefix"] = cluster.webhook_url
-            ext["tlsConfig"]["caFile"] = str(cluster.dir / "webhook" / "ca.crt")
+            ext["urlPrefix"] = cluster.extender_url
+            # the files `gpuclass certs` made: the CA, and the client pair it signed for the scheduler
+            ext["tlsConfig"].update({key: str(cluster.dir / "webhook" / name) for key, name in (
+                ("caFile", "ca.crt"), ("certFile", "client.crt"), ("keyFile", "client.key"))})
     config["clientConnection"] = {"kubeconfig": str(kubeconfig)}
     path = cluster.dir / f"{name or 'default-scheduler'}.yaml"
     path.write_text(yaml.safe_dump(config))
@@ -583,9 +593,8 @@ def up(directory: Path, log: Callable[[str], None] = print, webhook_args: Sequen
     directory.mkdir(parents=True, exist_ok=True)
     cluster = Cluster(directory)
     if cluster.ports is None:
-        ports = Ports(*(free_port() for _ in range(8)))
-        (cluster.dir / "state.json").write_text(json.dumps({"ports": asdict(ports)}, indent=1))
-        cluster.ports = ports
+        cluster.ports = Ports(*(free_port() for _ in fields(Ports)))
+    (cluster.dir / "state.json").write_text(json.dumps({"ports": asdict(cluster.ports)}, indent=1))
     ports = cluster.ports
     assert ports is not None
     if not (cluster.pki / "sa.key").exists():
@@ -640,7 +649,7 @@ def up(directory: Path, log: Callable[[str], None] = print, webhook_args: Sequen
     # RBAC first: the server and the second scheduler use their service
     # accounts' tokens, so the RBAC in deploy/ is what they are allowed).
     webhook_dir = cluster.dir / "webhook"
-    if not (webhook_dir / "tls.crt").exists():
+    if not (webhook_dir / "client.crt").exists():
         subprocess.run([gpuclass_path(), "certs", "--out", str(webhook_dir), "--ip", "127.0.0.1", "--dns", "localhost"],
                        check=True, capture_output=True)
     install = render_install(cluster)
@@ -698,7 +707,9 @@ def start_webhook(cluster: Cluster, extra_args: Sequence[str] = ()) -> None:
         gpuclass_path(), "serve", f"--kubeconfig={cluster.dir / 'gpu-class.kubeconfig'}",
         f"--config={webhook_catalog(cluster)}",
         f"--cert-file={webhook_dir / 'tls.crt'}", f"--key-file={webhook_dir / 'tls.key'}",
-        f"--bind=127.0.0.1:{cluster.ports.webhook}", *extra_args,
+        f"--bind=127.0.0.1:{cluster.ports.webhook}",
+        f"--extender-bind=127.0.0.1:{cluster.ports.extender}", f"--client-ca-file={webhook_dir / 'ca.crt'}",
+        *extra_args,
     ])
     ctx = ssl.create_default_context(cafile=str(webhook_dir / "ca.crt"))
     # Each worker syncs on its own and /readyz answers for the one that took the connection: new

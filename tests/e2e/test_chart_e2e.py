@@ -15,6 +15,7 @@ cluster set up from deploy/'s kustomize render, which the other tests rely on.
 from __future__ import annotations
 
 import base64
+import http.client
 import json
 import socket
 import ssl
@@ -109,7 +110,8 @@ def serve_chart_certificate(cluster: local_cluster.Cluster, core: kubernetes.cli
     """The kubelet's part: the Secret's files where the server reads them; wait until it serves them."""
     data = secret_data(core, "gpu-class-tls")
     directory = cluster.dir / "webhook"
-    for name in ("tls.key", "tls.crt"):
+    # ca.crt too: the server's --client-ca-file, which the scheduler's client certificate must chain to
+    for name in ("tls.key", "tls.crt", "ca.crt"):
         staged = directory / f".{name}.new"
         staged.write_bytes(data[name])
         staged.replace(directory / name)
@@ -129,6 +131,30 @@ def serve_chart_certificate(cluster: local_cluster.Cluster, core: kubernetes.cli
 
     wait_for("the server to serve the chart's certificate", serves_it, seconds=30)
     return data["ca.crt"]
+
+
+def extender_accepts_the_charts_client_certificate(cluster: local_cluster.Cluster,
+                                                   core: kubernetes.client.CoreV1Api, tmp: Path) -> bool:
+    """Whether the extender's listener serves a caller with the chart's gpu-class-extender-client (as the
+    second scheduler mounts it), once the server has read the chart's CA."""
+    data = secret_data(core, "gpu-class-extender-client")
+    for name in ("tls.crt", "tls.key"):
+        (tmp / name).write_bytes(data[name])
+    assert cluster.ports
+    context = ssl.create_default_context(cadata=secret_data(core, "gpu-class-tls")["ca.crt"].decode())
+    context.load_cert_chain(str(tmp / "tls.crt"), str(tmp / "tls.key"))
+
+    def served() -> bool:
+        conn = http.client.HTTPSConnection("127.0.0.1", cluster.ports.extender, context=context, timeout=5)
+        try:
+            conn.request("POST", "/filter", body=b"{}", headers={"Content-Type": "application/json"})
+            return conn.getresponse().status == 400  # past the certificate check: the body is no ExtenderArgs
+        except (ssl.SSLError, OSError):
+            return False
+        finally:
+            conn.close()
+
+    return bool(wait_for("the extender to accept the chart's client certificate", served, seconds=30))
 
 
 def webhook_registration(cluster: local_cluster.Cluster) -> Mapping[str, Any]:
@@ -158,6 +184,7 @@ def test_helm_install_then_upgrade_keeps_the_ca_and_the_webhook_answering(
     helm(cluster, "install", RELEASE, str(CHART), "-f", str(first))
 
     ca = serve_chart_certificate(cluster, core)
+    assert extender_accepts_the_charts_client_certificate(cluster, core, cluster.dir)
     hook = webhook_registration(cluster)
     assert base64.b64decode(hook["clientConfig"]["caBundle"]) == ca
     assert hook["clientConfig"]["url"] == cluster.webhook_url + "/mutate"
@@ -167,11 +194,12 @@ def test_helm_install_then_upgrade_keeps_the_ca_and_the_webhook_answering(
         namespace = make_namespace(core, "e2e-chart", labels={"gpu-class.io/inject": "enabled"})
         assert placed_types(core, namespace, "before-upgrade")[0] == "H100"
 
-        before = {name: secret_data(core, name) for name in ("gpu-class-ca", "gpu-class-tls")}
+        kept = ("gpu-class-ca", "gpu-class-tls", "gpu-class-extender-client")
+        before = {name: secret_data(core, name) for name in kept}
         changed = values(cluster, timeoutSeconds=7)
         helm(cluster, "upgrade", RELEASE, str(CHART), "-f", str(changed), "--set", "replicas=3")
-        after = {name: secret_data(core, name) for name in ("gpu-class-ca", "gpu-class-tls")}
-        assert after == before, "helm upgrade made a new CA or serving certificate"
+        after = {name: secret_data(core, name) for name in kept}
+        assert after == before, "helm upgrade made a new CA, serving or client certificate"
         hook = webhook_registration(cluster)
         assert hook["timeoutSeconds"] == 7, "the upgrade applied the new values"
         assert base64.b64decode(hook["clientConfig"]["caBundle"]) == ca
@@ -185,12 +213,15 @@ def test_helm_install_then_upgrade_keeps_the_ca_and_the_webhook_answering(
         # certificate's life) reissues the serving certificate from the same CA.
         helm(cluster, "upgrade", RELEASE, str(CHART), "-f", str(changed), "--set", "replicas=3",
              "--set", "tls.selfManaged.renewBeforeDays=400")
-        renewed = {name: secret_data(core, name) for name in ("gpu-class-ca", "gpu-class-tls")}
+        renewed = {name: secret_data(core, name) for name in kept}
         assert renewed["gpu-class-ca"] == before["gpu-class-ca"]
         assert renewed["gpu-class-tls"]["ca.crt"] == ca
         assert renewed["gpu-class-tls"]["tls.crt"] != before["gpu-class-tls"]["tls.crt"]
+        client = renewed["gpu-class-extender-client"]
+        assert client["ca.crt"] == ca and client["tls.crt"] != before["gpu-class-extender-client"]["tls.crt"]
         assert base64.b64decode(webhook_registration(cluster)["clientConfig"]["caBundle"]) == ca
         assert serve_chart_certificate(cluster, core) == ca
+        assert extender_accepts_the_charts_client_certificate(cluster, core, cluster.dir)
         assert placed_types(core, namespace, "after-renewal")[0] == "H100"
     finally:
         core.delete_node("chart-h100")

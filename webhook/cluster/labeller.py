@@ -138,7 +138,12 @@ def _describe_api_error(exc: BaseException) -> str:
     status = getattr(exc, "status", None)
     reason = getattr(exc, "reason", None)
     if status is not None:
-        return f"HTTP {status} {reason or ''}".strip()
+        # the API server's Status says why (an admission policy's refusal, say): pass it on
+        try:
+            message = json.loads(getattr(exc, "body", None) or "{}").get("message")
+        except (ValueError, AttributeError):
+            message = None
+        return f"HTTP {status} {reason or ''}".strip() + (f": {message}" if message else "")
     return f"{type(exc).__name__}: {exc}"
 
 

@@ -36,6 +36,10 @@ class InventorySource(Protocol):
 
     def snapshot(self) -> Snapshot: ...
 
+    def wait_newer(self, than: Snapshot, timeout_seconds: float) -> Snapshot:
+        """The first snapshot after `than`, or the current one when none comes within the timeout."""
+        ...
+
     def readiness(self) -> tuple[bool, dict[str, Any]]: ...
 
 
@@ -47,6 +51,9 @@ class StaticInventory:
 
     def snapshot(self) -> Snapshot:
         return self._snapshot
+
+    def wait_newer(self, than: Snapshot, timeout_seconds: float) -> Snapshot:
+        return self._snapshot  # it never changes
 
     def readiness(self) -> tuple[bool, dict[str, Any]]:
         return True, {"source": "file", "nodes": self._snapshot.node_count}

@@ -34,8 +34,8 @@ from kubernetes.watch.watch import iter_resp_lines
 from ..core.catalog import Catalog
 from .loading import InputError
 from ..core.inventory import (
-    GroupName, InventoryState, NamespaceInfo, NodeInfo, Snapshot, namespace_info_from_object, node_info_from_object,
-    pod_gpu_requests, pod_group,
+    GroupName, InventoryState, NamespaceInfo, NodeInfo, Snapshot, UnboundGpuPod, namespace_info_from_object,
+    node_info_from_object, pod_gpu_requests, pod_group, unbound_gpu_pod,
 )
 
 log = logging.getLogger("gpu_class.watch")
@@ -44,10 +44,15 @@ LIST_PAGE_SIZE = 500
 WATCH_TIMEOUT_SECONDS = (240, 360)  # spread so that reflectors do not reconnect in step
 BACKOFF_SECONDS = (0.5, 30.0)
 SYNC_WAIT_SECONDS = 15
-BOUND_UNFINISHED_PODS = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
+# Bound Pods hold GPUs; unbound ones are known to the scheduler extender (inventory.UnboundGpuPod). One
+# watch over both, so the event that binds a Pod moves it from one to the other at once.
+UNFINISHED_PODS = "status.phase!=Succeeded,status.phase!=Failed"
 SERVICE_ACCOUNT_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
 RestartReason = Literal["timeout", "expired", "error"]
 RESTART_REASONS: tuple[RestartReason, ...] = get_args(RestartReason)
+# a Pod as the pods watch keeps it: (namespace/name, node or None, devices held per resource, its group,
+# and the Pod itself when it is a known unbound GPU Pod)
+PodView = tuple[str, str | None, dict[str, int], GroupName | None, UnboundGpuPod | None]
 
 
 class Expired(Exception):
@@ -241,20 +246,22 @@ class LiveInventory:
                  observer: InventoryObserver | None = None) -> None:
         self.catalog = catalog
         self.observer = observer or NoObserver()
-        self.state = InventoryState(catalog=catalog, watch_namespaces=True)
         self.stop_event = threading.Event()
         # GPUs in use: the balanced and binpack orders, the extender's free devices, and the groups
         # (gpu-class.io/group) whose Pods run where and whose size must fit what is free
         self.watch_pods = watch_pods
+        self.state = InventoryState(catalog=catalog, watch_namespaces=True, watch_pods=self.watch_pods)
+        self._published = threading.Condition()  # notified with every new snapshot (wait_newer)
+        self._listed: set[str] = set()  # reflectors whose first list is in the state
         self.reflectors = [
             self._reflector("nodes", api.list_node, self._reduce_node, self._replace_nodes, self._apply_node),
             self._reflector("namespaces", api.list_namespace, namespace_info_from_object, self._replace_namespaces,
                             self._apply_namespace),
         ]
         if self.watch_pods:
-            # only Pods that hold GPUs can matter: bound and unfinished. A Pod that finishes leaves the
-            # selection, and the API server sends it as DELETED.
-            list_pods = functools.partial(api.list_pod_for_all_namespaces, field_selector=BOUND_UNFINISHED_PODS)
+            # only unfinished Pods can matter: those bound hold GPUs, those not yet bound are known GPU
+            # Pods. A Pod that finishes leaves the selection, and the API server sends it as DELETED.
+            list_pods = functools.partial(api.list_pod_for_all_namespaces, field_selector=UNFINISHED_PODS)
             self.reflectors.append(self._reflector("pods", list_pods, self._reduce_pod, self._replace_pods, self._apply_pod))
         self._threads: list[threading.Thread] = []
 
@@ -282,6 +289,12 @@ class LiveInventory:
     def snapshot(self) -> Snapshot:
         return self.state.snapshot
 
+    def wait_newer(self, than: Snapshot, timeout_seconds: float) -> Snapshot:
+        """The first snapshot published after `than`, or the current one when none comes in time."""
+        with self._published:
+            self._published.wait_for(lambda: self.state.snapshot is not than, timeout_seconds)
+        return self.state.snapshot
+
     def read_once(self) -> Snapshot:
         """One list of each resource and no watch, reduced as the watch reduces: the view of a one-shot command."""
         for r in self.reflectors:
@@ -302,7 +315,12 @@ class LiveInventory:
     # each change goes through the state's lock and ends with a new published snapshot
     def _publish_if(self, changed: bool) -> None:
         if changed:
-            self.observer.published(self.state.publish())
+            self._publish()
+
+    def _publish(self) -> None:
+        self.observer.published(self.state.publish())
+        with self._published:
+            self._published.notify_all()
 
     def _reduce_node(self, obj: dict[str, Any]) -> NodeInfo | None:
         return node_info_from_object(obj, self.catalog)
@@ -332,25 +350,35 @@ class LiveInventory:
             changed = self.state.remove_namespace(info.name) if kind == "DELETED" else self.state.upsert_namespace(info)
             self._publish_if(changed)
 
-    def _reduce_pod(self, obj: dict[str, Any]) -> tuple[str, str, dict[str, int], GroupName | None] | None:
+    def _reduce_pod(self, obj: dict[str, Any]) -> PodView | None:
         node, gpus = pod_gpu_requests(obj, self.catalog.resources)
-        return (_pod_key(obj), node, gpus, pod_group(obj)) if node and gpus else None
+        unbound = unbound_gpu_pod(obj, self.catalog.resources)
+        return (_pod_key(obj), node, gpus, pod_group(obj), unbound) if (node and gpus) or unbound else None
 
-    def _replace_pods(self, accounted: list[tuple[str, str, dict[str, int], GroupName | None]]) -> None:
+    def _replace_pods(self, pods: list[PodView]) -> None:
         with self.state.lock:
-            self.state.replace_pods(((key, node, gpus) for key, node, gpus, _ in accounted),
-                                    {key: group for key, _, _, group in accounted if group is not None})
+            self.state.replace_pods(((key, node, gpus) for key, node, gpus, _, _ in pods),
+                                    {key: group for key, _, _, group, _ in pods if group is not None})
+            self.state.replace_unbound_pods(unbound for *_, unbound in pods if unbound is not None)
             self._mark_synced("pods")
 
     def _apply_pod(self, kind: str, obj: dict[str, Any]) -> None:
-        node, gpus = (None, {}) if kind == "DELETED" else pod_gpu_requests(obj, self.catalog.resources)
+        gone = kind == "DELETED"
+        node, gpus = (None, {}) if gone else pod_gpu_requests(obj, self.catalog.resources)
+        unbound = None if gone else unbound_gpu_pod(obj, self.catalog.resources)
+        uid = (obj.get("metadata") or {}).get("uid")
         with self.state.lock:
-            self._publish_if(self.state.set_pod(_pod_key(obj), node, gpus, pod_group(obj)))
+            accounted = self.state.set_pod(_pod_key(obj), node, gpus, pod_group(obj))
+            known = self.state.set_unbound_pod(uid, unbound) if isinstance(uid, str) and uid else False
+            self._publish_if(accounted or known)
 
     def _mark_synced(self, name: str) -> None:
-        # the reflector sets its own flag after replace() returns; count this one as done already
-        self.state.synced = all(r.synced or r.name == name for r in self.reflectors)
-        self.observer.published(self.state.publish())
+        # Counted here, under the state's lock, not from the reflectors' own flags: a reflector sets its
+        # flag after replace() returns, so two lists ending together could each see the other unfinished
+        # and leave the snapshot unsynced, refusing every GPU Pod, until the next relist.
+        self._listed.add(name)
+        self.state.synced = self._listed >= {r.name for r in self.reflectors}
+        self._publish()
 
 
 def _pod_key(obj: Mapping[str, Any]) -> str:

@@ -20,7 +20,7 @@ from types import MappingProxyType
 from typing import Any, Iterable, Literal, Mapping, Sequence, TypedDict
 
 from .catalog import Catalog
-from .inventory import NodeInfo, Snapshot, node_info_from_object, pod_gpus
+from .inventory import NodeInfo, Snapshot, UnboundGpuPod, node_info_from_object, pod_gpus
 from .planner import CLASS_ANNOTATION, TYPES_ANNOTATION, weights_for
 
 MIN_EXTENDER_PRIORITY = 0
@@ -328,25 +328,52 @@ class Assumed:
     node: str
     resource: str
     gpus: int
-    requested_then: int  # the node's devices of `resource` held by bound Pods when filter answered
     at_seconds: float
 
 
-def assume(result: ExtenderFilterResult, needs: PodNeeds, snapshot: Snapshot, now_seconds: float) -> Assumed | None:
+@dataclass(frozen=True)
+class FilterOutcome:
+    """A `filter` answer, the assumptions pending after it, and the one it made (None: none)."""
+
+    result: ExtenderFilterResult
+    assumptions: dict[str, Assumed]
+    assumed: Assumed | None
+    pod_known: bool  # the Pod is one the inventory has seen unbound, with this request
+    # the answer sent the Pod to one node, but the inventory does not know the Pod (yet: the
+    # scheduler may ask before the watch has brought the Pod's creation); None otherwise
+    unknown: Assumed | None = None
+
+
+def known_unbound_pod(args: ExtenderArgs, needs: PodNeeds, snapshot: Snapshot) -> UnboundGpuPod | None:
+    """The Pod as the inventory knows it: seen unbound, with this uid, name and request; else None.
+
+    Only such a Pod may leave an assumption behind: anyone can make up a Pod with a fresh uid, and
+    its GPUs, counted for ASSUME_SECONDS, would keep real Pods off the nodes it names.
+    """
+    known = (snapshot.unbound_pods or {}).get(pod_uid(args))
+    metadata = args.pod.get("metadata")
+    name = (metadata.get("namespace"), metadata.get("name")) if isinstance(metadata, Mapping) else None
+    if known is None or name != (known.namespace, known.name) or (needs.resource, needs.gpus) != (
+            known.resource, known.devices):
+        return None
+    return known
+
+
+def assume(result: ExtenderFilterResult, needs: PodNeeds, now_seconds: float) -> Assumed | None:
     """The assumption a filter answer makes: only when it left exactly one node."""
     kept = result["NodeNames"] if result["NodeNames"] is not None else [
         o["metadata"]["name"] for o in (result["Nodes"] or {}).get("items", [])]
     if result["Error"] or len(kept) != 1 or needs.gpus <= 0:
         return None
-    node = kept[0]
-    return Assumed(node, needs.resource, needs.gpus, snapshot.requested.get((node, needs.resource), 0), now_seconds)
+    return Assumed(kept[0], needs.resource, needs.gpus, now_seconds)
 
 
 def filter_assuming(args: ExtenderArgs, snapshot: Snapshot, catalog: Catalog, assumed: Mapping[str, Assumed],
-                    now_seconds: float) -> tuple[ExtenderFilterResult, dict[str, Assumed]]:
+                    now_seconds: float) -> FilterOutcome:
     """`filter` on the snapshot with the other Pods' pending assumptions counted; and the assumptions after it.
 
-    A retry of the same Pod (its bind failed) does not count its own assumption, and replaces it.
+    A retry of the same Pod (its bind failed) does not count its own assumption, and replaces it. A
+    Pod the inventory does not know (known_unbound_pod) is answered and leaves nothing behind.
     """
     uid = pod_uid(args)
     others = {k: a for k, a in assumed.items() if k != uid}
@@ -356,10 +383,11 @@ def filter_assuming(args: ExtenderArgs, snapshot: Snapshot, catalog: Catalog, as
         needs = read_pod(args.pod, catalog)
     except PodProblem:
         needs = None
-    made = assume(result, needs, snapshot, now_seconds) if needs is not None and uid else None
-    if made is not None:
-        live[uid] = made
-    return result, live
+    known = needs is not None and known_unbound_pod(args, needs, snapshot) is not None
+    implied = assume(result, needs, now_seconds) if needs is not None and uid else None
+    if implied is not None and known:
+        live[uid] = implied
+    return FilterOutcome(result, live, implied if known else None, known, None if known else implied)
 
 
 def pod_uid(args: ExtenderArgs) -> str:
@@ -372,12 +400,11 @@ def with_assumed(snapshot: Snapshot, assumed: Mapping[str, Assumed],
                  now_seconds: float) -> tuple[Snapshot, dict[str, Assumed]]:
     """The snapshot as if the assumed Pods were bound, and the assumptions still pending (by Pod uid).
 
-    An assumption ends when the node's bound devices have grown by its Pod's (the watch saw the
-    binding, or as many others), or after ASSUME_SECONDS.
+    An assumption ends when its Pod is no longer a known unbound Pod (the watch saw it bound, where
+    it is counted from then on, or deleted or finished), or after ASSUME_SECONDS.
     """
-    live = {uid: a for uid, a in assumed.items()
-            if now_seconds - a.at_seconds < ASSUME_SECONDS
-            and snapshot.requested.get((a.node, a.resource), 0) < a.requested_then + a.gpus}
+    unbound = snapshot.unbound_pods or {}
+    live = {uid: a for uid, a in assumed.items() if now_seconds - a.at_seconds < ASSUME_SECONDS and uid in unbound}
     if not live:
         return snapshot, live
     requested = dict(snapshot.requested)

@@ -25,6 +25,7 @@ INJECT_LABEL = "gpu-class.io/inject"
 DEFAULT_CLASS_LABEL = "gpu-class.io/default-class"
 ALLOWED_CLASSES_ANNOTATION = "gpu-class.io/allowed-classes"
 GROUP_LABEL = "gpu-class.io/group"  # written by the webhook on the Pods of a group (groups.py)
+CLASS_ANNOTATION = "gpu-class.io/class"
 
 GroupName = tuple[str, str]  # (namespace, gpu-class.io/group): Pods of one namespace share a group
 Holding = tuple[str, Mapping[str, int]]  # (node, devices per resource) of one bound, unfinished Pod
@@ -116,6 +117,22 @@ class ProductGroup:
 
 
 @dataclass(frozen=True)
+class UnboundGpuPod:
+    """A GPU Pod the watch has seen that no node holds yet: not bound (no spec.nodeName), not finished.
+
+    `resource` is the first of the catalog's resources the Pod requests and `devices` how many of it
+    one node must offer (pod_gpus), as the scheduler extender reads the Pod.
+    """
+
+    uid: str
+    namespace: str
+    name: str
+    resource: str
+    devices: int
+    class_name: str | None
+
+
+@dataclass(frozen=True)
 class Snapshot:
     """An immutable view of the inventory at one moment."""
 
@@ -128,6 +145,9 @@ class Snapshot:
     requested: Mapping[tuple[str, str], int] = field(default_factory=dict)
     # the bound, unfinished Pods of each group, by group, then by Pod ("namespace/name")
     pod_groups: Mapping[GroupName, Mapping[str, Holding]] = field(default_factory=dict)
+    # GPU Pods seen unbound and unfinished, by uid; a Pod leaves it in the event that binds it.
+    # None: Pods are not watched (a file inventory)
+    unbound_pods: Mapping[str, UnboundGpuPod] | None = None
     # answers worked out from this snapshot (the planner's), dropped with it; the only mutable part
     memo: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
 
@@ -307,6 +327,21 @@ def pod_gpu_requests(obj: Mapping[str, Any], resources: Iterable[str]) -> tuple[
     return str(node), {r: n for r, n in held.items() if n > 0}
 
 
+def unbound_gpu_pod(obj: Mapping[str, Any], resources: Iterable[str]) -> UnboundGpuPod | None:
+    """The Pod as a known unbound GPU Pod; None when it is bound, finished, has no uid or requests no GPU."""
+    metadata = obj.get("metadata") or {}
+    uid = metadata.get("uid")
+    if (obj.get("spec") or {}).get("nodeName") or (obj.get("status") or {}).get("phase") in TERMINAL_PHASES:
+        return None
+    held = next(((r, n) for r in resources if (n := pod_gpus(obj, r)) > 0), None)
+    if not isinstance(uid, str) or not uid or held is None:
+        return None
+    class_name = (metadata.get("annotations") or {}).get(CLASS_ANNOTATION)
+    return UnboundGpuPod(uid=uid, namespace=str(metadata.get("namespace") or ""), name=str(metadata.get("name") or ""),
+                         resource=held[0], devices=held[1],
+                         class_name=class_name if isinstance(class_name, str) else None)
+
+
 GroupKey = tuple[str | None, str, str]  # (type or None for no type, label key, label value)
 
 
@@ -348,6 +383,7 @@ class InventoryState:
 
     catalog: Catalog
     watch_namespaces: bool = False
+    watch_pods: bool = False  # publish unbound_pods (else None: nobody tells us which Pods exist)
     nodes: dict[str, NodeInfo] = field(default_factory=dict)
     members: dict[GroupKey, dict[str, NodeInfo]] = field(default_factory=dict)
     summaries: dict[GroupKey, ProductGroup] = field(default_factory=dict)
@@ -358,6 +394,7 @@ class InventoryState:
     # the group of each accounted Pod that has one; each group's Pods (copy on write: snapshots share it)
     pod_group_of: dict[str, GroupName] = field(default_factory=dict)
     pod_groups: dict[GroupName, Mapping[str, Holding]] = field(default_factory=dict)
+    unbound_pods: dict[str, UnboundGpuPod] = field(default_factory=dict)  # by uid, replaced on change
     synced: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock)
     snapshot: Snapshot = EMPTY_SNAPSHOT
@@ -482,6 +519,18 @@ class InventoryState:
         self.requested = requested
         self._resummarize_all()
 
+    # --- GPU Pods not yet bound --------------------------------------------------------------
+    def set_unbound_pod(self, uid: str, pod: UnboundGpuPod | None) -> bool:
+        """Keep the Pod of `uid` as known unbound, or (None: bound, finished, deleted) forget it."""
+        if self.unbound_pods.get(uid) == pod:
+            return False
+        others = {k: v for k, v in self.unbound_pods.items() if k != uid}  # copy on write, as for nodes
+        self.unbound_pods = others if pod is None else {**others, uid: pod}
+        return True
+
+    def replace_unbound_pods(self, pods: Iterable[UnboundGpuPod]) -> None:
+        self.unbound_pods = {p.uid: p for p in pods}
+
     def _add_requests(self, node_name: str, held: Mapping[str, int], sign: int) -> None:
         requested = dict(self.requested)  # copy on write, as for nodes
         for resource, n in held.items():
@@ -513,6 +562,7 @@ class InventoryState:
             nodes=MappingProxyType(self.nodes),
             requested=MappingProxyType(self.requested),
             pod_groups=MappingProxyType(self.pod_groups),
+            unbound_pods=MappingProxyType(self.unbound_pods) if self.watch_pods else None,
         )
         return self.snapshot
 

@@ -16,10 +16,10 @@ from .catalog import PROFILE_SUFFIX, Catalog, GpuClass, Strategy
 from .groups import (
     GROUP_ANNOTATION, GroupAsk, GroupOutcome, GroupPlan, GroupScope, Room, read_group, room, runs_on,
 )
+from .inventory import CLASS_ANNOTATION as CLASS_ANNOTATION  # the inventory reads it of unbound Pods too
 from .inventory import GIB_MIB, NamespaceInfo, ProductGroup, Snapshot, Taint, pod_gpus
 
 PREFIX = "gpu-class.io/"
-CLASS_ANNOTATION = PREFIX + "class"
 COUNT_ANNOTATION = PREFIX + "count"
 CONTAINER_ANNOTATION = PREFIX + "container"
 EXCLUDE_ANNOTATION = PREFIX + "exclude-types"

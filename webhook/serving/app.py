@@ -15,8 +15,9 @@ from ..cluster.source import InventorySource
 from ..core.catalog import Catalog
 from ..core.review import BadReview, Review, build_response, encode_compact, parse_review, review_pod
 from . import logs
-from .extender_routes import register_extender_routes
+from .extender_routes import CallerCheck, register_extender_routes
 from .responses import json_response
+from .tls import extender_caller
 
 log = logging.getLogger("gpu_class.admission")
 
@@ -27,6 +28,7 @@ def create_app(
     *,
     max_body_bytes: int = 3 * 1024 * 1024,
     read_budget_seconds: float = 2.0,
+    extender_caller_of: CallerCheck = extender_caller,
 ) -> Flask:
     # imported here, not at the top: under gunicorn the multiprocess directory must be set first
     from . import metrics
@@ -93,7 +95,7 @@ def create_app(
         body, content_type = metrics.render()
         return Response(body, mimetype=content_type.split(";")[0], content_type=content_type)
 
-    register_extender_routes(app, catalog, inventory)
+    register_extender_routes(app, catalog, inventory, extender_caller_of)
     app.wsgi_app = _admission_first(app.wsgi_app, admit)  # type: ignore[method-assign, assignment]
     return app
 

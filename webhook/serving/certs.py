@@ -1,4 +1,8 @@
-"""Certificate generation for the self-managed path: a CA and a serving certificate.
+"""Certificate generation for the self-managed path: a CA, a serving certificate and a client certificate.
+
+The client certificate is the scheduler's, for its calls to the extender's listener (tls.py), which
+trusts the same CA: one CA to distribute and rotate. Its usage is client authentication only, and
+the serving certificate's server authentication only, so neither can stand in for the other.
 
 Returns PEM bytes; writing files is the caller's business.
 """
@@ -6,6 +10,7 @@ Returns PEM bytes; writing files is the caller's business.
 from __future__ import annotations
 
 import datetime
+import functools
 import ipaddress
 from dataclasses import dataclass
 from typing import Sequence
@@ -16,11 +21,16 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 
+CLIENT_COMMON_NAME = "gpu-class-scheduler"  # who calls the extender; the server logs it with each call
+
+
 @dataclass(frozen=True)
 class CertBundle:
     ca_crt: bytes
     tls_crt: bytes
     tls_key: bytes
+    client_crt: bytes
+    client_key: bytes
 
 
 def service_dns_names(service: str, namespace: str) -> list[str]:
@@ -72,32 +82,38 @@ def generate(
         .sign(ca_key, hashes.SHA256())
     )
 
-    key = ec.generate_private_key(ec.SECP256R1())
     sans: list[x509.GeneralName] = [x509.DNSName(n) for n in dns_names]
     sans += [x509.IPAddress(ipaddress.ip_address(a)) for a in ip_addresses]
-    cert = (
+    issue = functools.partial(_issue, ca_cert, ca_key, not_before, now + datetime.timedelta(days=valid_days))
+    tls_crt, tls_key = issue(dns_names[0] if dns_names else ip_addresses[0], ExtendedKeyUsageOID.SERVER_AUTH,
+                             x509.SubjectAlternativeName(sans))
+    client_crt, client_key = issue(CLIENT_COMMON_NAME, ExtendedKeyUsageOID.CLIENT_AUTH, None)
+    return CertBundle(ca_crt=ca_cert.public_bytes(serialization.Encoding.PEM), tls_crt=tls_crt, tls_key=tls_key,
+                      client_crt=client_crt, client_key=client_key)
+
+
+def _issue(ca_cert: x509.Certificate, ca_key: ec.EllipticCurvePrivateKey, not_before: datetime.datetime,
+           not_after: datetime.datetime, common_name: str, usage: x509.ObjectIdentifier,
+           names: x509.SubjectAlternativeName | None) -> tuple[bytes, bytes]:
+    """A leaf certificate for one usage, signed by the CA: (certificate, key) in PEM."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    builder = (
         x509.CertificateBuilder()
-        .subject_name(_name(dns_names[0] if dns_names else ip_addresses[0]))
+        .subject_name(_name(common_name))
         .issuer_name(ca_cert.subject)
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
         .not_valid_before(not_before)
-        .not_valid_after(now + datetime.timedelta(days=valid_days))
-        .add_extension(x509.SubjectAlternativeName(sans), critical=False)
+        .not_valid_after(not_after)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .add_extension(
-            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False
-        )
-        .sign(ca_key, hashes.SHA256())
+        .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
     )
-    return CertBundle(
-        ca_crt=ca_cert.public_bytes(serialization.Encoding.PEM),
-        tls_crt=cert.public_bytes(serialization.Encoding.PEM),
-        tls_key=key.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-        ),
-    )
+    if names is not None:
+        builder = builder.add_extension(names, critical=False)
+    cert = builder.sign(ca_key, hashes.SHA256())
+    return cert.public_bytes(serialization.Encoding.PEM), key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
 
 
 def not_valid_after(cert_pem: bytes) -> datetime.datetime:

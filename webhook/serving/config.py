@@ -10,6 +10,10 @@ class ServeConfig:
     cert_file: str
     key_file: str
     bind: str = "0.0.0.0:8443"
+    # the scheduler extender's listener, and the CA its callers' certificates must chain to; without
+    # them the extender verbs are refused
+    extender_bind: str | None = None
+    client_ca_file: str | None = None
     catalog_file: str | None = None  # None: the built-in catalog
     scheduler_name: str | None = None  # None: the catalog's schedulerName
     nodes_files: tuple[str, ...] = ()  # empty: watch the cluster

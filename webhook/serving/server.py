@@ -51,6 +51,31 @@ class Loaded:
     snapshot: Snapshot | None  # None: each worker watches the cluster
 
 
+def _port(address: str, flag: str) -> int:
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise InputError(f"{flag} {address}: give HOST:PORT, e.g. 0.0.0.0:8444")
+    return int(port)
+
+
+def check_extender_listener(config: ServeConfig) -> int | None:
+    """The extender listener's port, or None when there is none; InputError when it is misconfigured."""
+    if (config.extender_bind is None) != (config.client_ca_file is None):
+        raise InputError("--extender-bind and --client-ca-file go together: the extender's listener serves only "
+                         "clients with a certificate of that CA")
+    if config.extender_bind is None or config.client_ca_file is None:
+        return None
+    port = _port(config.extender_bind, "--extender-bind")
+    if port == _port(config.bind, "--bind"):
+        raise InputError(f"--extender-bind {config.extender_bind}: needs a port of its own, not that of --bind "
+                         f"{config.bind} (the API server's admission calls are not asked for a client certificate)")
+    try:
+        ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=config.client_ca_file)
+    except (OSError, ssl.SSLError) as exc:
+        raise InputError(f"cannot use --client-ca-file {config.client_ca_file}: {exc}") from None
+    return port
+
+
 def make_inventory(config: ServeConfig, loaded: Loaded) -> InventorySource:
     from .metrics import InventoryMetrics  # after the multiprocess directory is set
 
@@ -83,6 +108,7 @@ def check_config(config: ServeConfig) -> Loaded:
         CertReloader(config.cert_file, config.key_file)
     except (OSError, ssl.SSLError) as exc:
         raise InputError(f"cannot use --cert-file {config.cert_file} / --key-file {config.key_file}: {exc}") from None
+    check_extender_listener(config)
     return Loaded(catalog, snapshot)
 
 
@@ -94,6 +120,7 @@ class WebhookServer(BaseApplication):  # type: ignore[misc]
 
     def load_config(self) -> None:
         c = self.config_values
+        extender_port = check_extender_listener(c)
         reloader: dict[str, CertReloader] = {}
         table = ConnectionTable()  # mapped here, in the master, so every worker forked later shares it
 
@@ -104,11 +131,12 @@ class WebhookServer(BaseApplication):  # type: ignore[misc]
         def ssl_context(_conf: Any, _default_factory: Any) -> ssl.SSLContext:
             # called per connection, in the worker; one reloader per process
             if "r" not in reloader:
-                reloader["r"] = CertReloader(c.cert_file, c.key_file)
+                reloader["r"] = CertReloader(c.cert_file, c.key_file, client_ca_file=c.client_ca_file,
+                                             extender_port=extender_port)
             return reloader["r"].context()
 
         settings: dict[str, Any] = {
-            "bind": [c.bind],
+            "bind": [c.bind, *([c.extender_bind] if extender_port else [])],
             "workers": c.workers,
             "worker_class": BalancedThreadWorker,
             "threads": c.threads,

@@ -146,6 +146,15 @@ seccompProfile:
 {{- end -}}
 {{- end -}}
 
+{{/* The Secret holding the second scheduler's client certificate for the extender (tls.crt, tls.key). */}}
+{{- define "gpu-class.clientSecret" -}}
+{{- if eq .Values.tls.mode "secret" -}}
+{{ required "tls.clientSecretName: name the kubernetes.io/tls Secret with the scheduler's client certificate, signed by the CA of tls.secretName, that tls.mode secret uses with scheduler.extender" .Values.tls.clientSecretName }}
+{{- else -}}
+gpu-class-extender-client
+{{- end -}}
+{{- end -}}
+
 {{/* tls.mode self-managed: the CA and serving pair, made once and then read back from the cluster.
 
 A new CA on every `helm upgrade` would change caBundle while the Pods still serve the old
@@ -187,6 +196,23 @@ of genCA gives a new CA, so the result is made once per render and kept in .Valu
 {{- $_ := set $result "crt" $cert.Cert -}}
 {{- $_ := set $result "key" $cert.Key -}}
 {{- $_ := set $result "notAfter" (now | dateModify (printf "+%dh" (mul $days 24)) | unixEpoch | toString) -}}
+{{- end -}}
+{{- /* The second scheduler's client certificate for the extender, from the same CA, kept and renewed
+the same way. (sprig's genSignedCert marks every certificate for server and client use alike; only
+the webhook's Pods hold the serving key.) */ -}}
+{{- $client := lookup "v1" "Secret" $ns "gpu-class-extender-client" -}}
+{{- $clientData := $client.data | default dict -}}
+{{- $clientNotAfter := int64 (dig "metadata" "annotations" "gpu-class.io/not-after" "0" $client) -}}
+{{- if and (index $clientData "tls.key") (eq (index $clientData "ca.crt" | default "" | b64dec) $result.caCrt) (gt $clientNotAfter $renewFrom) -}}
+{{- $_ := set $result "clientCrt" (index $clientData "tls.crt" | b64dec) -}}
+{{- $_ := set $result "clientKey" (index $clientData "tls.key" | b64dec) -}}
+{{- $_ := set $result "clientNotAfter" (toString $clientNotAfter) -}}
+{{- else -}}
+{{- $days := int $settings.validityDays -}}
+{{- $cert := genSignedCert "gpu-class-scheduler" nil nil $days (buildCustomCert ($result.caCrt | b64enc) ($result.caKey | b64enc)) -}}
+{{- $_ := set $result "clientCrt" $cert.Cert -}}
+{{- $_ := set $result "clientKey" $cert.Key -}}
+{{- $_ := set $result "clientNotAfter" (now | dateModify (printf "+%dh" (mul $days 24)) | unixEpoch | toString) -}}
 {{- end -}}
 {{- $_ := set .Values "gpuClassGeneratedTLS" $result -}}
 {{- end -}}

@@ -111,7 +111,9 @@ profiles:
         args: *no-default-spread
 {{- if .Values.scheduler.extender }}
 extenders:
-  - urlPrefix: https://gpu-class.{{ .Release.Namespace }}.svc:443
+  # The extender's own port on the webhook's Service: it serves the verbs only
+  # to clients with a certificate of the webhook's CA (tlsConfig.certFile).
+  - urlPrefix: https://gpu-class.{{ .Release.Namespace }}.svc:8444
     filterVerb: filter
     # No prioritizeVerb: filter already keeps only the promised nodes, and
     # within them the profile's own scores decide.
@@ -125,6 +127,14 @@ extenders:
       # answer for the Service would then decide where GPU Pods run.
       # kube-scheduler reads the file at start: restart it after a CA rotation.
       caFile: /etc/gpu-class-scheduler/tls/ca.crt
+      # Its client certificate, from the Secret gpu-class-extender-client
+      # (signed by the same CA; the scheduler's Deployment mounts it): the
+      # extender answers no one else, since its `filter` changes what it
+      # counts as taken. kube-scheduler reads these files again for new
+      # connections (at most once a second), so a renewed certificate needs no
+      # restart.
+      certFile: /etc/gpu-class-scheduler/tls/client.crt
+      keyFile: /etc/gpu-class-scheduler/tls/client.key
     # The answer comes from the webhook's in-memory view of the cluster.
     httpTimeout: 5s
     # The webhook watches Nodes and GPU Pods itself, so the scheduler sends
