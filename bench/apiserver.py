@@ -489,6 +489,12 @@ def render(scenarios: Sequence[Scenario], node_ms: list[float], wall_seconds: fl
                   f"{sc.ratio(0.99, 'no-op + patch'):.2f}x (the patch: {sc.patch_bytes:,} bytes); "
                   f"{sc.seconds:.0f} s of creates."]
         verdicts.append(sc)
+    lines += ["", "Why a patch costs the API server what it does, whatever the patch: for any webhook answer with a "
+              "non-empty JSON patch, it encodes the whole Pod to JSON, applies the patch, decodes and defaults the "
+              "result and compares it with the Pod before (k8s.io/apiserver, admission/plugin/webhook/mutating/"
+              "dispatcher.go), and because the object changed it runs the whole mutating admission chain, the "
+              "in-tree plugins included, a second time (admission/reinvocation.go). A webhook that mutates pays that "
+              "on every create; only a webhook that answers without a patch does not."]
     lines += ["", "gpu-class's added latency over each no-op's, against the targets (p50 <= "
               f"{TARGET_P50}x, p99 <= {TARGET_P99}x):", "",
               "| scenario | over the no-op: p50 | p99 | result | over the no-op with the same patch: p50 | p99 | result |",
