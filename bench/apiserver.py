@@ -317,6 +317,7 @@ class Bench:
 
     def prepare(self) -> int:
         """The no-ops (re)started on what gpu-class answers now, every webhook called: the patch's size."""
+        _wait_gpu_class_synced(self.cluster)
         size = self.start_noops()
         for arm in self.arms:  # every arm's configuration in effect, its server warm
             if arm.webhook is not None:
@@ -396,6 +397,15 @@ def measure_fleet(bench: Bench, nodes: int, per_arm: int) -> Scenario:
     delete_pods(bench.api, namespace)
     bench.api.call("DELETE", "/api/v1/nodes?labelSelector=" + ",".join(f"{k}={v}" for k, v in BENCH_LABEL.items()))
     return scenario
+
+
+def _wait_gpu_class_synced(cluster: local_cluster.Cluster) -> None:
+    """Until every worker answers ready (on a busy machine a worker's first lists can take longer than the
+    15 s a worker waits before it accepts, and it refuses class Pods until then)."""
+    def ready() -> bool:  # new connections: each worker answers some
+        return all(json.loads(_webhook_call(cluster, "GET", "/readyz")).get("ready") is True for _ in range(6))
+
+    _wait("every gpu-class worker to sync its inventory", ready, seconds=120)
 
 
 def _wait_inventory(cluster: local_cluster.Cluster, at_least: int) -> None:
