@@ -50,6 +50,9 @@ class Plan(TypedDict):
     duration_seconds: float
     expect_patch: bool
     timeout_seconds: float
+    # churn (bench/spread.py): the pool's TCP connections all made before any handshake, as a client's
+    # burst opens them, and each left at the end in the middle of a request, as a client that exits does
+    churn: bool
 
 
 class Outcome(TypedDict):
@@ -81,13 +84,23 @@ class Connection:
     reconnects: int = 0
     port: int = 0
 
-    def open(self) -> ssl.SSLSocket:
-        raw = socket.create_connection((self.plan["host"], self.plan["port"]), timeout=self.plan["timeout_seconds"])
-        raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # as Go's net/http does
+    def open(self, raw: socket.socket | None = None) -> ssl.SSLSocket:
+        """A TLS connection, over `raw` when the TCP connection is made already."""
+        if raw is None:
+            raw = connect_tcp(self.plan)
         self.port = raw.getsockname()[1]
         self.sock = self.context.wrap_socket(raw, server_hostname=self.plan["server_hostname"])
         self.buffer.clear()
         return self.sock
+
+    def leave_mid_request(self, request: bytes | bytearray) -> None:
+        """Close with half a request sent and no TLS close_notify, as a client that exits under load does."""
+        if self.sock is not None:
+            try:
+                self.sock.sendall(request[:len(request) // 2])
+            except OSError:
+                pass
+        self.close()
 
     def close(self) -> None:
         if self.sock is not None:
@@ -128,6 +141,12 @@ class Connection:
         if not chunk:
             raise ConnectionError("server closed the connection")
         self.buffer += chunk
+
+
+def connect_tcp(plan: Plan) -> socket.socket:
+    raw = socket.create_connection((plan["host"], plan["port"]), timeout=plan["timeout_seconds"])
+    raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # as Go's net/http does
+    return raw
 
 
 def build_request(plan: Plan, body: bytes) -> bytearray:
@@ -221,15 +240,28 @@ def run(plan: Plan, start_at: Callable[[], float]) -> Outcome:
     context = ssl.create_default_context(cafile=plan["ca_file"])
     request = build_request(plan, body)
     uid_offset = len(request) - len(body) + plan["uid_offset"]
-    workers = []
-    for i in range(plan["connections"]):
+    workers = [Worker(plan, Connection(plan, context), bytearray(request), uid_offset, i)
+               for i in range(plan["connections"])]
+
+    def warm(worker: Worker, raw: socket.socket | None = None) -> None:
         # a warm pool: connected and used once before the clock starts. The API server dials with a
         # request in hand; a connection left idle after its handshake would hold one of the server's
         # threads until its first request arrives (gunicorn's gthread worker reads it blocking)
-        worker = Worker(plan, Connection(plan, context), bytearray(request), uid_offset, i)
-        worker.conn.open()
+        worker.conn.open(raw)
         worker.one(WARM_SEQ, time.perf_counter(), float("inf"))
-        workers.append(worker)
+
+    if plan["churn"]:
+        # every TCP connection waits in the server's backlog before the first is used, then all of
+        # them shake hands and send at once
+        raws = [connect_tcp(plan) for _ in workers]
+        warming = [threading.Thread(target=warm, args=(w, raw)) for w, raw in zip(workers, raws)]
+        for t in warming:
+            t.start()
+        for t in warming:
+            t.join()
+    else:
+        for w in workers:
+            warm(w)
     common_start = start_at()
     # map the shared epoch start onto this process's monotonic clock
     ready_late = time.time() > common_start
@@ -260,7 +292,10 @@ def run(plan: Plan, start_at: Callable[[], float]) -> Outcome:
     for w in workers:
         for reason, n in w.errors.items():
             errors[reason] = errors.get(reason, 0) + n
-        w.conn.close()
+        if plan["churn"]:
+            w.conn.leave_mid_request(w.request)
+        else:
+            w.conn.close()
     return {
         "ok": sum(w.ok for w in workers),
         "latencies_ms": [x for w in workers for x in w.latencies],

@@ -32,6 +32,7 @@ class LoadSettings:
     timeout_seconds: float = 15.0
     start_margin_seconds: float = 0.05  # from "every load generator is connected" to the common start
     quiet_wait_seconds: float = 30.0  # before a round, at most this long for other work on the machine to stop
+    churn: bool = False  # each round's pool opened in a burst and left mid-request (bench/loadgen.py)
 
 
 @dataclass(frozen=True)
@@ -79,8 +80,18 @@ class RoundFigures:
     @property
     def balance(self) -> float:
         """The least busy worker's requests over the busiest's (1: even; 0: a worker idle)."""
-        most = max(self.requests_per_worker, default=0)
-        return min(self.requests_per_worker) / most if most else 1.0
+        return _least_over_most(self.requests_per_worker)
+
+    @property
+    def connection_balance(self) -> float:
+        """The same for connections held: workers sharing one CPU answer alike however many each holds,
+        so 7/1 connections can still show as even requests."""
+        return _least_over_most(self.connections_per_worker)
+
+
+def _least_over_most(values: Sequence[int]) -> float:
+    most = max(values, default=0)
+    return min(values) / most if most else 1.0
 
 
 @dataclass(frozen=True)
@@ -167,6 +178,7 @@ def run_round(target: Target, body: Body, mode: Mode, settings: LoadSettings, wo
             "mode": mode, "rate_per_second": rate_per_second,
             "warmup_seconds": warmup, "duration_seconds": settings.round_seconds,
             "expect_patch": target.expect_patch, "timeout_seconds": settings.timeout_seconds,
+            "churn": settings.churn,
         }
         plan_file = workdir / f"plan-{index}.json"
         plan_file.write_text(json.dumps(plan))

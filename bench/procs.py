@@ -287,7 +287,8 @@ def gpuclass_serve_command(*, port: int, cert_dir: Path, nodes_file: Path, worke
 
 
 def variant_command(*, app: str, port: int, cert_dir: Path, nodes_file: Path | None, workers: int, threads: int,
-                    worker_class: str = "gthread", log_level: str = "info", placement: str = "balanced") -> list[str]:
+                    worker_class: str = "gthread", log_level: str = "info", placement: str = "balanced",
+                    answer_file: Path | None = None) -> list[str]:
     """A bench variant on webhook.serving.server.WebhookServer (see bench/variant.py)."""
     command = [
         sys.executable, "-m", "bench.variant", "--app", app,
@@ -297,4 +298,6 @@ def variant_command(*, app: str, port: int, cert_dir: Path, nodes_file: Path | N
     ]
     if nodes_file is not None:
         command += ["--nodes", str(nodes_file)]
+    if answer_file is not None:
+        command += ["--answer-file", str(answer_file)]
     return command

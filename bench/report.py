@@ -73,6 +73,15 @@ def verdicts(r: Results) -> list[Verdict]:
             f"worst {worst.balance:.2f} ({_slash(worst.requests_per_worker)} requests, "
             f"{_slash(worst.connections_per_worker)} connections)",
             worst.balance >= MIN_WORKER_SHARE))
+    churned = next((x for x in r.spread if x.placement == "balanced"), None)
+    if churned is not None and churned.rounds:
+        worst = min(churned.rounds, key=lambda x: min(x.balance, x.connection_balance))
+        out.append(Verdict(
+            f"through churn, in every pool, no worker below {MIN_WORKER_SHARE:.2f} of the busiest worker's requests "
+            f"or connections ({len(churned.rounds)} pools, bench/spread.py)",
+            f"worst {worst.balance:.2f} ({_slash(worst.requests_per_worker)} requests, "
+            f"{_slash(worst.connections_per_worker)} connections)",
+            min(worst.balance, worst.connection_balance) >= MIN_WORKER_SHARE))
     if r.baseline_closed and r.mutation_closed and r.baseline_closed.throughput_rps:
         ratios = paired_ratios(r.mutation_closed, r.baseline_closed, "throughput_rps")
         ratio = median(ratios)
@@ -288,8 +297,11 @@ def render(r: Results) -> str:
         trials = len(r.spread[0].rounds)
         parts += ["", f"## Connection placement ({min(o.sizes):,} GPU nodes, {r.default_config.name})", ""]
         parts.append(
-            f"Each way of placing connections on workers, over {trials} fresh pools of {s.connections} connections "
-            f"(each loaded {0.6:g} s in closed loop; interleaved; bench/spread.py). balanced: `gpuclass serve`'s "
+            f"Each way of placing connections on workers, through churn: {trials} pools of {s.connections} "
+            "connections one after the other on the same servers, each opened at once (every TCP connection in "
+            "the backlog before the first handshake), loaded "
+            f"{0.6:g} s in closed loop and left in the middle of a request, as a client that exits under load "
+            "leaves (interleaved; bench/spread.py). balanced: `gpuclass serve`'s "
             "worker (webhook/serving/balance.py: a worker leaves a new connection to a sibling holding fewer); "
             "accept: gunicorn's gthread worker, the first worker to call accept() wins; reuse-port: gunicorn's "
             "`reuse_port`, a SO_REUSEPORT listener per worker, the kernel picks by a hash of the addresses; "
@@ -297,7 +309,7 @@ def render(r: Results) -> str:
         parts.append("")
         parts.append(table(
             ["placement", "connections per worker (fullest first) x pools", "worst least/most requests",
-             f"pools with a worker below {MIN_WORKER_SHARE:.2f}", "reconnects", "failed"],
+             f"pools with a worker below {MIN_WORKER_SHARE:.2f} (requests or connections)", "reconnects", "failed"],
             [[x.placement, ", ".join(x.splits()), f"{x.worst_balance:.2f}", str(x.rounds_below(MIN_WORKER_SHARE)),
               f"{x.reconnects:,}", str(x.failed)] for x in r.spread]))
         parts += ["", "The cap evens the split only by refusing: gthread closes a kept-alive connection once "

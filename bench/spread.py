@@ -1,8 +1,11 @@
-"""How connections land on workers: each way of placing them, over many reconnects of the pool.
+"""How connections land on workers: each way of placing them, through churn of the pool.
 
-Every trial opens the load generator's connection pool afresh (as the API server does after a
-restart or an idle timeout), loads it briefly, and reads which worker holds each connection and how
-many requests each worker answered. The options (bench/variant.py `--placement`):
+Every trial opens the load generator's connection pool afresh on the same servers (as the API server
+does after a restart or an idle timeout), all its connections at once, loads it briefly, reads which
+worker holds each connection and how many requests each worker answered, and leaves each connection
+in the middle of a request, as a client that exits under load does (gunicorn's gthread worker once
+miscounted such connections, and the next pool then went to one worker). The options
+(bench/variant.py `--placement`):
 
 - balanced: the project's worker (webhook/serving/balance.py), what `gpuclass serve` runs;
 - accept: gunicorn's gthread worker; the first worker to call accept() wins;
@@ -42,7 +45,8 @@ class SpreadResult:
         return min((r.balance for r in self.rounds), default=1.0)
 
     def rounds_below(self, share: float) -> int:
-        return sum(1 for r in self.rounds if r.balance < share)
+        """Pools in which a worker answered, or held, less than `share` of the busiest worker's."""
+        return sum(1 for r in self.rounds if min(r.balance, r.connection_balance) < share)
 
 
 def measure_spread(start: Callable[[str], ServerProcess | None], body: Body, settings: LoadSettings, workdir: Path,
@@ -51,7 +55,8 @@ def measure_spread(start: Callable[[str], ServerProcess | None], body: Body, set
     servers = [(p, start(p)) for p in PLACEMENTS]
     targets = [(p, Target(s, expect_patch=True)) for p, s in servers if s is not None]
     # placement does not depend on a quiet machine: a short wait keeps many trials affordable
-    short = dataclasses.replace(settings, rounds=trials, warmup_seconds=0.2, round_seconds=0.6, quiet_wait_seconds=2.0)
+    short = dataclasses.replace(settings, rounds=trials, warmup_seconds=0.2, round_seconds=0.6, quiet_wait_seconds=2.0,
+                                churn=True)
     try:
         prime([t for _, t in targets], body, settings, workdir)
         results = measure([(t,) for _, t in targets], body, "closed", short, workdir)

@@ -2,7 +2,10 @@
 
 - `--app baseline`: the same gunicorn settings, TLS and Flask, answering every AdmissionReview with
   allowed: true and no patch. It still parses the body (to echo the uid), so the difference to the
-  real server is the webhook's own work: review parsing, planning, the patch, its log line.
+  real server is the webhook's own work: review parsing, planning, the patch, its log line. With
+  `--answer-file`, it answers with the fields of that file too (bench/apiserver.py gives it the patch
+  and warnings gpu-class answers for the Pod it creates: the API server's work on the patch, without
+  gpu-class's).
 - `--app mutation`: the real application, started as webhook.serving.server.serve() starts it, for
   settings `gpuclass serve` does not expose: the worker class (sync workers) and how connections are
   placed on workers (`--placement`: the project's balanced gthread worker, gunicorn's own gthread
@@ -31,8 +34,8 @@ PLACEMENTS = ("balanced", "accept", "reuse-port", "cap")
 CAP_CONNECTIONS = 5
 
 
-def create_baseline_app(config: ServeConfig) -> Flask:
-    """Allow everything: parse the review, echo its uid, no patch."""
+def create_baseline_app(config: ServeConfig, answer: dict[str, Any] | None = None) -> Flask:
+    """Allow everything: parse the review, echo its uid, no patch (or `answer`'s fields: a fixed patch)."""
     app = Flask("gpu_class_baseline")
     app.config["MAX_CONTENT_LENGTH"] = config.max_body_bytes
 
@@ -47,7 +50,8 @@ def create_baseline_app(config: ServeConfig) -> Flask:
             api_version = review["apiVersion"]
         except (ValueError, KeyError, TypeError) as exc:
             return _json({"error": "Bad Request", "message": str(exc)}, 400)
-        return _json({"apiVersion": api_version, "kind": "AdmissionReview", "response": {"uid": uid, "allowed": True}})
+        return _json({"apiVersion": api_version, "kind": "AdmissionReview",
+                      "response": {**(answer or {}), "uid": uid, "allowed": True}})
 
     @app.get("/healthz")
     def healthz() -> Response:
@@ -87,12 +91,16 @@ def main(argv: Sequence[str] | None = None) -> None:
     p.add_argument("--worker-class", choices=("gthread", "sync"), default="gthread")
     p.add_argument("--placement", choices=PLACEMENTS, default="balanced")
     p.add_argument("--log-level", default="info")
+    p.add_argument("--answer-file", help="baseline: JSON object whose fields every answer carries (patch, warnings)")
     args = p.parse_args(argv)
     config = ServeConfig(
         cert_file=args.cert_file, key_file=args.key_file, bind=args.bind, nodes_files=tuple(args.nodes),
         workers=args.workers, threads=args.threads, log_level=args.log_level,
     )
     factory: Callable[[ServeConfig], Flask] = create_baseline_app
+    if args.answer_file:
+        with open(args.answer_file, encoding="utf-8") as fh:
+            factory = functools.partial(create_baseline_app, answer=json.load(fh))
     if args.app == "mutation":  # as webhook.serving.server.serve() does
         factory = functools.partial(build_app, loaded=check_config(config))
     prepare_metrics_dir()

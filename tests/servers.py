@@ -115,7 +115,9 @@ def wait_until_serving(server: Server, timeout_seconds: float = 30.0) -> None:
 
 @contextlib.contextmanager
 def running_server(tmp: Path, args: Sequence[str], *, cert_dir: Path | None = None, workers: int = 1,
-                   env: dict[str, str] | None = None, extender: bool = False) -> Iterator[Server]:
+                   env: dict[str, str] | None = None, extender: bool = False,
+                   cpus: set[int] | None = None) -> Iterator[Server]:
+    """`cpus`: the CPUs the master and its workers run on (set before the master forks its workers)."""
     cert_dir = cert_dir or write_certs(tmp / "certs")
     port = free_port()
     extender_port = free_port() if extender else None
@@ -129,9 +131,14 @@ def running_server(tmp: Path, args: Sequence[str], *, cert_dir: Path | None = No
     with open(log_file, "wb") as log:
         process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})},
                                    start_new_session=True)
+    if cpus:
+        os.sched_setaffinity(process.pid, cpus)
     server = Server(process, port, cert_dir / "ca.crt", log_file, extender_port)
     try:
         wait_until_serving(server)
+        if cpus:
+            for worker in [int(p) for p in Path(f"/proc/{process.pid}/task/{process.pid}/children").read_text().split()]:
+                assert os.sched_getaffinity(worker) == cpus, "a worker was forked before the server was placed on its CPUs"
         yield server
     finally:
         if process.poll() is None:

@@ -199,6 +199,40 @@ def test_a_slice_held_does_not_use_a_whole_gpu() -> None:
     assert (verdict.passed, verdict.resolvable, verdict.reason) == (False, True, "gpu-class: 0 GPUs free, Pod needs 1")
 
 
+def _h100(name: str, *, cordoned: bool = False) -> dict[str, Any]:
+    node = make_device_node(name, {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}, {"nvidia.com/gpu": "8"})
+    node["spec"] = {**node.get("spec", {}), "unschedulable": cordoned}
+    return node
+
+
+BINDS = [  # (pod, node or None to remove it, its devices)
+    ("ml/a", "h100-0", {"nvidia.com/gpu": 3}),
+    ("ml/b", "h100-0", {"nvidia.com/gpu": 8}),  # over allocatable: the node's free devices stop at 0
+    ("ml/a", None, {}),
+    ("ml/c", "h100-cordoned", {"nvidia.com/gpu": 2}),  # a cordoned node counts no free devices either way
+    ("ml/d", "a100-80-mixed", {"nvidia.com/mig-1g.10gb": 1, "nvidia.com/mig-3g.40gb": 1}),
+    ("ml/d", "h100-1", {"nvidia.com/gpu": 1}),  # moved to another node
+    ("ml/e", "gone", {"nvidia.com/gpu": 4}),  # a node the inventory does not hold
+    ("ml/b", None, {}),
+]
+
+
+@pytest.mark.parametrize("steps", [pytest.param(i, id=f"after-{i}-binds") for i in range(1, len(BINDS) + 1)])
+def test_binds_keep_every_group_summary_as_a_full_recount_has_it(steps: int) -> None:
+    """set_pod adjusts the touched groups' free devices instead of walking them; the result is the recount's."""
+    nodes = [_h100("h100-0"), _h100("h100-1"), _h100("h100-cordoned", cordoned=True), MIXED_A100_80, H100]
+    state = InventoryState(catalog=CATALOG, synced=True)
+    state.replace_nodes([i for i in (node_info_from_object(n, CATALOG) for n in nodes) if i])
+    state.replace_pods([])
+    for pod, node, devices in BINDS[:steps]:
+        state.set_pod(pod, node, devices)
+    incremental = state.publish()
+    state.replace_pods([(pod, node, devices) for pod, (node, devices) in state.pods.items()])
+    recounted = state.publish()
+    assert incremental.groups_by_type == recounted.groups_by_type
+    assert sum(g.free_gpus for g in recounted.groups("H100")) < 24  # the binds did change something
+
+
 def test_explain_names_the_resource_and_why_not_the_others() -> None:
     pod = make_pod({C: "any-big"})
     decision, snapshot = decide(Case("", pod, [H100, MI300X, MIXED_A100_80], "patched"))

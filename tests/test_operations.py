@@ -162,6 +162,39 @@ def issuer_of(server: Server, ctx: ssl.SSLContext) -> str:
             return str(cert["serialNumber"])
 
 
+def test_inventory_gauges_follow_a_burst_of_snapshots_once_per_interval() -> None:
+    """A burst of published snapshots (a burst of binds) writes the gauges once at its start and once after."""
+    from prometheus_client import REGISTRY
+
+    from webhook.core.catalog import load_catalog_text
+    from webhook.core.inventory import InventoryState, node_info_from_object
+    from webhook.serving.metrics import InventoryMetrics
+
+    catalog = load_catalog_text(TEST_CATALOG_YAML, "catalog")
+    state = InventoryState(catalog=catalog, synced=True)
+    state.replace_nodes([i for i in (node_info_from_object(make_node("h100-a", "NVIDIA-H100-80GB-HBM3", gpus=8),
+                                                                    catalog),) if i])
+    state.replace_pods([])
+
+    def free_h100() -> float | None:
+        return REGISTRY.get_sample_value("gpu_class_inventory_free_gpus", {"type": "H100", "resource": "nvidia.com/gpu"})
+
+    def burst(observer: InventoryMetrics) -> None:
+        observer.published(state.publish())
+        for gpus in range(1, 8):  # the binds of the burst, one snapshot each
+            state.set_pod(f"ml/p{gpus}", "h100-a", {"nvidia.com/gpu": 1})
+            observer.published(state.publish())
+
+    burst(InventoryMetrics(catalog, interval_seconds=3600))
+    assert free_h100() == 8  # the burst's first snapshot, at once; the others wait for the interval
+    state.replace_pods([])
+    burst(InventoryMetrics(catalog, interval_seconds=0.2))
+    deadline = time.monotonic() + 10
+    while free_h100() != 1:  # the burst's last snapshot, when the interval ends
+        assert time.monotonic() < deadline, f"the gauge stayed at {free_h100()}"
+        time.sleep(0.05)
+
+
 def test_certificate_rotation_while_requests_run(tmp_path: Path) -> None:
     old, new = write_certs(tmp_path / "old"), write_certs(tmp_path / "new")
     live = write_certs(tmp_path / "live")

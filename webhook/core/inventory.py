@@ -15,7 +15,7 @@ whole GPU of that node.
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any, Iterable, Mapping
 
@@ -355,7 +355,7 @@ def summarize_group(key: GroupKey, nodes: Iterable[NodeInfo], requested: Mapping
     type_name, label_key, value = key
     members = list(nodes)
     offers = [(n, n.offer(type_name)) for n in members] if type_name is not None else []
-    usable = [(n, o) for n, o in offers if o is not None and n.schedulable and o.allocatable > 0]
+    usable = [(n, o) for n, o in offers if o is not None and _is_usable(n, o)]
     shapes = sorted({Shape(o.allocatable, o.memory_mib, n.gpu_taints) for n, o in usable},
                     key=lambda s: (-s.allocatable, -(s.memory_mib or 0), s.taints))
     return ProductGroup(
@@ -366,10 +366,18 @@ def summarize_group(key: GroupKey, nodes: Iterable[NodeInfo], requested: Mapping
         not_ready=sum(1 for n in members if not n.ready),
         cordoned=sum(1 for n in members if n.ready and n.unschedulable),
         usable=tuple(shapes),
-        free_gpus=sum(max(o.allocatable - requested.get((n.name, o.resource), 0), 0) for n, o in usable),
+        free_gpus=sum(_free_on(n, o, requested) for n, o in usable),
         resource=usable[0][1].resource if usable else next((o.resource for _, o in offers if o), ""),
         allocatable_gpus=sum(o.allocatable for _, o in usable),
     )
+
+
+def _is_usable(node: NodeInfo, offer: Offer) -> bool:
+    return node.schedulable and offer.allocatable > 0
+
+
+def _free_on(node: NodeInfo, offer: Offer, requested: Mapping[tuple[str, str], int]) -> int:
+    return max(offer.allocatable - requested.get((node.name, offer.resource), 0), 0)
 
 
 @dataclass
@@ -532,7 +540,8 @@ class InventoryState:
         self.unbound_pods = {p.uid: p for p in pods}
 
     def _add_requests(self, node_name: str, held: Mapping[str, int], sign: int) -> None:
-        requested = dict(self.requested)  # copy on write, as for nodes
+        before = self.requested
+        requested = dict(before)  # copy on write, as for nodes
         for resource, n in held.items():
             total = requested.get((node_name, resource), 0) + sign * n
             if total > 0:
@@ -541,9 +550,18 @@ class InventoryState:
                 requested.pop((node_name, resource), None)
         self.requested = requested
         node = self.nodes.get(node_name)
-        if node is not None:
-            for key in group_keys(node):
+        if node is None:
+            return
+        for key in group_keys(node):
+            summary, offer = self.summaries.get(key), node.offer(key[0]) if key[0] is not None else None
+            if summary is None:
                 self._resummarize(key)
+            elif offer is not None and _is_usable(node, offer):
+                # only this node's free devices changed: a burst of binds must not walk its whole group
+                # (thousands of nodes of one product) for each bind
+                delta = _free_on(node, offer, requested) - _free_on(node, offer, before)
+                if delta:
+                    self.summaries[key] = replace(summary, free_gpus=summary.free_gpus + delta)
 
     # --- publishing ----------------------------------------------------------------------
     def publish(self) -> Snapshot:

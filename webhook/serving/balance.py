@@ -12,6 +12,18 @@ sibling is woken by the same connection and takes it. Between workers holding as
 slot takes it: two workers that both see a tie would otherwise both accept. The wait is bounded (`MAX_DEFER_SECONDS`):
 a sibling that is stuck or starved of CPU cannot leave a connection unanswered.
 
+Placing new connections is not enough once a pool has been placed: when a worker dies, its
+connections come back to the survivors before gunicorn has started a replacement, and a client under
+steady load (the API server) keeps them for as long as it sends. So a worker holding two or more
+connections more than a sibling answers its next request with `Connection: close` (one connection at
+a time, until the sibling has taken it): the client opens a new one, which the sibling takes.
+
+The count a worker publishes is gunicorn's `nr_conns`, which gunicorn's gthread worker lowers twice
+for a connection whose TLS handshake or request its peer cut off (the socket is closed in handle(),
+closing it again in finish_request() raises, and the except branch counts it closed once more). A
+count one too low reads as "not accepting" to the siblings, which then leave this worker no new
+connection at all; finish_request() here retires at most one connection, as it should.
+
 SO_REUSEPORT listeners per worker (gunicorn's `reuse_port`) were measured too: the kernel spreads
 connections by a hash of their addresses, which is as random as the race, and connections queued on
 the listener of a worker that is starting, stopping or dead are lost.
@@ -20,6 +32,7 @@ the listener of a worker that is starting, stopping or dead are lost.
 from __future__ import annotations
 
 import mmap
+import threading
 import time
 from typing import Any
 
@@ -31,6 +44,9 @@ NOT_ACCEPTING = -1
 # a busy node still takes the connection well within this
 MAX_DEFER_SECONDS = 0.2
 PAUSE_SECONDS = 0.005  # how long the listener stays out of the poller after leaving a connection
+# a shed connection not taken by a sibling by then (the client went away, or took it elsewhere):
+# the next one may be shed
+SHED_SETTLE_SECONDS = 1.0
 
 
 class ConnectionTable:
@@ -79,10 +95,17 @@ class BalancedThreadWorker(ThreadWorker):  # type: ignore[misc]
 
     connection_table: ConnectionTable | None = None  # set by ConnectionTable.assign before fork
     connection_slot: int = 0
+    nr_conns: int  # gunicorn's count of the connections this worker holds
     _serving = False  # accepting since run() began, until the worker stops
     _paused_until = 0.0
     _deferring_since: float | None = None
     _deferred_to = (0, 0)  # the sibling this worker began leaving connections to, as first_in_line says
+    _shed_at: float | None = None  # when this worker last closed a connection for a sibling to take
+    _shed_for = (0, 0)  # that sibling, as first_in_line said then
+
+    def init_process(self) -> None:
+        self._shed_lock = threading.Lock()  # request threads decide on shedding one at a time
+        super().init_process()
 
     def _publish(self) -> None:
         if self.connection_table is not None:
@@ -125,3 +148,29 @@ class BalancedThreadWorker(ThreadWorker):  # type: ignore[misc]
                 if self.alive:
                     super().set_accept_enabled(True)
         super().wait_for_and_dispatch_events(timeout)
+
+    def finish_request(self, conn: Any, fs: Any) -> None:
+        held = self.nr_conns
+        super().finish_request(conn, fs)
+        # one request retires at most its own connection (gunicorn may count it closed twice: see above)
+        self.nr_conns = max(self.nr_conns, held - 1)
+
+    def handle_request(self, req: Any, conn: Any) -> bool:
+        if self._should_shed():
+            req.must_close = True  # answered with Connection: close, then closed like any such request
+        return bool(super().handle_request(req, conn))
+
+    def _should_shed(self) -> bool:
+        """In a request thread: whether to close this connection so that a sibling holding fewer takes it."""
+        table = self.connection_table
+        if table is None or not self.alive:
+            return False
+        first = table.first_in_line(self.connection_slot)
+        if first is None or self.nr_conns - first[0] < 2:
+            return False
+        with self._shed_lock:
+            now = time.monotonic()
+            if self._shed_at is not None and first <= self._shed_for and now - self._shed_at < SHED_SETTLE_SECONDS:
+                return False  # the last one shed has not reached the sibling yet
+            self._shed_at, self._shed_for = now, first
+            return True

@@ -1,0 +1,68 @@
+"""`python -m bench apiserver` still runs: tiny sizes, on a control plane of its own.
+
+No latency targets here (a CI machine's speed says nothing); only that every arm's creates went
+through in every scenario, that every webhook was called by the API server, and that the report
+has the shape the README points to.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+ARMS = ("none", "no-op", "no-op + patch", "no-op + 1-op patch", "gpu-class")
+CREATES = 6
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory: pytest.TempPathFactory) -> str:
+    tmp = tmp_path_factory.mktemp("bench-apiserver")
+    run = subprocess.run(
+        [sys.executable, "-m", "bench", "apiserver", "--creates", str(CREATES), "--bursts", "1", "--binds", "40",
+         "--fleet", "40", "--node-changes", "2", "--output", str(tmp / "RESULTS.md"), "--workdir", str(tmp / "work")],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=900,
+    )
+    assert run.returncode == 0, f"bench apiserver failed ({run.returncode}):\n{run.stdout[-3000:]}\n{run.stderr[-3000:]}"
+    return (tmp / "RESULTS.md").read_text()
+
+
+def scenario_rows(report: str) -> dict[str, dict[str, list[str]]]:
+    """Scenario title -> arm -> the cells of its row."""
+    found: dict[str, dict[str, list[str]]] = {}
+    title = ""
+    for line in report.splitlines():
+        if line.startswith("### "):
+            title = line[4:]
+            found[title] = {}
+        elif title and line.startswith("| ") and not line.startswith("| arm") and "---" not in line:
+            cells = [c.strip() for c in line.strip("|").split("|")]
+            if cells[0] in ARMS:
+                found[title][cells[0]] = cells
+    return found
+
+
+def test_every_scenario_measured_every_arm(report: str) -> None:
+    rows = scenario_rows(report)
+    assert [t.split()[0] for t in rows] == ["Steady", "While", "40"], list(rows)
+    for title, arms in rows.items():
+        assert list(arms) == list(ARMS), title
+        counts = {int(cells[1]) for cells in arms.values()}
+        assert len(counts) == 1 and counts.pop() >= (CREATES if "While" not in title else 1), (title, arms)
+        for arm, cells in arms.items():
+            assert float(cells[2]) > 0, (title, arm, cells)
+            if arm == "none":
+                assert cells[4:] == ["-", "-", "-"], (title, cells)
+            else:  # the API server timed calls to every webhook: each arm's configuration was in effect
+                assert float(cells[6]) > 0, (title, arm, cells)
+
+
+def test_the_targets_are_judged_per_scenario(report: str) -> None:
+    verdicts = re.findall(r"^\| (.+?) \| [-\w.]+x \| [-\w.]+x \| (PASS|FAIL) \| [-\w.]+x \| [-\w.]+x \| (PASS|FAIL) \|$",
+                          report, re.M)
+    assert len(verdicts) == 3, report[-2000:]
+    assert "Node change to the first admission that sees it, 2 changes" in report
