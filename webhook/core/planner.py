@@ -160,6 +160,18 @@ def _plan(pod: Mapping[str, Any], snapshot: Snapshot, catalog: Catalog, namespac
             class_name=class_name,
         )
 
+    claims = _own_claims(pod)
+    if claims:
+        drop = (f"the {CLASS_ANNOTATION} annotation" if not from_default else
+                "its GPU limit (the namespace's default class applies to Pods that ask for one)")
+        return Decision(
+            "refused",
+            f"gpu-class: the Pod has resource claims of its own (spec.resourceClaims: {_quoted(', '.join(claims))[1:-1]}); "
+            "gpu-class gives a Pod GPUs through its GPU limit and its node and cannot see what a claim asks for, so "
+            f"the Pod could get GPUs twice, or of a type its class does not allow. Drop the claims to let gpu-class "
+            f"place it, or drop {drop} and ask for GPUs through the claims alone",
+            class_name=class_name,
+        )
     if not snapshot.synced:
         return Decision(
             "refused",
@@ -294,6 +306,12 @@ def _containers(pod: Mapping[str, Any]) -> Sequence[Mapping[str, Any]]:
         if not isinstance(c, dict) or not isinstance(c.get("name"), str):
             raise MalformedPod(f"spec.containers[{i}] must be an object with a name")
     return containers
+
+
+def _own_claims(pod: Mapping[str, Any]) -> list[str]:
+    """The names of the Pod's spec.resourceClaims (DRA claims it brings itself)."""
+    claims = _list(_mapping(pod.get("spec"), "spec").get("resourceClaims"), "spec.resourceClaims")
+    return [str(_item(c, f"spec.resourceClaims[{i}]").get("name") or "?") for i, c in enumerate(claims)]
 
 
 def _check_patchable(pod: Mapping[str, Any]) -> None:
