@@ -268,3 +268,16 @@ def test_offer_flags_dra_devices() -> None:
     objects = [make_bare_node("n1"), make_slice("n1", nvidia_gpus(1)), *nvidia_device_classes()]
     (offer,) = build_snapshot(CATALOG, objects).nodes["n1"].offers
     assert offer == Offer("H100", "kubernetes.io/hostname", "n1", "nvidia.com/gpu", 1, 81559.0, dra=True)
+
+
+def test_a_refusal_says_which_dra_devices_are_not_placed_on_and_why() -> None:
+    """AMD's DeviceClass maps no extended resource: the Pod cannot get those GPUs, and is told why."""
+    objects = [make_bare_node("n1"), make_slice("n1", amd_gpus(8), driver=AMD_DRIVER), amd_device_class()]
+    decision = plan(make_pod({"gpu-class.io/class": "instinct"}), build_snapshot(CATALOG, objects), CATALOG,
+                    namespace="ml")
+    assert decision.outcome == "refused"
+    assert ("Present: no GPU nodes. DRA devices not placed on: 8 AMD_Instinct_MI300X_OAM: no DeviceClass maps "
+            "amd.com/gpu (the resource of MI300X) (gpuclass inventory lists them).") in decision.message
+    fine = build_snapshot(CATALOG, [make_device_node("h", GFD_H100, {"nvidia.com/gpu": "1"})])
+    assert "DRA" not in plan(make_pod({"gpu-class.io/class": "high", "gpu-class.io/count": "2"}), fine, CATALOG,
+                             namespace="ml").message

@@ -806,9 +806,20 @@ def _unsatisfiable_message(
     return (
         f"gpu-class: no ready, schedulable node offers {gpus_needed} GPU(s){memory_note}{resource_note} of class "
         f"{gpu_class.name} (types {', '.join(types)}{excluded_note}). "
-        f"Present: {', '.join(present) or 'no GPU nodes'}. "
+        f"Present: {', '.join(present) or 'no GPU nodes'}. {_dra_note(snapshot)}"
         f"Ask for fewer GPUs or another class: {', '.join(catalog.classes)}"
     )
+
+
+def _dra_note(snapshot: Snapshot) -> str:
+    """DRA devices present but not placed on are often the answer to "why is my GPU not there"."""
+    problems = snapshot.dra.problems
+    if not problems:
+        return ""
+    # each reason's first clause says what is wrong; `gpuclass inventory` has the rest
+    shown = "; ".join(f"{p.devices} {p.product or p.driver}: {p.reason.split(': ')[0]}" for p in problems[:2])
+    more = f"; and {len(problems) - 2} more" if len(problems) > 2 else ""
+    return f"DRA devices not placed on: {shown}{more} (gpuclass inventory lists them). "
 
 
 def _quoted(value: Any) -> str:
