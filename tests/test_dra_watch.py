@@ -190,3 +190,23 @@ def test_read_once_with_and_without_dra(dra_api: FakeApiServer) -> None:
         old.create(make_node("h100-a", "NVIDIA-H100-80GB-HBM3", gpus=8))
         snapshot = LiveInventory(CATALOG, kubernetes.client.CoreV1Api(old.api_client()), watch_pods=True).read_once()
         assert snapshot.dra.off is not None and list(snapshot.nodes) == ["h100-a"]
+
+
+def test_a_passing_403_after_the_first_list_keeps_dra_on(dra_api: FakeApiServer) -> None:
+    """An API server that restarts answers 403 until its RBAC cache is warm: that is retried like any
+    error, keeping the devices last seen, not taken for RBAC that was never granted."""
+    dra_api.create(make_bare_node("dra-1"))
+    dra_api.create(make_slice("dra-1", nvidia_gpus(4)))
+    inv = start(dra_api)
+    try:
+        slices = next(r for r in inv.reflectors if r.name == "resourceslices")
+        errors = slices.errors
+        dra_api.fail_next(3, status=403, path_prefix=DRA_PATH + "resourceslices")
+        dra_api.drop_watches()
+        eventually(lambda: slices.errors >= errors + 3, timeout_seconds=30, what="the 403s retried")
+        assert inv.snapshot().dra.off is None and types_for(inv) == ("H100",)
+        dra_api.create(make_bare_node("dra-2"))
+        dra_api.create(make_slice("dra-2", nvidia_gpus(2, "NVIDIA A100-SXM4-80GB")))
+        eventually(lambda: types_for(inv) == ("H100", "A100-80GB"), timeout_seconds=30, what="watching again")
+    finally:
+        inv.stop()

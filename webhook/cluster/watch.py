@@ -14,9 +14,11 @@ What real API servers do, and what the reflector does about it:
 - BOOKMARK events: only a newer resourceVersion to resume from;
 - unreachable or failing (at start or for minutes): retry with capped, jittered backoff, forever,
   serving meanwhile from the last known inventory;
-- a resource it does not serve (404: no resource.k8s.io/v1) or will not let us list (403: no
-  RBAC for it): for the DRA resources only, that resource is off (empty) and logged once, and is
-  tried again every few minutes; Nodes, Namespaces and Pods work as they always have.
+- a resource it does not serve (404: no resource.k8s.io/v1) or will not let us list from the start
+  (403: no RBAC for it): for the DRA resources only, that resource is off (empty) and logged once,
+  and is tried again every minute; Nodes, Namespaces and Pods work as they always have. A 403 after
+  a successful list is retried as an error: an API server that restarts refuses until its RBAC
+  cache is warm, and the devices last seen are better than none.
 """
 
 from __future__ import annotations
@@ -52,8 +54,7 @@ SYNC_WAIT_SECONDS = 15
 # Bound Pods hold GPUs; unbound ones are known to the scheduler extender (inventory.UnboundGpuPod). One
 # watch over both, so the event that binds a Pod moves it from one to the other at once.
 UNFINISHED_PODS = "status.phase!=Succeeded,status.phase!=Failed"
-OFF_RECHECK_SECONDS = 300  # a resource that is not served or not allowed: how long until we ask again
-OFF_STATUSES = (403, 404)
+OFF_RECHECK_SECONDS = 60  # a resource that is not served or not allowed: how long until we ask again
 DRA_GROUP = "resource.k8s.io/v1"
 SERVICE_ACCOUNT_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
 RestartReason = Literal["timeout", "expired", "error"]
@@ -163,8 +164,8 @@ class Reflector:
                     self.resource_version = None
                     self._restarted("expired")
                     continue
-                if status in OFF_STATUSES and self.on_off is not None:
-                    self.resource_version = None  # the list says whether it is off now
+                if status == 404 and self.on_off is not None:
+                    self.resource_version = None  # the API went away: the list says it is off
                 log.warning("%s watch failed, retrying in %.1fs: %s", self.name, self._backoff, _brief(exc))
                 self._restarted("error")
                 self.stop_event.wait(self._backoff * random.uniform(0.5, 1.0))
@@ -188,7 +189,9 @@ class Reflector:
             try:
                 response = self.list_call(**kwargs)
             except ApiException as exc:
-                if exc.status in OFF_STATUSES and self.on_off is not None:
+                # a 403 once listed is passing (an API server that restarts answers 403 until its RBAC
+                # cache is warm): retried like any error, serving the last known devices meanwhile
+                if self.on_off is not None and (exc.status == 404 or (exc.status == 403 and self.relists == 0)):
                     self._turn_off(exc)
                     return
                 raise
