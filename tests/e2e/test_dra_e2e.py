@@ -257,3 +257,17 @@ def test_slices_are_listed_again_after_compaction(cluster: local_cluster.Cluster
     wait_for("the deleted slice's device to be dropped", lambda: not h200_offered(), seconds=60)
     wait_for("a 410 relist of resourceslices in the webhook's metrics",
              lambda: _expired_restarts(cluster, "resourceslices") > before, seconds=30)
+
+
+def test_the_dra_benchmark_runs(cluster: local_cluster.Cluster) -> None:
+    """A small run of `python -m bench dra` (bench/dra.py), so the measurement keeps working."""
+    from bench import dra
+
+    results = dra.run_streams(cluster, pods=6, paths=("profiles", "first-available"))
+    profiles = results[0]
+    assert (profiles.placed, profiles.right, profiles.wrongly_pending) == (6, 6, 0), profiles.wrong
+    assert results[1].placed == 6
+    costs = [dra.naming_cost(10, labelled, repeats=3) for labelled in (True, False)]
+    assert costs[0].patch_bytes < costs[1].patch_bytes  # ten hostnames per type against one product each
+    text = dra.render(results, costs, "python -m bench dra", 1.0)
+    assert "| (b) gpu-class, gpu-class-scheduler | 6 | 6/6 (100%) | 0 |" in text
