@@ -44,6 +44,7 @@ sys.path.insert(0, str(REPO_ROOT / "tests"))
 
 import local_cluster  # noqa: E402  (tests/e2e is not a package)
 from builders import make_bare_node, make_device_node, make_pod, make_slice, nvidia_device_classes, nvidia_gpus  # noqa: E402
+from kubeobjects import delete_if_present  # noqa: E402
 
 from bench.sections import write_section  # noqa: E402
 from webhook.core.catalog import load_default_catalog  # noqa: E402
@@ -201,13 +202,8 @@ class Stream:
         self.core.delete_collection_namespaced_pod(self.namespace, grace_period_seconds=0)
         self.core.delete_namespace(self.namespace)
         for n in FLEET:
-            for call, name in ((self.resource.delete_resource_slice, f"{self.node(n)}-gpu.nvidia.com"),
-                               (self.core.delete_node, self.node(n))):
-                try:
-                    call(name)
-                except ApiException as e:
-                    if e.status != 404:
-                        raise
+            delete_if_present(self.resource.delete_resource_slice, f"{self.node(n)}-gpu.nvidia.com")
+            delete_if_present(self.core.delete_node, self.node(n))
 
 
 def run_streams(cluster: local_cluster.Cluster, pods: int, paths: Sequence[str] = PATHS) -> list[PathResult]:
@@ -233,11 +229,7 @@ def run_streams(cluster: local_cluster.Cluster, pods: int, paths: Sequence[str] 
                 stream.delete()
     finally:
         for name in created:
-            try:
-                resource.delete_device_class(name)
-            except ApiException as e:
-                if e.status != 404:
-                    raise
+            delete_if_present(resource.delete_device_class, name)
     return results
 
 

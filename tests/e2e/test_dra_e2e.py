@@ -13,9 +13,6 @@ fleet's device-plugin GPUs, when present, rank below them in class `high` and ne
 from __future__ import annotations
 
 import json
-import re
-import ssl
-import urllib.request
 import uuid
 from typing import Any, Iterator, Mapping
 
@@ -28,7 +25,8 @@ from builders import (
     AMD_DRIVER, NVIDIA_DRIVER, amd_device_class, amd_gpus, make_slice, nvidia_device_classes, nvidia_gpus,
 )
 from kubeobjects import (
-    GPU_TAINT, TYPES, create_node, delete_nodes, dry_run_create, make_pod, read_pod, wait_bound, wait_for,
+    GPU_TAINT, TYPES, create_node, delete_if_present, delete_nodes, dry_run_create, expired_restarts, make_pod,
+    read_pod, wait_bound, wait_for,
 )
 
 H200, H100_NVL = "NVIDIA H200", "NVIDIA H100 NVL"
@@ -42,24 +40,16 @@ def resource_api(api_client: kubernetes.client.ApiClient) -> kubernetes.client.R
     return kubernetes.client.ResourceV1Api(api_client)
 
 
-def _delete(call: Any, *args: Any) -> None:
-    try:
-        call(*args)
-    except ApiException as e:
-        if e.status != 404:
-            raise
-
-
 @pytest.fixture(scope="module")
 def nvidia_classes(resource_api: kubernetes.client.ResourceV1Api) -> Iterator[None]:
     """NVIDIA's DeviceClasses as its chart installs them: gpu.nvidia.com maps nvidia.com/gpu."""
     classes = nvidia_device_classes()
     for c in classes:
-        _delete(resource_api.delete_device_class, c["metadata"]["name"])
+        delete_if_present(resource_api.delete_device_class, c["metadata"]["name"])
         resource_api.create_device_class(c)
     yield
     for c in classes:
-        _delete(resource_api.delete_device_class, c["metadata"]["name"])
+        delete_if_present(resource_api.delete_device_class, c["metadata"]["name"])
 
 
 class DraNodes:
@@ -85,7 +75,7 @@ class DraNodes:
 
     def cleanup(self) -> None:
         for name in self.slices:
-            _delete(self.resource.delete_resource_slice, name)
+            delete_if_present(self.resource.delete_resource_slice, name)
         delete_nodes(self.core, self.nodes)
 
 
@@ -185,7 +175,7 @@ def test_amd_devices_need_a_deviceclass_that_maps_amd_gpu(
     """AMD's DeviceClass as its chart ships it maps no extended resource: an `instinct` Pod is refused,
     told why. With `extendedResourceName: amd.com/gpu` added, it gets an MI300X device."""
     device_class = amd_device_class()
-    _delete(resource_api.delete_device_class, device_class["metadata"]["name"])
+    delete_if_present(resource_api.delete_device_class, device_class["metadata"]["name"])
     resource_api.create_device_class(device_class)
     try:
         node = dra_nodes.add("mi300x", amd_gpus(8), driver=AMD_DRIVER, taints=(AMD_TAINT,))
@@ -201,7 +191,7 @@ def test_amd_devices_need_a_deviceclass_that_maps_amd_gpu(
         assert stored["metadata"]["annotations"][TYPES] == "MI300X"
         assert stored["spec"]["containers"][0]["resources"]["limits"] == {"amd.com/gpu": "1"}
     finally:
-        _delete(resource_api.delete_device_class, device_class["metadata"]["name"])
+        delete_if_present(resource_api.delete_device_class, device_class["metadata"]["name"])
 
 
 def _refusal(core: kubernetes.client.CoreV1Api, namespace: str, pod: dict[str, Any]) -> str:
@@ -226,14 +216,6 @@ def test_a_pod_with_claims_of_its_own_is_refused_with_what_to_do(
     assert "Drop the claims to let gpu-class place it" in message
 
 
-def _expired_restarts(cluster: local_cluster.Cluster, resource: str) -> float:
-    context = ssl.create_default_context(cafile=str(cluster.dir / "webhook" / "ca.crt"))
-    with urllib.request.urlopen(cluster.webhook_url + "/metrics", context=context, timeout=5) as r:
-        text = r.read().decode()
-    pattern = rf'^gpu_class_watch_restarts_total\{{(?=[^}}]*reason="expired")(?=[^}}]*resource="{resource}")[^}}]*\}} (\S+)$'
-    return sum(float(v) for v in re.findall(pattern, text, re.M))
-
-
 def test_slices_are_listed_again_after_compaction(cluster: local_cluster.Cluster, core: kubernetes.client.CoreV1Api,
                                                   resource_api: kubernetes.client.ResourceV1Api, namespace: str,
                                                   dra_nodes: DraNodes) -> None:
@@ -250,13 +232,13 @@ def test_slices_are_listed_again_after_compaction(cluster: local_cluster.Cluster
         return "H200" in admitted["metadata"]["annotations"].get(TYPES, "")
 
     wait_for("the H200 device to be offered", h200_offered)
-    before = _expired_restarts(cluster, "resourceslices")
+    before = expired_restarts(cluster, "resourceslices")
     resource_api.delete_resource_slice(dra_nodes.slices.pop())
     cluster.compact_etcd()
     cluster.restart_apiserver()
     wait_for("the deleted slice's device to be dropped", lambda: not h200_offered(), seconds=60)
     wait_for("a 410 relist of resourceslices in the webhook's metrics",
-             lambda: _expired_restarts(cluster, "resourceslices") > before, seconds=30)
+             lambda: expired_restarts(cluster, "resourceslices") > before, seconds=30)
 
 
 def test_the_dra_benchmark_runs(cluster: local_cluster.Cluster) -> None:

@@ -24,7 +24,7 @@ the reason, for `gpuclass inventory` and the watch's log: nothing is dropped sil
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 

@@ -761,9 +761,6 @@ def _group_order(group: ProductGroup) -> tuple[str, str]:
     return (group.label_key, group.product)
 
 
-DRA_KINDS = ("ResourceSlice", "DeviceClass", "ResourceClaim")
-
-
 @dataclass(frozen=True)
 class Reduced:
     """Kubernetes objects read from files, reduced as the watch reduces them."""
