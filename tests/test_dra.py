@@ -17,7 +17,8 @@ from builders import (
     make_slice, nvidia_device_classes, nvidia_gpus, nvidia_migs,
 )
 from webhook.core.catalog import load_default_catalog
-from webhook.core.dra import DeviceProblem, quantity_mib, slice_from_object
+from webhook.core.dra import DeviceProblem, slice_from_object
+from webhook.core.quantity import quantity_mib
 from webhook.core.inventory import (
     InventoryState, Offer, Snapshot, build_snapshot, namespace_info_from_object, node_info_from_object, pod_gpu_requests,
 )

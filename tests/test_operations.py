@@ -136,7 +136,9 @@ def test_watch_restart_series_are_exported_at_zero(tmp_path: Path) -> None:
         with running_server(tmp_path, args, workers=1) as server:
             assert api.wait_for_watches(3, timeout_seconds=20)  # the test catalog's strategies need Pods too
             restarts = series(scrape(server), "gpu_class_watch_restarts_total")
-            assert restarts == {(resource, reason): 0.0 for resource in ("nodes", "namespaces", "pods")
+            assert restarts == {(resource, reason): 0.0
+                                for resource in ("nodes", "namespaces", "pods", "deviceclasses", "resourceslices",
+                                                 "resourceclaims")
                                 for reason in ("timeout", "expired", "error")}
             api.drop_watches()
             deadline = time.monotonic() + 10

@@ -312,6 +312,7 @@ class LiveInventory:
             list_pods = functools.partial(api.list_pod_for_all_namespaces, field_selector=UNFINISHED_PODS)
             self.reflectors.append(self._reflector("pods", list_pods, self._reduce_pod, self._replace_pods, self._apply_pod))
         self._off: dict[str, str] = {}
+        self._logging = False  # a running watch logs what changes; a one-shot read reports it in its output
         if dra:
             resource = kubernetes.client.ResourceV1Api(api.api_client)
             self.reflectors += [
@@ -334,6 +335,7 @@ class LiveInventory:
                          on_off=self._turned if optional else None)
 
     def start(self) -> LiveInventory:
+        self._logging = True
         self.observer.watching(tuple(r.name for r in self.reflectors), RESTART_REASONS)
         for r in self.reflectors:
             thread = threading.Thread(target=r.run, name=f"gpu-class-watch-{r.name}", daemon=True)
@@ -392,6 +394,8 @@ class LiveInventory:
 
     def _log_problems(self, problems: tuple[DeviceProblem, ...]) -> None:
         """Each new kind of DRA device gpu-class does not place on, once (the inventory lists them all)."""
+        if not self._logging:
+            return
         new = [p for p in problems if p not in self._logged_problems]
         self._logged_problems = frozenset(problems)
         for p in new:
@@ -505,6 +509,8 @@ class LiveInventory:
             # an answer like a list: the reflector counts as synced (a resource back on lists next)
             self._mark_synced(name)
         now_off = self.dra_off()
+        if not self._logging:
+            return
         if now_off is not None and was_off is None:
             log.warning("DRA is off: %s; GPUs are counted from the device plugins' node allocatable only", now_off)
         elif now_off is None and was_off is not None:

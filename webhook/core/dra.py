@@ -23,12 +23,12 @@ the reason, for `gpuclass inventory` and the watch's log: nothing is dropped sil
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from .catalog import Catalog, attribute_text, qualified_attribute
+from .quantity import quantity_mib
 
 DeviceId = tuple[str, str, str]  # (driver, pool, device name), as a claim's allocation names a device
 PoolId = tuple[str, str]  # (driver, pool name)
@@ -36,9 +36,6 @@ HOSTNAME_LABEL = "kubernetes.io/hostname"
 IMPLICIT_RESOURCE_PREFIX = "deviceclass.resource.kubernetes.io/"
 # Device taints that keep a device from Pods: the scheduler's claim for an extended resource tolerates none.
 BLOCKING_TAINT_EFFECTS = ("NoSchedule", "NoExecute")
-_QUANTITY = re.compile(r"([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)|e([0-9]+))?")
-_QUANTITY_BYTES = {None: 1, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
-                   "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18}
 
 
 @dataclass(frozen=True)
@@ -104,15 +101,6 @@ class NodeDevices:
 
 
 # --- reducing objects -------------------------------------------------------------------------
-
-
-def quantity_mib(value: Any) -> float | None:
-    """A Kubernetes quantity (`81559Mi`, `85899345920`, `80G`) in MiB; None when it is none or 0."""
-    match = _QUANTITY.fullmatch(str(value).strip()) if isinstance(value, (str, int, float)) else None
-    if match is None:
-        return None
-    number = float(match.group(1)) * _QUANTITY_BYTES[match.group(2)] * (10 ** int(match.group(3) or 0))
-    return number / 2**20 if number > 0 else None
 
 
 def _device(raw: Any, driver: str, catalog: Catalog) -> Device | None:
@@ -181,9 +169,7 @@ def node_devices(devices: Iterable[tuple[DeviceId, Device]], is_taken: Callable[
     device plugin already offers (status.allocatable), and which devices claims hold."""
     problems: list[tuple[str, str, str]] = []
     by_resource: dict[str, dict[str, list[tuple[DeviceId, Device]]]] = {}
-    drivers: dict[DeviceId, str] = {}
     for device_id, device in devices:
-        drivers[device_id] = device_id[0]
         if device.type_name is None:
             problems.append((device_id[0], device.product, device.problem))
             continue

@@ -18,6 +18,7 @@ from .groups import (
 )
 from .inventory import CLASS_ANNOTATION as CLASS_ANNOTATION  # the inventory reads it of unbound Pods too
 from .inventory import GIB_MIB, NamespaceInfo, ProductGroup, Snapshot, Taint, pod_gpus
+from .quantity import quantity_mib
 
 PREFIX = "gpu-class.io/"
 COUNT_ANNOTATION = PREFIX + "count"
@@ -29,11 +30,6 @@ MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 
 WARNING_MAX_CHARS = 120  # the API server asks webhooks to keep warnings this short
 _COUNT_RE = re.compile(r"[0-9]{1,6}")
-_QUANTITY_RE = re.compile(r"([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?")
-_QUANTITY_BYTES = {
-    None: 1, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
-    "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18,
-}
 
 Outcome = Literal["out-of-scope", "refused", "patched", "admitted-unsatisfiable"]
 
@@ -373,9 +369,8 @@ def _min_memory_mib(annotations: Mapping[str, str]) -> float | None | str:
     raw = annotations.get(MIN_MEMORY_ANNOTATION)
     if raw is None:
         return None
-    match = _QUANTITY_RE.fullmatch(raw.strip())
-    mib = float(match.group(1)) * _QUANTITY_BYTES[match.group(2)] / 2**20 if match else 0.0
-    if mib <= 0:
+    mib = quantity_mib(raw)
+    if mib is None:
         return (f"gpu-class: {MIN_MEMORY_ANNOTATION} must be a positive Kubernetes quantity of memory per GPU, "
                 f"like \"40Gi\", \"40960Mi\" or \"48G\", not {_quoted(raw)}")
     return mib
