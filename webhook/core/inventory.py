@@ -471,6 +471,14 @@ class InventoryState:
         offers: list[Offer] = []
         taken: dict[str, int] = {}
         for type_name, resource, count, held, memory in found.offers:
+            # a label naming another type of the resource would let that type's Pods onto these devices
+            misnamed = [o for o in base.offers if o.resource == resource and o.type_name != type_name]
+            if misnamed:
+                problems.extend((i[0], d.product, f"node {name}'s label {misnamed[0].label_key}={misnamed[0].value} "
+                                                   f"names {misnamed[0].type_name}, its devices are {type_name}: a "
+                                                   f"{misnamed[0].type_name} Pod could be given them; fix the label")
+                                for i, d in devices if d.type_name == type_name)
+                continue
             labelled = base.offer(type_name)
             key, value = (labelled.label_key, labelled.value) if labelled else (HOSTNAME_LABEL, base.hostname)
             if not value:
