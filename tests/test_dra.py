@@ -305,3 +305,24 @@ def test_a_dra_placement_patch_is_a_valid_pod_and_placing_it_again_changes_nothi
     assert_valid_pod(patched)
     again = plan(patched, snapshot, CATALOG, namespace="ml")
     assert again.placement is not None and build_patch(patched, again.placement) == []
+
+
+@pytest.mark.parametrize("junk", [
+    pytest.param({"spec": "x"}, id="spec-not-an-object"),
+    pytest.param({"spec": {"driver": NVIDIA_DRIVER, "nodeName": "n1", "devices": "x"}}, id="devices-not-a-list"),
+    pytest.param({"spec": {"driver": NVIDIA_DRIVER, "nodeName": "n1", "pool": ["x"],
+                           "devices": [5, {"name": "gpu-0", "attributes": ["x"], "capacity": "x", "taints": "x"},
+                                       {"name": "gpu-1", "capacity": {"memory": "x"}}]}}, id="devices-of-the-wrong-shape"),
+    pytest.param({"spec": {"driver": NVIDIA_DRIVER, "nodeName": "n1", "pool": {"generation": "new"},
+                           "devices": [{"name": "gpu-0", "attributes": {"productName": {"string": 5}}}]}},
+                 id="values-of-the-wrong-type"),
+])
+def test_a_slice_of_the_wrong_shape_is_read_as_far_as_it_goes(junk: dict[str, Any]) -> None:
+    """The API server validates slices, but files given to --nodes are not: no crash, and devices it
+    can read are reported as not placed on with the reason."""
+    obj = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": {"name": "junk"}, **junk}
+    snapshot = build_snapshot(CATALOG, [make_bare_node("n1"), obj, *nvidia_device_classes(),
+                                        {"kind": "ResourceClaim", "metadata": "x", "status": {"allocation": "x"}},
+                                        {"kind": "DeviceClass", "metadata": {"name": "c"}, "spec": "x"}])
+    assert not any(info.offers for info in snapshot.nodes.values())
+    assert all(p.reason for p in snapshot.dra.problems)

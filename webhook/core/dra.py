@@ -103,13 +103,22 @@ class NodeDevices:
 # --- reducing objects -------------------------------------------------------------------------
 
 
+def _map(value: Any) -> Mapping[str, Any]:
+    """A field the API makes an object; anything else (a hand-written file) reads as empty."""
+    return value if isinstance(value, Mapping) else {}
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
 def _device(raw: Any, driver: str, catalog: Catalog) -> Device | None:
     if not isinstance(raw, Mapping) or not isinstance(raw.get("name"), str):
         return None
-    attributes = {qualified_attribute(driver, str(k)): v for k, v in (raw.get("attributes") or {}).items()}
+    attributes = {qualified_attribute(driver, str(k)): v for k, v in _map(raw.get("attributes")).items()}
     product = attribute_text(attributes.get(qualified_attribute(driver, "productName"))) or ""
-    memory = quantity_mib(((raw.get("capacity") or {}).get("memory") or {}).get("value"))
-    blocking = [t for t in raw.get("taints") or [] if isinstance(t, Mapping) and t.get("effect") in BLOCKING_TAINT_EFFECTS]
+    memory = quantity_mib(_map(_map(raw.get("capacity")).get("memory")).get("value"))
+    blocking = [t for t in _list(raw.get("taints")) if isinstance(t, Mapping) and t.get("effect") in BLOCKING_TAINT_EFFECTS]
     if blocking:
         shown = ", ".join(f"{t.get('key')}:{t.get('effect')}" for t in blocking)
         return Device(raw["name"], None, product, memory, f"device taint {shown}: the Pods gpu-class places do not "
@@ -120,18 +129,18 @@ def _device(raw: Any, driver: str, catalog: Catalog) -> Device | None:
 
 def slice_from_object(obj: Mapping[str, Any], catalog: Catalog) -> SliceInfo | None:
     """Reduce a ResourceSlice; None for an object without a name or driver."""
-    name = (obj.get("metadata") or {}).get("name")
-    spec = obj.get("spec") or {}
+    name = _map(obj.get("metadata")).get("name")
+    spec = _map(obj.get("spec"))
     driver = spec.get("driver")
     if not isinstance(name, str) or not isinstance(driver, str):
         return None
-    pool = spec.get("pool") or {}
+    pool = _map(spec.get("pool"))
     try:
         generation = int(pool.get("generation") or 0)
     except (TypeError, ValueError):
         generation = 0
     node = spec.get("nodeName") if isinstance(spec.get("nodeName"), str) and spec.get("nodeName") else None
-    devices = tuple(d for d in (_device(raw, driver, catalog) for raw in spec.get("devices") or []) if d is not None)
+    devices = tuple(d for d in (_device(raw, driver, catalog) for raw in _list(spec.get("devices"))) if d is not None)
     if node is None:
         where = ("devices on several nodes (allNodes)" if spec.get("allNodes") else
                  "devices of nodes picked by a nodeSelector" if spec.get("nodeSelector") else
@@ -142,20 +151,19 @@ def slice_from_object(obj: Mapping[str, Any], catalog: Catalog) -> SliceInfo | N
 
 def claim_from_object(obj: Mapping[str, Any]) -> tuple[str, frozenset[DeviceId]]:
     """(namespace/name, the devices its allocation holds); none while it is not allocated."""
-    metadata = obj.get("metadata") or {}
+    metadata = _map(obj.get("metadata"))
     key = f"{metadata.get('namespace', '')}/{metadata.get('name', '')}"
-    allocation = (obj.get("status") or {}).get("allocation") or {}
-    results = (allocation.get("devices") or {}).get("results") or []
+    results = _list(_map(_map(_map(obj.get("status")).get("allocation")).get("devices")).get("results"))
     return key, frozenset(
         (str(r["driver"]), str(r["pool"]), str(r["device"])) for r in results
         if isinstance(r, Mapping) and all(isinstance(r.get(k), str) for k in ("driver", "pool", "device")))
 
 
 def device_class_from_object(obj: Mapping[str, Any]) -> DeviceClassInfo | None:
-    name = (obj.get("metadata") or {}).get("name")
+    name = _map(obj.get("metadata")).get("name")
     if not isinstance(name, str):
         return None
-    explicit = (obj.get("spec") or {}).get("extendedResourceName")
+    explicit = _map(obj.get("spec")).get("extendedResourceName")
     resources = ((explicit,) if isinstance(explicit, str) and explicit else ()) + (IMPLICIT_RESOURCE_PREFIX + name,)
     return DeviceClassInfo(name, resources)
 
