@@ -39,7 +39,9 @@ from kubernetes.watch.watch import iter_resp_lines
 
 from ..core.catalog import Catalog
 from .loading import InputError
-from ..core.dra import DeviceClassInfo, DeviceId, DeviceProblem, SliceInfo, claim_from_object, device_class_from_object, slice_from_object
+from ..core.dra import (
+    DeviceClassInfo, DeviceId, DeviceProblem, SliceInfo, claim_from_object, device_class_from_object, slice_from_object,
+)
 from ..core.inventory import (
     GroupName, InventoryState, NamespaceInfo, NodeInfo, Snapshot, UnboundGpuPod, namespace_info_from_object,
     node_info_from_object, pod_gpu_requests, pod_group, unbound_gpu_pod,
@@ -290,7 +292,7 @@ class LiveInventory:
     """An InventorySource fed by reflectors; snapshot() is a lock-free read of the last published view."""
 
     def __init__(self, catalog: Catalog, api: kubernetes.client.CoreV1Api, *, watch_pods: bool = True,
-                 observer: InventoryObserver | None = None, dra: bool = True) -> None:
+                 observer: InventoryObserver | None = None) -> None:
         self.catalog = catalog
         self.observer = observer or NoObserver()
         self.stop_event = threading.Event()
@@ -300,7 +302,6 @@ class LiveInventory:
         self.state = InventoryState(catalog=catalog, watch_namespaces=True, watch_pods=self.watch_pods)
         self._published = threading.Condition()  # notified with every new snapshot (wait_newer)
         self._listed: set[str] = set()  # reflectors whose first list is in the state
-        self.dra = dra
         self.reflectors = [
             self._reflector("nodes", api.list_node, self._reduce_node, self._replace_nodes, self._apply_node),
             self._reflector("namespaces", api.list_namespace, namespace_info_from_object, self._replace_namespaces,
@@ -311,21 +312,22 @@ class LiveInventory:
             # Pods. A Pod that finishes leaves the selection, and the API server sends it as DELETED.
             list_pods = functools.partial(api.list_pod_for_all_namespaces, field_selector=UNFINISHED_PODS)
             self.reflectors.append(self._reflector("pods", list_pods, self._reduce_pod, self._replace_pods, self._apply_pod))
+        # DRA: optional, each off (and said so) where the API server does not serve it or lets us read it
         self._off: dict[str, str] = {}
         self._logging = False  # a running watch logs what changes; a one-shot read reports it in its output
-        if dra:
-            resource = kubernetes.client.ResourceV1Api(api.api_client)
-            self.reflectors += [
-                self._reflector("deviceclasses", resource.list_device_class, device_class_from_object,
-                                self._replace_classes, self._apply_class, optional=True),
-                self._reflector("resourceslices", resource.list_resource_slice, self._reduce_slice,
-                                self._replace_slices, self._apply_slice, optional=True),
-            ]
-            if self.watch_pods:
-                # devices taken, where Pods' requests are not what counts (DRA nodes)
-                self.reflectors.append(self._reflector(
-                    "resourceclaims", resource.list_resource_claim_for_all_namespaces, claim_from_object,
-                    self._replace_claims, self._apply_claim, optional=True))
+        self._logged_problems: frozenset[DeviceProblem] = frozenset()
+        resource = kubernetes.client.ResourceV1Api(api.api_client)
+        self.reflectors += [
+            self._reflector("deviceclasses", resource.list_device_class, device_class_from_object,
+                            self._replace_classes, self._apply_class, optional=True),
+            self._reflector("resourceslices", resource.list_resource_slice, self._reduce_slice,
+                            self._replace_slices, self._apply_slice, optional=True),
+        ]
+        if self.watch_pods:
+            # devices taken, where Pods' requests are not what counts (DRA nodes)
+            self.reflectors.append(self._reflector(
+                "resourceclaims", resource.list_resource_claim_for_all_namespaces, claim_from_object,
+                self._replace_claims, self._apply_claim, optional=True))
         self._threads: list[threading.Thread] = []
 
     def _reflector(self, name: str, list_call: Callable[..., Any], reduce: Callable[[dict[str, Any]], Any],
@@ -390,8 +392,6 @@ class LiveInventory:
         with self._published:
             self._published.notify_all()
 
-    _logged_problems: frozenset[DeviceProblem] = frozenset()
-
     def _log_problems(self, problems: tuple[DeviceProblem, ...]) -> None:
         """Each new kind of DRA device gpu-class does not place on, once (the inventory lists them all)."""
         if not self._logging:
@@ -403,8 +403,8 @@ class LiveInventory:
                         p.devices, p.driver, p.product or "no productName", p.nodes, p.reason)
 
     def _reduce_node(self, obj: dict[str, Any]) -> NodeInfo | None:
-        # with DRA read, a node without GPU labels may have GPUs as devices: keep every node
-        return node_info_from_object(obj, self.catalog, keep_all=self.dra)
+        # a node without GPU labels may have GPUs as DRA devices: keep every node
+        return node_info_from_object(obj, self.catalog, keep_all=True)
 
     def _replace_nodes(self, infos: list[NodeInfo]) -> None:
         with self.state.lock:
@@ -524,8 +524,7 @@ class LiveInventory:
 
     def dra_off(self) -> str | None:
         """Why DRA devices are not read (ResourceSlices or DeviceClasses off); None when they are."""
-        return self._off.get("resourceslices") or self._off.get("deviceclasses") or (
-            None if self.dra else "not watched")
+        return self._off.get("resourceslices") or self._off.get("deviceclasses")
 
     def _mark_synced(self, name: str) -> None:
         # Counted here, under the state's lock, not from the reflectors' own flags: a reflector sets its
