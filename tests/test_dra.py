@@ -326,3 +326,18 @@ def test_a_slice_of_the_wrong_shape_is_read_as_far_as_it_goes(junk: dict[str, An
                                         {"kind": "DeviceClass", "metadata": {"name": "c"}, "spec": "x"}])
     assert not any(info.offers for info in snapshot.nodes.values())
     assert all(p.reason for p in snapshot.dra.problems)
+
+
+@pytest.mark.parametrize("size, outcome, says", [
+    pytest.param("3", "patched", "", id="fits-on-one-node"),
+    pytest.param("6", "refused", "the most one type holds is 4 such Pods (H100", id="more-than-one-node-holds"),
+])
+def test_a_group_on_nodes_named_by_hostname_meets_on_one_node(size: str, outcome: str, says: str) -> None:
+    """A group's Pods meet on one value of the label the type is named by; DRA nodes no product label
+    names are each a value of their own, so a group there must fit one node (gpu-class.io/group)."""
+    objects = [*(make_bare_node(f"n{i}") for i in range(3)), *(make_slice(f"n{i}", nvidia_gpus(4)) for i in range(3)),
+               *nvidia_device_classes()]
+    pod = make_pod({"gpu-class.io/class": "high", "gpu-class.io/group": "g", "gpu-class.io/group-size": size})
+    decision = plan(pod, build_snapshot(CATALOG, objects), CATALOG, namespace="ml")
+    assert decision.outcome == outcome, decision.message
+    assert says in decision.message
