@@ -203,8 +203,8 @@ def test_unbound_gpu_pods_are_known_until_bound_finished_or_deleted(api: FakeApi
 
 
 @pytest.mark.parametrize("order", [
-    pytest.param(("nodes", "namespaces", "pods"), id="nodes-first"),
-    pytest.param(("pods", "namespaces", "nodes"), id="pods-first"),
+    pytest.param(("nodes", "namespaces", "pods", "deviceclasses", "resourceslices", "resourceclaims"), id="nodes-first"),
+    pytest.param(("resourceclaims", "pods", "resourceslices", "namespaces", "deviceclasses", "nodes"), id="pods-first"),
 ])
 def test_synced_once_every_first_list_is_in_whatever_the_reflectors_flags_say(api: FakeApiServer,
                                                                               order: tuple[str, ...]) -> None:
@@ -212,7 +212,9 @@ def test_synced_once_every_first_list_is_in_whatever_the_reflectors_flags_say(ap
     others unfinished. The snapshot counts the lists it has taken in instead (here the flags never move)."""
     core = kubernetes.client.CoreV1Api(api.api_client())
     inv = LiveInventory(CATALOG, core, watch_pods=True)  # not started: the replaces are called by hand
-    replace = {"nodes": inv._replace_nodes, "namespaces": inv._replace_namespaces, "pods": inv._replace_pods}
+    replace = {"nodes": inv._replace_nodes, "namespaces": inv._replace_namespaces, "pods": inv._replace_pods,
+               "deviceclasses": inv._replace_classes, "resourceslices": inv._replace_slices,
+               "resourceclaims": inv._replace_claims}
     for name in order:
         assert inv.snapshot().synced is False, f"synced before {name} was listed"
         replace[name]([])
