@@ -1,7 +1,7 @@
 """`python -m bench`: run the benchmark suite (options: `python -m bench --help`).
 
-`python -m bench apiserver`, `python -m bench placement` and `python -m bench groups` measure on the real
-control plane instead (bench/apiserver.py, bench/placement.py, bench/groups.py).
+`python -m bench apiserver`, `python -m bench placement`, `python -m bench groups` and `python -m bench dra`
+measure on the real control plane instead (bench/apiserver.py, bench/placement.py, bench/groups.py, bench/dra.py).
 """
 
 import sys
@@ -18,6 +18,10 @@ if sys.argv[1:2] == ["groups"]:
     from bench.groups import main as groups_main
 
     sys.exit(groups_main(sys.argv[2:]))
+if sys.argv[1:2] == ["dra"]:
+    from bench.dra import main as dra_main
+
+    sys.exit(dra_main(sys.argv[2:]))
 
 from bench.run import main
 

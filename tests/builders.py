@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import copy
-from typing import Any, Iterable, Mapping
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping
 
 import kubernetes_validate
+import yaml
 
 from webhook.core.catalog import Catalog, load_catalog_text
 
@@ -184,3 +186,112 @@ def fixture_labels(name: str) -> dict[str, str]:
 
     node = yaml.safe_load((pathlib.Path(__file__).parent / "fixtures" / "nodes" / name).read_text())
     return {str(k): str(v) for k, v in node["metadata"]["labels"].items()}
+
+
+# --- Dynamic Resource Allocation: objects as NVIDIA's and AMD's DRA drivers publish them ------------
+# tests/fixtures/dra holds one device of each, written from the drivers' source (SOURCES.md); these
+# builders copy it to make nodes of several GPUs.
+
+DRA_FIXTURES = Path(__file__).parent / "fixtures" / "dra"
+NVIDIA_DRIVER = "gpu.nvidia.com"
+AMD_DRIVER = "gpu.amd.com"
+
+
+def dra_fixture(name: str) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all((DRA_FIXTURES / name).read_text()) if d]
+
+
+def nvidia_device_classes(*, extended_resource: bool = True) -> list[dict[str, Any]]:
+    """The chart's DeviceClasses; without `extended_resource`, as on clusters older than resource.k8s.io/v1."""
+    classes = dra_fixture("nvidia-deviceclasses.yaml")
+    if not extended_resource:
+        for c in classes:
+            c["spec"].pop("extendedResourceName", None)
+    return classes
+
+
+def amd_device_class(extended_resource: str | None = None) -> dict[str, Any]:
+    """AMD's DeviceClass, which maps no extended resource; `extended_resource` adds the mapping."""
+    (device_class,) = dra_fixture("amd-deviceclass.yaml")
+    if extended_resource:
+        device_class["spec"]["extendedResourceName"] = extended_resource
+    return device_class
+
+
+def _copies(template: dict[str, Any], count: int, name: Callable[[int], str], start: int) -> list[dict[str, Any]]:
+    devices = []
+    for i in range(start, start + count):
+        device = copy.deepcopy(template)
+        device["name"] = name(i)
+        attributes = device["attributes"]
+        if "uuid" in attributes:
+            attributes["uuid"] = {"string": f"GPU-{i:08x}-0000-0000-0000-000000000000"}
+        attributes["resource.kubernetes.io/pciBusID"] = {"string": f"0000:{0x18 + i:02x}:00.0"}
+        devices.append(device)
+    return devices
+
+
+def nvidia_gpus(count: int, product: str = "NVIDIA H100 80GB HBM3", *, memory: str | None = "81559Mi",
+                start: int = 0) -> list[dict[str, Any]]:
+    """Whole GPUs as NVIDIA's driver publishes them (fixture nvidia-h100-resourceslice.yaml)."""
+    (slice_,) = dra_fixture("nvidia-h100-resourceslice.yaml")
+    template = slice_["spec"]["devices"][0]
+    template["attributes"]["productName"] = {"string": product}
+    if memory is None:
+        template.pop("capacity")
+    else:
+        template["capacity"]["memory"]["value"] = memory
+    return _copies(template, count, lambda i: f"gpu-{i}", start)
+
+
+def nvidia_migs(count: int, profile: str, product: str = "NVIDIA H100 80GB HBM3", *, memory: str = "40192Mi",
+                start: int = 0) -> list[dict[str, Any]]:
+    """MIG devices as NVIDIA's driver publishes them (mig.go: CommonAttributesMig, CommonCapacitiesMig)."""
+    (gpu,) = nvidia_gpus(1, product)
+    attributes = {k: v for k, v in gpu["attributes"].items() if not k.startswith("resource.kubernetes.io/")}
+    attributes.update({"type": {"string": "mig"}, "profile": {"string": profile},
+                       "parentUUID": attributes["uuid"]})
+    template = {"name": "", "attributes": attributes,
+                "capacity": {"multiprocessors": {"value": "60"}, "memory": {"value": memory}}}
+    return _copies(template, count, lambda i: f"gpu-0-mig-{profile.replace('.', '')}-{i}", start)
+
+
+def amd_gpus(count: int, product: str = "AMD_Instinct_MI300X_OAM", *, memory: str = "192Gi",
+             start: int = 0) -> list[dict[str, Any]]:
+    """Whole GPUs as AMD's driver publishes them (fixture amd-mi300x-resourceslice.yaml)."""
+    (slice_,) = dra_fixture("amd-mi300x-resourceslice.yaml")
+    template = slice_["spec"]["devices"][0]
+    template["attributes"]["productName"] = {"string": product}
+    template["capacity"]["memory"]["value"] = memory
+    return _copies(template, count, lambda i: f"gpu-{i + 1}-{128 + i}", start)
+
+
+def make_slice(node: str | None, devices: list[dict[str, Any]], *, driver: str = NVIDIA_DRIVER,
+               name: str | None = None, pool: str | None = None, generation: int = 1) -> dict[str, Any]:
+    """A ResourceSlice of `driver` for `node` (None: one with allNodes), one slice in its pool."""
+    spec: dict[str, Any] = {"driver": driver, "pool": {"name": pool or node or "shared", "generation": generation,
+                                                       "resourceSliceCount": 1}, "devices": devices}
+    if node is None:
+        spec["allNodes"] = True
+    else:
+        spec["nodeName"] = node
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+            "metadata": {"name": name or f"{node or 'shared'}-{driver}"}, "spec": spec}
+
+
+def make_claim(name: str, devices: list[tuple[str, str, str]], *, namespace: str = "ml") -> dict[str, Any]:
+    """A ResourceClaim whose allocation holds `devices` ((driver, pool, device) each)."""
+    results = [{"request": "gpu", "driver": d, "pool": p, "device": n} for d, p, n in devices]
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]}},
+            "status": {"allocation": {"devices": {"results": results}}} if devices else {}}
+
+
+def make_bare_node(name: str, *, labels: Mapping[str, str] | None = None, ready: bool = True,
+                   unschedulable: bool = False) -> dict[str, Any]:
+    """A Node with no GPU labels and no GPU allocatable: its GPUs, if any, are DRA devices."""
+    node = make_device_node(name, dict(labels or {}), {}, ready=ready)
+    if unschedulable:
+        node["spec"]["unschedulable"] = True
+    return node

@@ -1,7 +1,9 @@
 """A fake Kubernetes API server on loopback for tests.
 
-It serves core/v1 Nodes, Namespaces and Pods over plain HTTP the way a
-kube-apiserver does for the calls the project makes: GET, LIST (label and
+It serves core/v1 Nodes, Namespaces and Pods (and, when asked to, the
+resource.k8s.io/v1 ResourceSlices, DeviceClasses and ResourceClaims of Dynamic
+Resource Allocation; otherwise those paths are 404, as on a server without the
+API group) over plain HTTP the way a kube-apiserver does for the calls the project makes: GET, LIST (label and
 field selectors, limit/continue), WATCH (replay from a resourceVersion, 410
 Expired after compaction, bookmarks, timeoutSeconds), PATCH (merge, strategic
 merge treated as merge, JSON Patch), POST and DELETE. Tests talk to it with
@@ -76,8 +78,14 @@ class Resource:
     namespaced: bool
     field_labels: frozenset[str]
     bool_fields: frozenset[str] = frozenset()  # an absent bool selects as "false"
+    api_version: str = "v1"  # group/version; "v1" is the core group, served under /api
+
+    @property
+    def prefix(self) -> tuple[str, ...]:
+        return ("api", "v1") if self.api_version == "v1" else ("apis", *self.api_version.split("/"))
 
 
+DRA_API = "resource.k8s.io/v1"
 RESOURCES: dict[str, Resource] = {r.plural: r for r in (
     Resource("Node", "nodes", False, frozenset({"metadata.name", "spec.unschedulable"}),
              frozenset({"spec.unschedulable"})),
@@ -86,6 +94,11 @@ RESOURCES: dict[str, Resource] = {r.plural: r for r in (
         "metadata.name", "metadata.namespace", "spec.nodeName", "spec.restartPolicy",
         "spec.schedulerName", "spec.serviceAccountName", "spec.hostNetwork", "status.phase",
         "status.podIP", "status.nominatedNodeName"}), frozenset({"spec.hostNetwork"})),
+    Resource("ResourceSlice", "resourceslices", False, frozenset({"metadata.name", "spec.nodeName", "spec.driver"}),
+             api_version=DRA_API),
+    Resource("DeviceClass", "deviceclasses", False, frozenset({"metadata.name"}), api_version=DRA_API),
+    Resource("ResourceClaim", "resourceclaims", True, frozenset({"metadata.name", "metadata.namespace"}),
+             api_version=DRA_API),
 )}
 _BY_KIND = {r.kind.lower(): r for r in RESOURCES.values()}
 _REASONS = {400: "BadRequest", 401: "Unauthorized", 403: "Forbidden", 404: "NotFound",
@@ -305,8 +318,9 @@ def _now() -> str:
 class FakeApiServer:
     """Loopback kube-apiserver stand-in; every public method is thread-safe."""
 
-    def __init__(self, *, bookmark_interval_seconds: float = 1.0, port: int = 0) -> None:
+    def __init__(self, *, bookmark_interval_seconds: float = 1.0, port: int = 0, serve_dra: bool = False) -> None:
         self.bookmark_interval_seconds = bookmark_interval_seconds
+        self.serve_dra = serve_dra  # False: resource.k8s.io is 404, as on a server without DRA
         self.server_errors: list[str] = []  # unexpected handler exceptions; tests assert none
         self._port = port
         self._cond = threading.Condition(threading.RLock())
@@ -467,6 +481,11 @@ class FakeApiServer:
             if n > 0:
                 self._fail_rules.append(_FailRule(n, status, path_prefix))
 
+    def clear_failures(self) -> None:
+        """Forget every failure fail_next asked for that has not happened yet."""
+        with self._cond:
+            self._fail_rules.clear()
+
     # ------------------------------------------------------------ store (lock held)
 
     def _bump(self) -> str:
@@ -488,7 +507,7 @@ class FakeApiServer:
         if key in self._objects:
             raise ApiError(409, f'{res.plural} "{meta["name"]}" already exists', "AlreadyExists",
                            {"name": meta["name"], "kind": res.plural})
-        obj.update(kind=res.kind, apiVersion="v1")
+        obj.update(kind=res.kind, apiVersion=res.api_version)
         meta.pop("namespace", None)
         if res.namespaced:
             meta["namespace"] = key[1]
@@ -520,7 +539,7 @@ class FakeApiServer:
         for f in ("name", "namespace", "uid", "creationTimestamp", "resourceVersion"):
             if f in old_meta:
                 meta[f] = old_meta[f]
-        obj.update(kind=res.kind, apiVersion="v1")
+        obj.update(kind=res.kind, apiVersion=res.api_version)
         if obj == old and not force:
             return old  # a no-op write neither bumps the resourceVersion nor makes an event
         meta["resourceVersion"] = self._bump()
@@ -554,7 +573,7 @@ class FakeApiServer:
         try:
             if rule is not None:
                 raise ApiError(rule.code, f"injected failure ({rule.code})")
-            res, namespace, name = _route(url.path)
+            res, namespace, name = _route(url.path, dra=self.serve_dra)
             query = Query(res, namespace, parse_label_selector(params.get("labelSelector", "")),
                           parse_field_selector(params.get("fieldSelector", ""), res))
             if name is None and h.command == "GET" and params.get("watch", "") in _TRUE:
@@ -622,7 +641,7 @@ class FakeApiServer:
         else:
             self._pages.pop(page_id, None)
         # Typed lists from the real server carry kind/apiVersion on the list, not the items.
-        return {"kind": f"{q.resource.kind}List", "apiVersion": "v1", "metadata": meta,
+        return {"kind": f"{q.resource.kind}List", "apiVersion": q.resource.api_version, "metadata": meta,
                 "items": copy.deepcopy(items[offset:end])}
 
     def _watch(self, h: _Handler, q: Query, params: Mapping[str, str]) -> None:
@@ -692,7 +711,7 @@ class FakeApiServer:
                 return
             if bookmarks and now >= next_bookmark:
                 h.send_chunk({"type": "BOOKMARK", "object": {
-                    "kind": w.query.resource.kind, "apiVersion": "v1",
+                    "kind": w.query.resource.kind, "apiVersion": w.query.resource.api_version,
                     "metadata": {"resourceVersion": str(pos)}}})
                 next_bookmark = now + self.bookmark_interval_seconds
 
@@ -711,15 +730,18 @@ def _translate(ev: StoredEvent, q: Query) -> WatchEvent | None:
     return {"type": "DELETED", "object": gone}
 
 
-def _route(path: str) -> tuple[Resource, str | None, str | None]:
-    """(resource, namespace, name) of /api/v1/[namespaces/NS/]PLURAL[/NAME]."""
+def _route(path: str, *, dra: bool = True) -> tuple[Resource, str | None, str | None]:
+    """(resource, namespace, name) of /api/v1/[namespaces/NS/]PLURAL[/NAME] (or /apis/GROUP/VERSION/...)."""
     parts = [p for p in path.split("/") if p]
-    rest = parts[2:] if parts[:2] == ["api", "v1"] else []
-    if len(rest) in (3, 4) and rest[0] == "namespaces" and rest[2] in RESOURCES:
-        if RESOURCES[rest[2]].namespaced:
-            return RESOURCES[rest[2]], rest[1], rest[3] if len(rest) == 4 else None
-    elif len(rest) in (1, 2) and rest[0] in RESOURCES:
-        return RESOURCES[rest[0]], None, rest[1] if len(rest) == 2 else None
+    for res in RESOURCES.values():
+        if res.api_version != "v1" and not dra:
+            continue
+        prefix = res.prefix
+        rest = parts[len(prefix):] if tuple(parts[:len(prefix)]) == prefix else []
+        if res.namespaced and len(rest) in (3, 4) and rest[0] == "namespaces" and rest[2] == res.plural:
+            return res, rest[1], rest[3] if len(rest) == 4 else None
+        if len(rest) in (1, 2) and rest[0] == res.plural:
+            return res, None, rest[1] if len(rest) == 2 else None
     raise ApiError(404, f"the server could not find the requested resource ({path})")
 
 

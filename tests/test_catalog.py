@@ -123,7 +123,8 @@ classes:
     pytest.param(BASE.replace("    products: [PROD-A]", "    match: {\"bad key!\": [X]}"), 4,
                  "'bad key!' is not a valid label key", id="match-key-not-a-label-key"),
     pytest.param(BASE.replace("    products: [PROD-A]", "    match: {vendor.example/model: [PROD-A]}\n    products: [Z]"), 2,
-                 "needs either 'products' or 'match'", id="products-and-match"),
+                 "needs either 'products' or node label keys in 'match'", id="products-and-match"),
+    pytest.param(BASE.replace("    products: [PROD-A]\n", ""), 2, "needs 'products' or 'match'", id="neither"),
     pytest.param(BASE.replace("    score: 10", "    score: 10\n    resource: gpu"), 4, "not an extended resource name",
                  id="resource-without-domain"),
     pytest.param(BASE.replace("[PROD-A]", "[PROD-A-MIG-INVALID]"), 4, "never a type", id="mig-invalid-product"),
@@ -157,6 +158,128 @@ def test_types_of_different_resources_may_share_labels() -> None:
     assert catalog.matches_of_labels({"vendor.example/device-id": "10de", "gpu-type": "GPU-X"}) == [
         ("whole", "gpu-type", "GPU-X"), ("other", "vendor.example/device-id", "10de")]
     assert catalog.matches_of_labels({"nvidia.com/gpu.product": "GPU-X-MIG-INVALID"}) == []
+
+
+DRA = """\
+types:
+  - name: whole
+    score: 300
+    products: [GPU-X]
+    match:
+      gpu.example.com: {type: [gpu], productName: ["GPU X", "GPU X *"]}
+  - name: slice
+    score: 40
+    resource: vendor.example/slice
+    match:
+      gpu.example.com: {type: [slice], productName: ["GPU X"], profile: [half]}
+  - name: dra-only
+    score: 10
+    match:
+      other.example.com: {model: [Y]}
+classes:
+  - name: any
+    types: [whole, slice, dra-only]
+"""
+
+
+def _device(**attributes: object) -> dict[str, object]:
+    return {f"gpu.nvidia.com/{k}": v for k, v in attributes.items()}
+
+
+@pytest.mark.parametrize("driver, attributes, types, problem", [
+    pytest.param("gpu.nvidia.com", _device(type={"string": "gpu"}, productName={"string": "NVIDIA H100 80GB HBM3"}),
+                 ("H100",), "", id="nvidia-h100"),
+    pytest.param("gpu.nvidia.com", _device(type={"string": "gpu"}, productName={"string": "NVIDIA A100-SXM4-80GB"}),
+                 ("A100-80GB",), "", id="nvidia-a100-keeps-its-dashes"),
+    pytest.param("gpu.nvidia.com", _device(type={"string": "gpu"}, productName={"string": "NVIDIA A10"}),
+                 ("A10",), "", id="a10-is-not-a100"),
+    pytest.param("gpu.nvidia.com", _device(type={"string": "mig"}, profile={"string": "3g.40gb"},
+                                          productName={"string": "NVIDIA H100 80GB HBM3"}),
+                 ("H100-3g.40gb",), "", id="mig-slice-is-its-profile"),
+    pytest.param("gpu.nvidia.com", _device(type={"string": "vfio"}, productName={"string": "NVIDIA H100 80GB HBM3"}),
+                 (), "no type of the catalog matches type='vfio', productName='NVIDIA H100 80GB HBM3'",
+                 id="vfio-passthrough-is-no-type"),
+    pytest.param("gpu.nvidia.com", _device(type={"string": "gpu"}, productName={"string": "NVIDIA H20"}),
+                 (), "no type of the catalog matches", id="h20-is-not-h200"),
+    pytest.param("gpu.nvidia.com", _device(type={"string": "gpu"}, productName={"int": 100}),
+                 (), "attribute productName is int; the catalog matches text (string)", id="attribute-of-the-wrong-type"),
+    pytest.param("gpu.nvidia.com", _device(type={"string": "gpu"}), (),
+                 "no type of the catalog matches type='gpu'", id="attribute-missing"),
+    pytest.param("gpu.amd.com", {"gpu.amd.com/type": {"string": "amdgpu"},
+                                 "gpu.amd.com/productName": {"string": "AMD_Instinct_MI300X_OAM"}},
+                 ("MI300X",), "", id="amd-mi300x"),
+    pytest.param("gpu.amd.com", {"gpu.amd.com/type": {"string": "amdgpu-partition"},
+                                 "gpu.amd.com/productName": {"string": "AMD_Instinct_MI300X_OAM"}},
+                 (), "no type of the catalog matches", id="amd-partition-is-no-whole-gpu"),
+    pytest.param("tpu.google.com", {}, (), "no type of the catalog names driver tpu.google.com",
+                 id="driver-nobody-maps"),
+])
+def test_built_in_catalog_matches_dra_devices(driver: str, attributes: dict[str, object], types: tuple[str, ...],
+                                              problem: str) -> None:
+    found = BUILT_IN.types_of_device(driver, attributes)
+    assert found.types == types
+    assert problem in found.problem and bool(found.problem) == (not types)
+
+
+def test_built_in_dra_product_names_are_gfd_products_with_their_spaces() -> None:
+    """GFD publishes NVML's device name with spaces as dashes; NVIDIA's DRA driver publishes it as it is.
+    Every DRA name of a type, spaces to dashes, must be a label value of the same type (for a MIG
+    slice: of its GPU), so a node is the same type whichever way its GPUs are published."""
+    named = 0
+    for t in BUILT_IN.types.values():
+        whole = BUILT_IN.types[t.name[:t.name.rindex("-")]] if t.mig_profile else t  # a slice: its GPU's name
+        labels = set(whole.products) | {v for _, values in whole.match for v in values}
+        for driver, attributes in t.devices:
+            for name, values in attributes:
+                if name.endswith("/productName"):
+                    named += 1
+                    separator = "-" if driver == "gpu.nvidia.com" else "_"
+                    assert {v.replace(" ", separator) for v in values} <= labels, t.name
+    whole_nvidia = [t for t in BUILT_IN.types.values() if t.resource == "nvidia.com/gpu" and "-single" not in t.name]
+    assert all(t.devices for t in whole_nvidia) and all(t.devices for t in BUILT_IN.types.values() if t.mig_profile)
+    assert not any(t.devices for t in BUILT_IN.types.values() if t.name.endswith("-single"))
+    assert named == sum(len(t.devices) for t in BUILT_IN.types.values())
+
+
+def test_dra_drivers_sit_in_match_beside_products_or_labels() -> None:
+    catalog = load_catalog_text(DRA)
+    assert catalog.drivers == ("gpu.example.com", "other.example.com")
+    assert catalog.types["whole"].products == ("GPU-X",) and catalog.types["whole"].match == ()
+    assert catalog.types["dra-only"].devices == (("other.example.com", (("other.example.com/model", ("Y",)),)),)
+    device = {"gpu.example.com/type": {"string": "gpu"}, "gpu.example.com/productName": {"string": "GPU X 2"}}
+    assert catalog.types_of_device("gpu.example.com", device).types == ("whole",)  # by glob
+    sliced = {"gpu.example.com/type": {"string": "slice"}, "gpu.example.com/productName": {"string": "GPU X"},
+              "gpu.example.com/profile": {"version": "half"}}
+    assert catalog.types_of_device("gpu.example.com", sliced).types == ("slice",)
+    assert catalog.matches_of_labels({"nvidia.com/gpu.product": "GPU-X"}) == [("whole", "nvidia.com/gpu.product", "GPU-X")]
+
+
+@pytest.mark.parametrize("text, line, message", [
+    pytest.param(DRA.replace("gpu.example.com: {type: [slice]", "Bad_Driver: {type: [slice]"), 11,
+                 "'Bad_Driver' is not a DRA driver name", id="driver-not-a-dns-subdomain"),
+    pytest.param(DRA.replace("{model: [Y]}", "{\"model-name\": [Y]}"), 15,
+                 "'model-name' is not a DRA attribute name", id="attribute-not-an-identifier"),
+    pytest.param(DRA.replace("{model: [Y]}", "{model: [" + "Y" * 65 + "]}"), 15,
+                 "longer than a DRA attribute's 64 characters", id="value-too-long"),
+    pytest.param(DRA.replace("{model: [Y]}", "{}"), 15, "give its devices' attributes", id="no-attributes"),
+    pytest.param(DRA.replace("{model: [Y]}", "{model: Y}"), 15, "must be a non-empty list of strings",
+                 id="values-not-a-list"),
+    pytest.param(DRA.replace("type: [slice]", "type: [gpu]"), 11,
+                 "types whole and slice can both match one device of gpu.example.com (they share values of type, "
+                 "productName)", id="two-types-one-device"),
+    pytest.param(DRA.replace("{type: [slice], productName: [\"GPU X\"], profile: [half]}", "{model: [Z]}"), 11,
+                 "types whole and slice can both match one device of gpu.example.com (they share values of no "
+                 "attribute)", id="disjoint-attributes-overlap"),
+    pytest.param(DRA.replace("    score: 10\n", "    score: 10\n    scalable: true\n"), 14,
+                 "known by its DRA devices only", id="scalable-without-labels"),
+    pytest.param(DRA.replace("      gpu.example.com: {type: [gpu]", "      gpu-type: [GPU-X]\n      gpu.example.com: {type: [gpu]"), 2,
+                 "needs either 'products' or node label keys in 'match', not both", id="products-and-label-match"),
+])
+def test_bad_dra_matches_name_the_line(text: str, line: int, message: str) -> None:
+    with pytest.raises(CatalogError) as info:
+        load_catalog_text(text, "my-catalog.yaml")
+    assert message in str(info.value)
+    assert str(info.value).startswith(f"my-catalog.yaml:{line}:"), str(info.value)
 
 
 def test_gpu_taint_keys_default_covers_nvidia_and_amd() -> None:

@@ -122,7 +122,8 @@ def test_ci_runs_the_readme_test_command() -> None:
     assert ci[-1] == test_command
 
 
-def test_readme_shows_what_inventory_prints_on_the_demo(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["inventory", *INVENTORY]) == 0
+@pytest.mark.parametrize("extra", [[], ["--nodes", str(DEMO / "dra.yaml")]], ids=["demo", "demo-with-dra"])
+def test_readme_shows_what_inventory_prints_on_the_demo(capsys: pytest.CaptureFixture[str], extra: list[str]) -> None:
+    assert main(["inventory", *INVENTORY, *extra]) == 0
     printed = capsys.readouterr().out
     assert f"```\n{printed}```\n" in README.read_text(), "paste `gpuclass inventory` on the demo into README.md again"

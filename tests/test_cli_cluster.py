@@ -91,7 +91,10 @@ def test_inventory_reads_the_cluster_once_and_never_watches(api: FakeApiServer, 
     assert main(["inventory", "--kubeconfig", str(kubeconfig)]) == 0
     calls = api.request_log
     assert not any(r.is_watch for r in calls)
-    assert {r.path for r in calls} == {"/api/v1/nodes", "/api/v1/namespaces", "/api/v1/pods"}
+    # the DRA resources too (this API server does not serve them: DRA is off, said in the report)
+    assert {r.path for r in calls} == {"/api/v1/nodes", "/api/v1/namespaces", "/api/v1/pods",
+                                       *(f"/apis/resource.k8s.io/v1/{r}" for r in ("resourceslices", "deviceclasses",
+                                                                                    "resourceclaims"))}
     pods_call = next(r for r in calls if r.path == "/api/v1/pods")
     assert pods_call.query["fieldSelector"] == "status.phase!=Succeeded,status.phase!=Failed"  # as the watch lists
     assert capsys.readouterr().out.startswith("TYPE ")

@@ -716,6 +716,15 @@ def test_objects_validate_against_kubernetes_schemas(renders: Renders, rel: str,
     assert problems == []
 
 
+# API versions newer than MIN_KUBERNETES, the release that first serves each. Only the demo inventory may use
+# them (deploy/demo/dra.yaml: DRA objects, resource.k8s.io/v1 since 1.34); the install must apply on MIN_KUBERNETES.
+SERVED_SINCE = {"resource.k8s.io/v1": "1.34"}
+
+
+def _version_tuple(version: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in version.split("."))
+
+
 @pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
 def test_plain_manifests_validate_against_kubernetes_schemas(version: str) -> None:
     problems = []
@@ -725,8 +734,11 @@ def test_plain_manifests_validate_against_kubernetes_schemas(version: str) -> No
                 continue  # not a Kubernetes object (a catalog, say)
             items = document["items"] if document["kind"].endswith("List") else [document]
             for obj in items:
+                since = SERVED_SINCE.get(obj.get("apiVersion", ""), version)
+                if _version_tuple(since) > _version_tuple(version):
+                    assert rel.startswith("demo/"), f"deploy/{rel}: {name_of(obj)} needs Kubernetes {since}"
                 try:
-                    kubernetes_validate.validate(obj, version, strict=True)
+                    kubernetes_validate.validate(obj, max(version, since, key=_version_tuple), strict=True)
                 except kubernetes_validate.ValidationError as exc:
                     where = ".".join(str(p) for p in exc.path)
                     problems.append(f"deploy/{rel}: {name_of(obj)}: {where}: {exc.message}")
@@ -977,7 +989,9 @@ def test_rbac_is_read_only(renders: Renders, rel: str) -> None:
         for resource in rule.get("resources", [])
         for verb in rule.get("verbs", [])
     }
-    assert granted == {("", r, v) for r in ("nodes", "namespaces", "pods") for v in ("get", "list", "watch")}
+    reads = ("get", "list", "watch")
+    assert granted == {("", r, v) for r in ("nodes", "namespaces", "pods") for v in reads} | {
+        ("resource.k8s.io", r, v) for r in ("resourceslices", "deviceclasses", "resourceclaims") for v in reads}
     assert all("resourceNames" not in r and "nonResourceURLs" not in r for r in role["rules"])
 
     subject = {"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": SYSTEM_NAMESPACE}

@@ -32,11 +32,12 @@ from webhook.serving.app import create_app
 from webhook.serving.certs import CLIENT_COMMON_NAME
 from webhook.core.catalog import Catalog
 from webhook.core.extender import (ASSUME_SECONDS, MAX_EXTENDER_PRIORITY, Assumed, NodeVerdict, PodNeeds,
-                                   filter_assuming, parse_extender_args, score_nodes, share_score, with_assumed)
+                                   filter_assuming, filter_nodes, parse_extender_args, score_nodes, share_score,
+                                   with_assumed)
 from webhook.serving.extender_routes import UNKNOWN_POD_WAIT_SECONDS, register_extender_routes
 from webhook.cluster.loading import read_inventory
 from webhook.core.catalog import load_default_catalog
-from webhook.core.inventory import InventoryState, Snapshot, node_info_from_object, unbound_gpu_pod
+from webhook.core.inventory import InventoryState, Snapshot, build_snapshot, node_info_from_object, unbound_gpu_pod
 
 CATALOG = make_catalog()
 TYPES = "gpu-class.io/types"
@@ -287,7 +288,7 @@ def test_filter(client: FlaskClient, case: FilterCase, mode: str) -> None:
 
 @pytest.mark.parametrize("mode, node, reason", [
     pytest.param("objects", "cpu-a", "gpu-class: not a GPU node", id="objects-cpu-node"),
-    pytest.param("names", "cpu-a", "gpu-class: unknown node (gpu-class has seen no GPU product label on it)",
+    pytest.param("names", "cpu-a", "gpu-class: unknown node (gpu-class has seen no GPU product label or DRA GPU on it)",
                  id="names-cpu-node"),
 ])
 def test_filter_non_gpu_node(client: FlaskClient, mode: str, node: str, reason: str) -> None:
@@ -302,7 +303,7 @@ def test_filter_unknown_node_names(client: FlaskClient) -> None:
     assert status == 200
     assert result["NodeNames"] == ["h100-idle"]
     assert result["FailedAndUnresolvableNodes"] == {
-        "node-that-joined-a-second-ago": "gpu-class: unknown node (gpu-class has seen no GPU product label on it)"
+        "node-that-joined-a-second-ago": "gpu-class: unknown node (gpu-class has seen no GPU product label or DRA GPU on it)"
     }
 
 
@@ -588,7 +589,7 @@ def test_real_server_serves_the_extender(server: Server) -> None:
         assert result["FailedAndUnresolvableNodes"] == {
             "a100-a": "gpu-class: performance: a node of the preferred type H100 can take it",
             "t4-a": "gpu-class: type T4 not in H100,A100",
-            "cpu-a": "gpu-class: unknown node (gpu-class has seen no GPU product label on it)",
+            "cpu-a": "gpu-class: unknown node (gpu-class has seen no GPU product label or DRA GPU on it)",
         }
         status, priorities = server.post("/prioritize", args_by_names(pod, ["h100-a", "a100-a"]), conn=conn)
         assert (status, priorities) == (200, [{"Host": "h100-a", "Score": 10}, {"Host": "a100-a", "Score": 0}])
@@ -803,7 +804,7 @@ def test_forged_filter_calls_change_no_genuine_answer() -> None:
     knowledge of the Pod, each forged call counted its GPU on the node it kept for 10 s, and twelve of
     them left the genuine Pod no node ("0 GPUs free" on both T4 nodes)."""
     catalog = load_default_catalog()
-    nodes, _ = read_inventory((str(DEMO / "nodes.yaml"),), catalog)
+    nodes = read_inventory((str(DEMO / "nodes.yaml"),), catalog).nodes
     genuine = _replica(placed_pod("L4,A10,T4", class_name="inference"), "3b0d6c1e-genuine")
     state = InventoryState(catalog=catalog, synced=True, watch_pods=True)
     state.replace_nodes(nodes)
@@ -895,3 +896,24 @@ def test_a_made_up_pod_is_answered_after_the_wait_and_leaves_nothing(watched: bo
         _, result = post(client, "filter", args_by_names(made_up, ["t4-a"]))
         assert result["NodeNames"] == ["t4-a"], "its own earlier call counted nothing"
     assert inventory.waits == 2 * waits
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_filter_counts_dra_devices_and_their_claims(mode: str) -> None:
+    """A node whose GPUs are DRA devices passes or fails on them, whether the scheduler sends names or
+    Node objects (which carry no devices): free devices are those no ResourceClaim holds."""
+    from builders import NVIDIA_DRIVER, make_bare_node, make_claim, make_slice, nvidia_device_classes, nvidia_gpus
+    from webhook.core.catalog import load_default_catalog
+
+    catalog = load_default_catalog()
+    nodes = [make_bare_node("dra-free"), make_bare_node("dra-full")]
+    objects = [*nodes, make_slice("dra-free", nvidia_gpus(4)), make_slice("dra-full", nvidia_gpus(2)),
+               *nvidia_device_classes(),
+               make_claim("c", [(NVIDIA_DRIVER, "dra-full", "gpu-0"), (NVIDIA_DRIVER, "dra-full", "gpu-1")])]
+    snapshot = build_snapshot(catalog, objects)
+    pod = placed_pod("H100", gpus=2)
+    body = ({"Pod": pod, "Nodes": None, "NodeNames": ["dra-free", "dra-full"]} if mode == "names" else
+            {"Pod": pod, "Nodes": {"metadata": {}, "items": [as_scheduled(n) for n in nodes]}, "NodeNames": None})
+    result = filter_nodes(parse_extender_args(body), snapshot, catalog)
+    assert passed_names(result, mode) == ["dra-free"]
+    assert result["FailedNodes"] == {"dra-full": "gpu-class: 0 GPUs free, Pod needs 2"}

@@ -117,3 +117,41 @@ def test_the_cli_offers_the_report_outputs() -> None:
     from webhook.core.inventory_report import OUTPUTS
 
     assert cli.OUTPUTS == OUTPUTS
+
+
+def test_dra_devices_count_like_device_plugin_gpus_and_the_rest_is_listed_with_why() -> None:
+    """A mixed cluster: one H100 node by its device plugin, one by NVIDIA's DRA driver (no GFD labels),
+    and devices gpu-class does not place on. Claims hold DRA devices as bound Pods hold the plugin's."""
+    from builders import (NVIDIA_DRIVER, amd_device_class, amd_gpus, make_bare_node, make_claim, make_slice,
+                          nvidia_device_classes, nvidia_gpus)
+    from webhook.core.catalog import load_default_catalog
+    from webhook.core.inventory import build_snapshot
+
+    catalog = load_default_catalog()
+    objects = [make_node("dp", H100, gpus=8), make_bare_node("dra"), make_bare_node("amd"),
+               make_slice("dra", nvidia_gpus(4)), make_slice("amd", amd_gpus(8), driver="gpu.amd.com"),
+               make_slice("dra", nvidia_gpus(1, "NVIDIA GeForce RTX 5090", start=4), driver=NVIDIA_DRIVER,
+                          name="dra-2", pool="dra-other"),
+               *nvidia_device_classes(), amd_device_class(),
+               make_claim("c", [(NVIDIA_DRIVER, "dra", "gpu-0")])]
+    report = build_report(build_snapshot(catalog, objects), catalog)
+    row = type_row(report, "H100")
+    assert row["gpus"] == {"allocatable": 12, "used": 1, "free": 11} and row["nodes"]["total"] == 2
+    assert [(p["labelKey"], p["product"], p["gpus"]["allocatable"]) for p in row["products"]] == [
+        ("kubernetes.io/hostname", "dra", 4), ("nvidia.com/gpu.product", H100, 8)]
+    assert report["dra"]["off"] is None and report["dra"]["devices"] == 13
+    assert [(p["driver"], p["product"], p["devices"], p["nodes"]) for p in report["dra"]["notPlaced"]] == [
+        ("gpu.amd.com", "AMD_Instinct_MI300X_OAM", 8, 1), (NVIDIA_DRIVER, "NVIDIA GeForce RTX 5090", 1, 1)]
+    table = render_table(report)
+    assert "DRA devices gpu-class does not place on (9 of 13):" in table
+    assert any(line.split()[:3] == ["gpu.amd.com", "AMD_Instinct_MI300X_OAM", "8"] and
+               "no DeviceClass maps amd.com/gpu" in line for line in table.splitlines())
+
+
+def test_dra_off_is_said() -> None:
+    import dataclasses
+
+    from webhook.core.dra import DraView
+
+    snapshot = dataclasses.replace(snapshot_of([make_node("h", H100)]), dra=DraView(off="not served"))
+    assert "DRA: off (not served)." in render_table(build_report(snapshot, CATALOG))

@@ -80,6 +80,17 @@ def test_metrics_add_up_across_workers(tmp_path: Path) -> None:
             assert samples[("gpu_class_certificate_expiry_timestamp_seconds", ())] > time.time() + 300 * 86400
 
 
+def test_inventory_metrics_count_dra_devices_like_device_plugin_gpus(tmp_path: Path) -> None:
+    """The demo's DRA node pool (deploy/demo/dra.yaml): two H200 nodes whose GPUs are DRA devices, a claim
+    holding one of them. The served inventory's gauges count them as they count device-plugin GPUs."""
+    demo = Path(__file__).parent.parent / "deploy" / "demo"
+    args = ["--nodes", str(demo / "nodes.yaml"), "--nodes", str(demo / "dra.yaml")]
+    with running_server(tmp_path, args, workers=1) as server:
+        samples = scrape(server)
+    assert samples[("gpu_class_inventory_free_gpus", (("resource", "nvidia.com/gpu"), ("type", "H200")))] == 7
+    assert samples[("gpu_class_inventory_nodes", (("state", "ready"), ("type", "H200")))] == 2
+
+
 def series(samples: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: str) -> dict[tuple[str, ...], float]:
     """One metric's samples by their label values, in the order the metric declares its labels."""
     order = {"gpu_class_admission_requests_total": ("outcome", "class"),
@@ -136,7 +147,9 @@ def test_watch_restart_series_are_exported_at_zero(tmp_path: Path) -> None:
         with running_server(tmp_path, args, workers=1) as server:
             assert api.wait_for_watches(3, timeout_seconds=20)  # the test catalog's strategies need Pods too
             restarts = series(scrape(server), "gpu_class_watch_restarts_total")
-            assert restarts == {(resource, reason): 0.0 for resource in ("nodes", "namespaces", "pods")
+            assert restarts == {(resource, reason): 0.0
+                                for resource in ("nodes", "namespaces", "pods", "deviceclasses", "resourceslices",
+                                                 "resourceclaims")
                                 for reason in ("timeout", "expired", "error")}
             api.drop_watches()
             deadline = time.monotonic() + 10

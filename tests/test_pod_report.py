@@ -90,3 +90,21 @@ def test_the_report_says_which_guarantee_the_order_had(scheduler: str | None, or
     assert (report["scheduler"], report["order"]) == (scheduler or "default-scheduler", order)
     assert f"order: {order} (scheduler {scheduler or 'default-scheduler'})" in render_pod_text(report)
     assert build_pod_report(existing_pod(None, node="h100-a"), snapshot_of(NODES), CATALOG)["order"] is None
+
+
+def test_a_pod_on_dra_devices_names_the_claim_the_scheduler_made() -> None:
+    from builders import make_bare_node, make_slice, nvidia_device_classes, nvidia_gpus
+    from webhook.core.catalog import load_default_catalog
+    from webhook.core.inventory import build_snapshot
+
+    catalog = load_default_catalog()
+    snapshot = build_snapshot(catalog, [make_bare_node("dra-1"), make_slice("dra-1", nvidia_gpus(4)),
+                                        make_node("dp-1", H100, gpus=8), *nvidia_device_classes()])
+    pod = existing_pod("H100", node="dra-1", phase="Running")
+    pod["status"]["extendedResourceClaimStatus"] = {"resourceClaimName": "train-extended-resources-x7k2p",
+                                                    "requestMappings": []}
+    report = build_pod_report(pod, snapshot, catalog)
+    assert (report["nodeType"], report["nodeDevices"], report["onPreferredType"]) == ("H100", "dra", True)
+    assert "scheduled on dra-1: H100 (DRA devices, claim train-extended-resources-x7k2p)" in render_pod_text(report)
+    on_plugin = build_pod_report(existing_pod("H100", node="dp-1", phase="Running"), snapshot, catalog)
+    assert (on_plugin["nodeDevices"], on_plugin["claim"]) == ("device-plugin", None)

@@ -152,6 +152,22 @@ def test_share_of_gpus_outweighs_every_other_score(profiles_config: dict[str, An
 
 
 @pytest.mark.parametrize("which", ["profiles", "extender"])
+def test_every_profile_allocates_dra_devices_and_leaves_their_score_out(profiles_config: dict[str, Any],
+                                                                        extender_config: dict[str, Any],
+                                                                        which: str) -> None:
+    """On a DRA node the Pod's GPU limit is served by DynamicResources (filter, reserve, pre-bind make and
+    allocate its claim): a profile without it would leave such Pods Pending. Its score stays out of the
+    proof: the claims made for an extended resource have no firstAvailable, so it would score 0 everywhere,
+    and NodeResourcesFit already scores the DRA-backed resource from the devices."""
+    config = profiles_config if which == "profiles" else extender_config
+    for p in config["profiles"]:
+        assert "DynamicResources" in {x["name"] for x in p["plugins"]["multiPoint"]["enabled"]}, p["schedulerName"]
+        assert "DynamicResources" not in {d["name"] for stage in p["plugins"].values()
+                                          for d in (stage or {}).get("disabled") or [] if d["name"] != "*"}
+        assert "DynamicResources" not in score_weights(p), p["schedulerName"]
+
+
+@pytest.mark.parametrize("which", ["profiles", "extender"])
 def test_every_node_is_scored_and_no_default_spreading(profiles_config: dict[str, Any],
                                                         extender_config: dict[str, Any], which: str) -> None:
     """kube-scheduler's adaptive sampling would stop at 10% of 5,000 nodes, and the system-default

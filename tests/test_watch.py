@@ -203,8 +203,8 @@ def test_unbound_gpu_pods_are_known_until_bound_finished_or_deleted(api: FakeApi
 
 
 @pytest.mark.parametrize("order", [
-    pytest.param(("nodes", "namespaces", "pods"), id="nodes-first"),
-    pytest.param(("pods", "namespaces", "nodes"), id="pods-first"),
+    pytest.param(("nodes", "namespaces", "pods", "deviceclasses", "resourceslices", "resourceclaims"), id="nodes-first"),
+    pytest.param(("resourceclaims", "pods", "resourceslices", "namespaces", "deviceclasses", "nodes"), id="pods-first"),
 ])
 def test_synced_once_every_first_list_is_in_whatever_the_reflectors_flags_say(api: FakeApiServer,
                                                                               order: tuple[str, ...]) -> None:
@@ -212,7 +212,9 @@ def test_synced_once_every_first_list_is_in_whatever_the_reflectors_flags_say(ap
     others unfinished. The snapshot counts the lists it has taken in instead (here the flags never move)."""
     core = kubernetes.client.CoreV1Api(api.api_client())
     inv = LiveInventory(CATALOG, core, watch_pods=True)  # not started: the replaces are called by hand
-    replace = {"nodes": inv._replace_nodes, "namespaces": inv._replace_namespaces, "pods": inv._replace_pods}
+    replace = {"nodes": inv._replace_nodes, "namespaces": inv._replace_namespaces, "pods": inv._replace_pods,
+               "deviceclasses": inv._replace_classes, "resourceslices": inv._replace_slices,
+               "resourceclaims": inv._replace_claims}
     for name in order:
         assert inv.snapshot().synced is False, f"synced before {name} was listed"
         replace[name]([])
@@ -294,6 +296,7 @@ def test_readiness_reports_staleness_after_sync(api: FakeApiServer, inventory: L
 
 
 def test_served_by_gunicorn_workers_from_a_live_watch(api: FakeApiServer, tmp_path: Path) -> None:
+    api.serve_dra = True  # the DRA resources are watched too, not asked again and again as off
     api.create(make_namespace("ml"))
     api.create(make_node("h100-a", "NVIDIA-H100-80GB-HBM3"))
     kubeconfig = api.kubeconfig(tmp_path / "kubeconfig")
@@ -303,8 +306,8 @@ def test_served_by_gunicorn_workers_from_a_live_watch(api: FakeApiServer, tmp_pa
     config.write_text(TEST_CATALOG_YAML)
     with running_server(tmp_path, ["--kubeconfig", str(kubeconfig), "--config", str(config)], workers=2) as server:
         eventually(lambda: server.get("/readyz")[0] == 200, timeout_seconds=20, what="readyz")
-        # two workers, each with its own node, namespace and pod watches
-        assert api.wait_for_watches(6, timeout_seconds=20)
+        # two workers, each with its own node, namespace and pod watches, and the three DRA ones
+        assert api.wait_for_watches(12, timeout_seconds=20)
         review = make_review(make_pod({"gpu-class.io/class": "high"}))
         calls_before = len(api.request_log)
         for _ in range(10):

@@ -6,9 +6,11 @@ import base64
 import contextlib
 import http.server
 import json
+import re
 import ssl
 import threading
 import time
+import urllib.request
 import uuid
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
@@ -116,13 +118,28 @@ def set_node_status(core: kubernetes.client.CoreV1Api, name: str, *, allocatable
     core.patch_node_status(name, {"status": status})
 
 
+def expired_restarts(cluster: Any, resource: str) -> float:
+    """How often the webhook's watch of `resource` listed again after 410 Gone, from its metrics."""
+    context = ssl.create_default_context(cafile=str(cluster.dir / "webhook" / "ca.crt"))
+    with urllib.request.urlopen(cluster.webhook_url + "/metrics", context=context, timeout=5) as r:
+        text = r.read().decode()
+    pattern = (r'^gpu_class_watch_restarts_total\{(?=[^}]*reason="expired")'
+               rf'(?=[^}}]*resource="{re.escape(resource)}")[^}}]*\}} (\S+)$')
+    return sum(float(v) for v in re.findall(pattern, text, re.M))
+
+
+def delete_if_present(delete: Callable[..., Any], *args: Any) -> None:
+    """Call an API delete; an object already gone is fine."""
+    try:
+        delete(*args)
+    except ApiException as e:
+        if e.status != 404:
+            raise
+
+
 def delete_nodes(core: kubernetes.client.CoreV1Api, names: Sequence[str]) -> None:
     for name in names:
-        try:
-            core.delete_node(name)
-        except ApiException as e:
-            if e.status != 404:
-                raise
+        delete_if_present(core.delete_node, name)
 
 
 # --- Pods ---------------------------------------------------------------------

@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import re
-import ssl
 import time
-import urllib.request
 from typing import Callable
 
 import kubernetes
 import pytest
 
 import local_cluster
-from kubeobjects import TYPES, create_node, delete_nodes, dry_run_create, make_pod, set_node_status, wait_for
+from kubeobjects import (
+    TYPES, create_node, delete_nodes, dry_run_create, expired_restarts, make_pod, set_node_status, wait_for,
+)
 
 L4_LABELS = {"nvidia.com/gpu.product": "NVIDIA-L4", "nvidia.com/gpu.memory": "23034", "nvidia.com/gpu.count": "4"}
 NODE = "e2e-live-l4"
@@ -34,14 +33,6 @@ def _until(what: str, probe: Callable[[], bool], expected: bool, seconds: float 
     started = time.monotonic()
     wait_for(what, lambda: probe() == expected, seconds=seconds)
     return time.monotonic() - started
-
-
-def _expired_restarts(cluster: local_cluster.Cluster) -> float:
-    context = ssl.create_default_context(cafile=str(cluster.dir / "webhook" / "ca.crt"))
-    with urllib.request.urlopen(cluster.webhook_url + "/metrics", context=context, timeout=5) as r:
-        text = r.read().decode()
-    pattern = r'^gpu_class_watch_restarts_total\{(?=[^}]*reason="expired")(?=[^}]*resource="nodes")[^}]*\} (\S+)$'
-    return sum(float(v) for v in re.findall(pattern, text, re.M))
 
 
 @pytest.fixture
@@ -79,7 +70,7 @@ def test_compaction_and_api_server_restart_force_a_relist(cluster: local_cluster
     offered = _l4_offered(core, namespace)
     create_node(core, NODE, L4_LABELS, gpus=4)
     _until("the L4 node to be offered", offered, True)
-    expired_before = _expired_restarts(cluster)
+    expired_before = expired_restarts(cluster, "nodes")
 
     # Changes made while the API server is away, then compacted out of etcd's history: a watch
     # that resumes from its last resourceVersion gets 410 Gone and must list again to see them.
@@ -91,4 +82,4 @@ def test_compaction_and_api_server_restart_force_a_relist(cluster: local_cluster
     create_node(core, NODE + "-2", L4_LABELS, gpus=4)
     _until("a node created after the restart to be offered", offered, True, seconds=60)
     wait_for("a 410 relist of nodes in the webhook's metrics",
-             lambda: _expired_restarts(cluster) > expired_before, seconds=30)
+             lambda: expired_restarts(cluster, "nodes") > expired_before, seconds=30)

@@ -9,7 +9,7 @@ from typing import Any
 import yaml
 
 from ..core.catalog import Catalog
-from ..core.inventory import NamespaceInfo, NodeInfo, Snapshot, fixed_snapshot, reduce_objects
+from ..core.inventory import Reduced, Snapshot, fixed_snapshot, reduce_objects
 
 
 # libyaml's loader when PyYAML has it: 5,000 Nodes take seconds instead of a minute
@@ -51,7 +51,7 @@ def read_objects(path: str) -> list[dict[str, Any]]:
     return objects
 
 
-def read_inventory(paths: tuple[str, ...], catalog: Catalog) -> tuple[list[NodeInfo], list[NamespaceInfo]]:
+def read_inventory(paths: tuple[str, ...], catalog: Catalog) -> Reduced:
     objects = [o for p in paths for o in read_objects(p)]
     if not any(o.get("kind") == "Node" for o in objects):
         raise InputError(f"{', '.join(paths)}: no Node objects; give the output of `kubectl get nodes -o yaml`")
@@ -59,19 +59,19 @@ def read_inventory(paths: tuple[str, ...], catalog: Catalog) -> tuple[list[NodeI
 
 
 def load_snapshot(paths: tuple[str, ...], catalog: Catalog) -> Snapshot:
-    """A fixed inventory from Node (and Namespace) files."""
-    return fixed_snapshot(catalog, *read_inventory(paths, catalog))
+    """A fixed inventory from Node (and Namespace, ResourceSlice, DeviceClass, ResourceClaim) files."""
+    return fixed_snapshot(catalog, read_inventory(paths, catalog))
 
 
 def load_snapshot_in_child(paths: tuple[str, ...], catalog: Catalog) -> Snapshot:
-    """The same, parsed in a forked child that hands back only the reduced nodes.
+    """The same, parsed in a forked child that hands back only the reduced objects.
 
     Parsing 5,000 whole Node objects leaves hundreds of MB of freed but fragmented heap behind;
     in a long-lived server (and in every worker forked from it) that would stay resident.
     """
     with multiprocessing.get_context("fork").Pool(1) as pool:
-        nodes, namespaces = pool.apply(read_inventory, (paths, catalog))
-    return fixed_snapshot(catalog, nodes, namespaces)
+        reduced = pool.apply(read_inventory, (paths, catalog))
+    return fixed_snapshot(catalog, reduced)
 
 
 def read_pod(path: str) -> dict[str, Any]:

@@ -1,4 +1,5 @@
-"""The live inventory: list, then watch, Nodes, Namespaces and GPU Pods, and keep InventoryState current.
+"""The live inventory: list, then watch, Nodes, Namespaces and GPU Pods, and the ResourceSlices,
+DeviceClasses and ResourceClaims of Dynamic Resource Allocation, and keep InventoryState current.
 
 I/O only; what an object means is decided in inventory.py. Each gunicorn worker runs its own
 reflectors (threads do not survive fork, and a worker must never serve from a view nobody updates).
@@ -12,7 +13,12 @@ What real API servers do, and what the reflector does about it:
 - `410 Gone` (as an ERROR event or a status): the history is compacted, list again;
 - BOOKMARK events: only a newer resourceVersion to resume from;
 - unreachable or failing (at start or for minutes): retry with capped, jittered backoff, forever,
-  serving meanwhile from the last known inventory.
+  serving meanwhile from the last known inventory;
+- a resource it does not serve (404: no resource.k8s.io/v1) or will not let us list from the start
+  (403: no RBAC for it): for the DRA resources only, that resource is off (empty) and logged once,
+  and is tried again every minute; Nodes, Namespaces and Pods work as they always have. A 403 after
+  a successful list is retried as an error: an API server that restarts refuses until its RBAC
+  cache is warm, and the devices last seen are better than none.
 """
 
 from __future__ import annotations
@@ -33,6 +39,9 @@ from kubernetes.watch.watch import iter_resp_lines
 
 from ..core.catalog import Catalog
 from .loading import InputError
+from ..core.dra import (
+    DeviceClassInfo, DeviceId, DeviceProblem, SliceInfo, claim_from_object, device_class_from_object, slice_from_object,
+)
 from ..core.inventory import (
     GroupName, InventoryState, NamespaceInfo, NodeInfo, Snapshot, UnboundGpuPod, namespace_info_from_object,
     node_info_from_object, pod_gpu_requests, pod_group, unbound_gpu_pod,
@@ -47,6 +56,8 @@ SYNC_WAIT_SECONDS = 15
 # Bound Pods hold GPUs; unbound ones are known to the scheduler extender (inventory.UnboundGpuPod). One
 # watch over both, so the event that binds a Pod moves it from one to the other at once.
 UNFINISHED_PODS = "status.phase!=Succeeded,status.phase!=Failed"
+OFF_RECHECK_SECONDS = 60  # a resource that is not served or not allowed: how long until we ask again
+DRA_GROUP = "resource.k8s.io/v1"
 SERVICE_ACCOUNT_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
 RestartReason = Literal["timeout", "expired", "error"]
 RESTART_REASONS: tuple[RestartReason, ...] = get_args(RestartReason)
@@ -128,6 +139,9 @@ class Reflector:
     relists: int = 0
     errors: int = 0
     observer: InventoryObserver = field(default_factory=NoObserver)
+    # optional: a 404 or 403 turns the resource off (told to on_off with the reason) instead of failing
+    on_off: Callable[[str, str | None], None] | None = None
+    off: str | None = None  # why the resource is off; None: it is read
     _backoff: float = field(default=BACKOFF_SECONDS[0], repr=False)
 
     def run(self) -> None:
@@ -135,6 +149,9 @@ class Reflector:
             try:
                 if self.resource_version is None:
                     self._list()
+                if self.off is not None:
+                    self.stop_event.wait(OFF_RECHECK_SECONDS)
+                    continue
                 self._watch()
                 self._backoff = BACKOFF_SECONDS[0]
                 self._restarted("timeout")
@@ -149,6 +166,8 @@ class Reflector:
                     self.resource_version = None
                     self._restarted("expired")
                     continue
+                if status == 404 and self.on_off is not None:
+                    self.resource_version = None  # the API went away: the list says it is off
                 log.warning("%s watch failed, retrying in %.1fs: %s", self.name, self._backoff, _brief(exc))
                 self._restarted("error")
                 self.stop_event.wait(self._backoff * random.uniform(0.5, 1.0))
@@ -169,19 +188,48 @@ class Reflector:
             kwargs: dict[str, Any] = {"limit": LIST_PAGE_SIZE, "_preload_content": False, "_request_timeout": 60}
             if token:
                 kwargs["_continue"] = token
-            page = json.loads(self.list_call(**kwargs).data)
+            try:
+                response = self.list_call(**kwargs)
+            except ApiException as exc:
+                # a 403 once listed is passing (an API server that restarts answers 403 until its RBAC
+                # cache is warm): retried like any error, serving the last known devices meanwhile
+                if self.on_off is not None and (exc.status == 404 or (exc.status == 403 and self.relists == 0)):
+                    self._turn_off(exc)
+                    return
+                raise
+            page = json.loads(response.data)
             items.extend(r for r in map(self.reduce, page.get("items") or []) if r is not None)
             del page["items"]
             metadata = page.get("metadata") or {}
             token = metadata.get("continue")
             if not token:
                 break
+        if self.off is not None and self.on_off is not None:
+            self.off = None
+            self.on_off(self.name, None)
         self.replace(items)
         self.resource_version = metadata.get("resourceVersion")
         self.relists += 1
         self.synced = True
         self.connected = True
         self._contact()
+
+    def _turn_off(self, exc: ApiException) -> None:
+        """Not served (404) or not allowed (403): off, with what to do about it, until a list works."""
+        assert self.on_off is not None
+        if exc.status == 404:
+            reason = f"the API server does not serve {self.name}.{DRA_GROUP.split('/')[0]} ({DRA_GROUP})"
+        else:
+            reason = (f"not allowed to list {self.name}.{DRA_GROUP.split('/')[0]} ({_brief(exc)}): grant the "
+                      "webhook's ServiceAccount get, list and watch on it (deploy/base/rbac.yaml)")
+        first = self.off is None
+        self.off = reason
+        self.resource_version = None
+        self.synced = True  # off is an answer: readiness does not wait for it
+        self.connected = False
+        self._contact()
+        if first:
+            self.on_off(self.name, reason)
 
     def _watch(self) -> None:
         timeout = random.randint(*WATCH_TIMEOUT_SECONDS)
@@ -224,6 +272,7 @@ class Reflector:
             "staleSeconds": None if self.last_contact is None else round(now - self.last_contact, 1),
             "restarts": self.restarts,
             "relists": self.relists,
+            **({"off": self.off} if self.off is not None else {}),
         }
 
 
@@ -263,13 +312,32 @@ class LiveInventory:
             # Pods. A Pod that finishes leaves the selection, and the API server sends it as DELETED.
             list_pods = functools.partial(api.list_pod_for_all_namespaces, field_selector=UNFINISHED_PODS)
             self.reflectors.append(self._reflector("pods", list_pods, self._reduce_pod, self._replace_pods, self._apply_pod))
+        # DRA: optional, each off (and said so) where the API server does not serve it or lets us read it
+        self._off: dict[str, str] = {}
+        self._logging = False  # a running watch logs what changes; a one-shot read reports it in its output
+        self._logged_problems: frozenset[DeviceProblem] = frozenset()
+        resource = kubernetes.client.ResourceV1Api(api.api_client)
+        self.reflectors += [
+            self._reflector("deviceclasses", resource.list_device_class, device_class_from_object,
+                            self._replace_classes, self._apply_class, optional=True),
+            self._reflector("resourceslices", resource.list_resource_slice, self._reduce_slice,
+                            self._replace_slices, self._apply_slice, optional=True),
+        ]
+        if self.watch_pods:
+            # devices taken, where Pods' requests are not what counts (DRA nodes)
+            self.reflectors.append(self._reflector(
+                "resourceclaims", resource.list_resource_claim_for_all_namespaces, claim_from_object,
+                self._replace_claims, self._apply_claim, optional=True))
         self._threads: list[threading.Thread] = []
 
     def _reflector(self, name: str, list_call: Callable[..., Any], reduce: Callable[[dict[str, Any]], Any],
-                   replace: Callable[[list[Any]], None], apply: Callable[[str, dict[str, Any]], None]) -> Reflector:
-        return Reflector(name, list_call, reduce, replace, apply, self.stop_event, observer=self.observer)
+                   replace: Callable[[list[Any]], None], apply: Callable[[str, dict[str, Any]], None], *,
+                   optional: bool = False) -> Reflector:
+        return Reflector(name, list_call, reduce, replace, apply, self.stop_event, observer=self.observer,
+                         on_off=self._turned if optional else None)
 
     def start(self) -> LiveInventory:
+        self._logging = True
         self.observer.watching(tuple(r.name for r in self.reflectors), RESTART_REASONS)
         for r in self.reflectors:
             thread = threading.Thread(target=r.run, name=f"gpu-class-watch-{r.name}", daemon=True)
@@ -318,12 +386,25 @@ class LiveInventory:
             self._publish()
 
     def _publish(self) -> None:
-        self.observer.published(self.state.publish())
+        snapshot = self.state.publish()
+        self.observer.published(snapshot)
+        self._log_problems(snapshot.dra.problems)
         with self._published:
             self._published.notify_all()
 
+    def _log_problems(self, problems: tuple[DeviceProblem, ...]) -> None:
+        """Each new kind of DRA device gpu-class does not place on, once (the inventory lists them all)."""
+        if not self._logging:
+            return
+        new = [p for p in problems if p not in self._logged_problems]
+        self._logged_problems = frozenset(problems)
+        for p in new:
+            log.warning("DRA devices gpu-class does not place on: %d of driver %s (%s) on %d node(s): %s",
+                        p.devices, p.driver, p.product or "no productName", p.nodes, p.reason)
+
     def _reduce_node(self, obj: dict[str, Any]) -> NodeInfo | None:
-        return node_info_from_object(obj, self.catalog)
+        # a node without GPU labels may have GPUs as DRA devices: keep every node
+        return node_info_from_object(obj, self.catalog, keep_all=True)
 
     def _replace_nodes(self, infos: list[NodeInfo]) -> None:
         with self.state.lock:
@@ -332,7 +413,7 @@ class LiveInventory:
 
     def _apply_node(self, kind: str, obj: dict[str, Any]) -> None:
         name = (obj.get("metadata") or {}).get("name")
-        info = None if kind == "DELETED" else node_info_from_object(obj, self.catalog)
+        info = None if kind == "DELETED" else self._reduce_node(obj)
         with self.state.lock:
             changed = self.state.upsert_node(info) if info is not None else self.state.remove_node(str(name))
             self._publish_if(changed)
@@ -371,6 +452,79 @@ class LiveInventory:
             accounted = self.state.set_pod(_pod_key(obj), node, gpus, pod_group(obj))
             known = self.state.set_unbound_pod(uid, unbound) if isinstance(uid, str) and uid else False
             self._publish_if(accounted or known)
+
+    # --- DRA ----------------------------------------------------------------------------
+    def _reduce_slice(self, obj: dict[str, Any]) -> SliceInfo | None:
+        return slice_from_object(obj, self.catalog)
+
+    def _replace_slices(self, infos: list[SliceInfo]) -> None:
+        with self.state.lock:
+            self.state.replace_slices(infos)
+            self._mark_synced("resourceslices")
+
+    def _apply_slice(self, kind: str, obj: dict[str, Any]) -> None:
+        info = None if kind == "DELETED" else self._reduce_slice(obj)
+        with self.state.lock:
+            name = str((obj.get("metadata") or {}).get("name"))
+            self._publish_if(self.state.upsert_slice(info) if info is not None else self.state.remove_slice(name))
+
+    def _replace_classes(self, infos: list[DeviceClassInfo]) -> None:
+        with self.state.lock:
+            self.state.replace_device_classes(infos)
+            self._mark_synced("deviceclasses")
+
+    def _apply_class(self, kind: str, obj: dict[str, Any]) -> None:
+        info = None if kind == "DELETED" else device_class_from_object(obj)
+        with self.state.lock:
+            name = str((obj.get("metadata") or {}).get("name"))
+            self._publish_if(self.state.upsert_device_class(info) if info is not None
+                             else self.state.remove_device_class(name))
+
+    def _replace_claims(self, claims: list[tuple[str, frozenset[DeviceId]]]) -> None:
+        with self.state.lock:
+            self.state.replace_claims(claims, read="resourceclaims" not in self._off)
+            self._mark_synced("resourceclaims")
+
+    def _apply_claim(self, kind: str, obj: dict[str, Any]) -> None:
+        key, devices = claim_from_object(obj)
+        with self.state.lock:
+            self._publish_if(self.state.set_claim(key, frozenset() if kind == "DELETED" else devices))
+
+    def _turned(self, name: str, reason: str | None) -> None:
+        """A DRA resource went off (not served, not allowed) or came back: say so once, and forget
+        what it held while off."""
+        was_off = self.dra_off()
+        if reason is None:
+            self._off.pop(name, None)
+        else:
+            self._off[name] = reason
+        with self.state.lock:
+            if reason is not None and name == "resourceslices":
+                self.state.replace_slices([])
+            elif reason is not None and name == "deviceclasses":
+                self.state.replace_device_classes([])
+            elif name == "resourceclaims":
+                self.state.replace_claims([], read=reason is None)
+            self.state.dra_off = self.dra_off()
+            # an answer like a list: the reflector counts as synced (a resource back on lists next)
+            self._mark_synced(name)
+        now_off = self.dra_off()
+        if not self._logging:
+            return
+        if now_off is not None and was_off is None:
+            log.warning("DRA is off: %s; GPUs are counted from the device plugins' node allocatable only", now_off)
+        elif now_off is None and was_off is not None:
+            log.info("DRA is on: reading ResourceSlices and DeviceClasses")
+        if name == "resourceclaims" and now_off is None:
+            if reason is not None:
+                log.warning("ResourceClaims are off: %s; devices in use on DRA nodes are counted from the Pods' "
+                            "requests", reason)
+            else:
+                log.info("ResourceClaims are read again")
+
+    def dra_off(self) -> str | None:
+        """Why DRA devices are not read (ResourceSlices or DeviceClasses off); None when they are."""
+        return self._off.get("resourceslices") or self._off.get("deviceclasses")
 
     def _mark_synced(self, name: str) -> None:
         # Counted here, under the state's lock, not from the reflectors' own flags: a reflector sets its

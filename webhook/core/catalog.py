@@ -2,9 +2,10 @@
 
 A type is requested as one extended resource (`resource`, default the catalog's gpuResource) and
 is recognised on a node by its labels: `products` (values of the first productLabels key present)
-or `match` (label key -> values). Pure: parsing and validation of the catalog YAML, no I/O beyond
-reading the text handed in. A bad catalog raises CatalogError naming the file and line, so a
-misconfiguration fails at start.
+or `match` (label key -> values); among the devices a Dynamic Resource Allocation (DRA) driver
+publishes in ResourceSlices, by `match` entries that name the driver (driver -> attribute ->
+values). Pure: parsing and validation of the catalog YAML, no I/O beyond reading the text handed
+in. A bad catalog raises CatalogError naming the file and line, so a misconfiguration fails at start.
 """
 
 from __future__ import annotations
@@ -45,6 +46,11 @@ class CatalogError(ValueError):
 
 
 Match = tuple[tuple[str, tuple[str, ...]], ...]  # (label key, values) in the catalog's order
+# (driver, ((qualified attribute, values), ...)): a device of the driver whose attributes all match
+DeviceMatch = tuple[tuple[str, tuple[tuple[str, tuple[str, ...]], ...]], ...]
+
+_C_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+DRA_ATTRIBUTE_VALUE_MAX_CHARS = 64  # resource.k8s.io/v1: a string attribute's longest value
 
 
 @dataclass(frozen=True)
@@ -56,6 +62,7 @@ class GpuType:
     scalable: bool = False
     resource: str = "nvidia.com/gpu"
     match: Match = ()
+    devices: DeviceMatch = ()  # DRA devices that are this type (from `match` entries naming a driver)
 
     @property
     def exact_products(self) -> tuple[str, ...]:
@@ -86,6 +93,44 @@ class _Matcher:
 
 
 @dataclass(frozen=True)
+class _DeviceMatcher:
+    """One type's attributes of one driver: a device of the driver is the type when every one matches."""
+
+    type_name: str
+    attributes: tuple[tuple[str, _Matcher], ...]  # (qualified attribute name, its values)
+
+
+@dataclass(frozen=True)
+class DeviceTypes:
+    """What the catalog makes of a DRA device: the types it is (one, when all is well), or why none."""
+
+    types: tuple[str, ...]
+    problem: str = ""  # set when types is empty
+
+
+def attribute_text(value: Any) -> str | None:
+    """A DRA attribute's text: its `string` (or `version`) value; None for ints, bools and lists."""
+    if isinstance(value, Mapping):
+        for kind in ("string", "version"):
+            text = value.get(kind)
+            if isinstance(text, str):
+                return text
+    return None
+
+
+def attribute_kind(value: Any) -> str:
+    """The kind of a DRA attribute as the API writes it (`int`, `bool`, `strings`, ...), for messages."""
+    if isinstance(value, Mapping) and len(value) == 1:
+        return str(next(iter(value)))
+    return "malformed"
+
+
+def qualified_attribute(driver: str, name: str) -> str:
+    """resource.k8s.io: an attribute name without a domain belongs to the driver's own domain."""
+    return name if "/" in name else f"{driver}/{name}"
+
+
+@dataclass(frozen=True)
 class GpuClass:
     name: str
     types: tuple[str, ...]  # resolved type names, fastest first
@@ -106,6 +151,8 @@ class Catalog:
     _exact: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
     _globs: tuple[tuple[str, str], ...] = field(default=(), repr=False, compare=False)
     _matchers: Mapping[str, tuple[_Matcher, ...]] = field(default_factory=dict, repr=False, compare=False)
+    _device_matchers: Mapping[str, tuple[_DeviceMatcher, ...]] = field(default_factory=dict, repr=False,
+                                                                        compare=False)  # by driver
 
     # Derived once: the planner asks on every admission. (cached_property writes the instance's
     # __dict__ directly, so it works on a frozen dataclass.)
@@ -161,6 +208,35 @@ class Catalog:
                     break
         return found
 
+    @property
+    def drivers(self) -> tuple[str, ...]:
+        """The DRA drivers some type names, in the catalog's order."""
+        return tuple(self._device_matchers)
+
+    def types_of_device(self, driver: str, attributes: Mapping[str, Any]) -> DeviceTypes:
+        """The types a DRA device is, from its driver and attributes (keyed by qualified name).
+
+        Attributes are compared as text (`string` and `version` values), exactly or by glob, never
+        by substring. No type, or more than one, comes with the reason, for the inventory to report.
+        """
+        matchers = self._device_matchers.get(driver)
+        if matchers is None:
+            return DeviceTypes((), f"no type of the catalog names driver {driver}")
+        found = tuple(m.type_name for m in matchers
+                      if all((text := attribute_text(attributes.get(name))) is not None and v.matches(text)
+                             for name, v in m.attributes))
+        if len(found) == 1:
+            return DeviceTypes(found)
+        if found:
+            return DeviceTypes((), f"matches types {', '.join(found)}: the catalog cannot tell them apart")
+        read = dict.fromkeys(name for m in matchers for name, _ in m.attributes)
+        wrong = [f"{_short_attribute(driver, n)} is {attribute_kind(attributes[n])}" for n in read
+                 if n in attributes and attribute_text(attributes[n]) is None]
+        if wrong:
+            return DeviceTypes((), f"attribute {', '.join(wrong)}; the catalog matches text (string)")
+        shown = [f"{_short_attribute(driver, n)}={attribute_text(attributes[n])!r}" for n in read if n in attributes]
+        return DeviceTypes((), f"no type of the catalog matches {', '.join(shown) or 'a device without its attributes'}")
+
     def type_of_product(self, product: str) -> str | None:
         """The type a product label value names: exact match first, then the catalog's globs in order.
 
@@ -173,6 +249,10 @@ class Catalog:
             if fnmatch.fnmatchcase(product, pattern):
                 return type_name
         return None
+
+
+def _short_attribute(driver: str, qualified: str) -> str:
+    return qualified.removeprefix(driver + "/")
 
 
 def is_glob(product: str) -> bool:
@@ -284,6 +364,7 @@ def _build(data: Mapping[str, Any], loc: _Located) -> Catalog:
     types = _build_types(data.get("types"), gpu_resource, loc)
     exact, globs = _product_index(types)
     _check_claims(types, product_labels, loc)
+    _check_device_claims(types, loc)
     classes = _build_classes(data.get("classes"), types, loc)
 
     default_class = data.get("defaultClass")
@@ -307,7 +388,8 @@ def _build(data: Mapping[str, Any], loc: _Located) -> Catalog:
         strict_schedulers=strict,
         _exact=exact,
         _globs=globs,
-        _matchers={t.name: _matchers(t) for t in types.values()},
+        _matchers={t.name: _matchers(t) for t in types.values() if t.products or t.match},
+        _device_matchers=_device_matchers(types),
     )
 
 
@@ -336,13 +418,48 @@ def _values(loc: _Located, path: Path, raw: Any) -> tuple[str, ...]:
     return values
 
 
-def _match(loc: _Located, path: Path, raw: Any) -> Match:
+def _match(loc: _Located, path: Path, raw: Any) -> tuple[Match, DeviceMatch]:
+    """`match`: a node label key takes a list of values; a DRA driver takes attribute -> values."""
     if not isinstance(raw, dict) or not raw:
-        raise loc.error(path, "must be a mapping of node label keys to lists of values")
-    return tuple(
-        (_label_key(loc, path + (str(key),), str(key)), _values(loc, path + (str(key),), values))
-        for key, values in raw.items()
-    )
+        raise loc.error(path, "must be a mapping of node label keys to lists of values (or of DRA drivers to "
+                              "attributes and their values)")
+    labels: list[tuple[str, tuple[str, ...]]] = []
+    devices: list[tuple[str, tuple[tuple[str, tuple[str, ...]], ...]]] = []
+    for key, values in raw.items():
+        where = path + (str(key),)
+        if isinstance(values, dict):
+            devices.append((_driver(loc, where, str(key)), _attributes(loc, where, str(key), values)))
+        else:
+            labels.append((_label_key(loc, where, str(key)), _values(loc, where, values)))
+    return tuple(labels), tuple(devices)
+
+
+def _driver(loc: _Located, path: Path, name: str) -> str:
+    """A DRA driver name: a DNS subdomain of at most 63 characters (resource.k8s.io/v1)."""
+    if len(name) > 63 or not re.fullmatch(rf"{_DNS_LABEL}(\.{_DNS_LABEL})*", name):
+        raise loc.error(path, f"{name!r} is not a DRA driver name (a DNS subdomain like gpu.nvidia.com)")
+    return name
+
+
+def _attributes(loc: _Located, path: Path, driver: str, raw: Mapping[Any, Any]) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    if not raw:
+        raise loc.error(path, f"DRA driver {driver}: give its devices' attributes and their values, "
+                              "like productName: [\"NVIDIA H100 80GB HBM3\"]")
+    found = []
+    for name, values in raw.items():
+        where = path + (str(name),)
+        domain, _, identifier = str(name).rpartition("/")
+        if len(identifier) > 32 or not _C_IDENTIFIER.fullmatch(identifier) or (
+                domain and not re.fullmatch(rf"{_DNS_LABEL}(\.{_DNS_LABEL})*", domain)):
+            raise loc.error(where, f"{name!r} is not a DRA attribute name (like productName, or "
+                                   "resource.kubernetes.io/pciBusID)")
+        texts = _str_list(loc, where, values)
+        for i, text in enumerate(texts):
+            if len(text) > DRA_ATTRIBUTE_VALUE_MAX_CHARS:
+                raise loc.error(where + (i,), f"{text!r} is longer than a DRA attribute's "
+                                              f"{DRA_ATTRIBUTE_VALUE_MAX_CHARS} characters")
+        found.append((qualified_attribute(driver, str(name)), texts))
+    return tuple(found)
 
 
 def _build_types(raw: Any, gpu_resource: str, loc: _Located) -> dict[str, GpuType]:
@@ -363,8 +480,16 @@ def _build_types(raw: Any, gpu_resource: str, loc: _Located) -> dict[str, GpuTyp
         scalable = entry.get("scalable", False)
         if not isinstance(scalable, bool):
             raise loc.error(path + ("scalable",), "must be true or false")
-        if ("products" in entry) == ("match" in entry):
-            raise loc.error(path, f"type {name!r} needs either 'products' or 'match', not both or neither")
+        labels, devices = _match(loc, path + ("match",), entry["match"]) if "match" in entry else ((), ())
+        if "products" in entry and labels:
+            raise loc.error(path, f"type {name!r} needs either 'products' or node label keys in 'match', not both "
+                                  "(DRA drivers in 'match' go with either)")
+        if "products" not in entry and not labels and not devices:
+            raise loc.error(path, f"type {name!r} needs 'products' or 'match'")
+        if scalable and "products" not in entry and not labels:
+            raise loc.error(path + ("scalable",), f"type {name!r} is known by its DRA devices only: a pool at zero "
+                                                  "nodes has no node a Pod's affinity could name; give it "
+                                                  "'products' or node label keys in 'match' to be scalable")
         types[name] = GpuType(
             name=name,
             score=_number(loc, path + ("score",), entry.get("score")),
@@ -372,7 +497,8 @@ def _build_types(raw: Any, gpu_resource: str, loc: _Located) -> dict[str, GpuTyp
             products=_values(loc, path + ("products",), entry["products"]) if "products" in entry else (),
             scalable=scalable,
             resource=_resource(loc, path + ("resource",), entry["resource"]) if "resource" in entry else gpu_resource,
-            match=_match(loc, path + ("match",), entry["match"]) if "match" in entry else (),
+            match=labels,
+            devices=devices,
         )
     return types
 
@@ -389,6 +515,16 @@ def _matchers(gpu_type: GpuType) -> tuple[_Matcher, ...]:
     return tuple(
         _Matcher(key, frozenset(v for v in values if not is_glob(v)), _glob_regex(values)) for key, values in pairs
     )
+
+
+def _device_matchers(types: Mapping[str, GpuType]) -> dict[str, tuple[_DeviceMatcher, ...]]:
+    by_driver: dict[str, list[_DeviceMatcher]] = {}
+    for t in types.values():
+        for driver, attributes in t.devices:
+            by_driver.setdefault(driver, []).append(_DeviceMatcher(t.name, tuple(
+                (name, _Matcher(name, frozenset(v for v in values if not is_glob(v)), _glob_regex(values)))
+                for name, values in attributes)))
+    return {d: tuple(ms) for d, ms in by_driver.items()}
 
 
 def _product_index(types: Mapping[str, GpuType]) -> tuple[dict[str, str], tuple[tuple[str, str], ...]]:
@@ -446,6 +582,33 @@ def _check_claims(types: Mapping[str, GpuType], product_labels: Sequence[str], l
             if (e_key, e_resource) == (key, resource) and e.type_name != g.type_name and fnmatch.fnmatchcase(value, pattern):
                 raise loc.error(g.path, f"glob {pattern!r} of type {g.type_name} also matches {value!r} of type "
                                         f"{e.type_name} (both requested as {resource})")
+
+
+def _may_both_match(a: Sequence[str], b: Sequence[str]) -> bool:
+    """Whether one attribute value could match both lists: a shared exact value, or a glob of one
+    matching an exact value of the other (two globs are taken to be written apart on purpose)."""
+    exact_a, exact_b = {v for v in a if not is_glob(v)}, {v for v in b if not is_glob(v)}
+    return bool(exact_a & exact_b) or any(fnmatch.fnmatchcase(v, g) for g in a if is_glob(g) for v in exact_b) or any(
+        fnmatch.fnmatchcase(v, g) for g in b if is_glob(g) for v in exact_a)
+
+
+def _check_device_claims(types: Mapping[str, GpuType], loc: _Located) -> None:
+    """One DRA device must be one type: a device two types matched would be counted twice (and of two
+    resources, it is still one device). Types of one driver must differ in a shared attribute."""
+    seen: list[tuple[int, str, str, Mapping[str, tuple[str, ...]]]] = []
+    for t_index, t in enumerate(types.values()):
+        for driver, attributes in t.devices:
+            mine = dict(attributes)
+            for _, other_name, other_driver, theirs in seen:
+                if other_driver != driver or other_name == t.name:
+                    continue
+                shared = [n for n in mine if n in theirs]
+                if all(_may_both_match(mine[n], theirs[n]) for n in shared):
+                    told = ", ".join(_short_attribute(driver, n) for n in shared) or "no attribute"
+                    raise loc.error(("types", t_index, "match", driver),
+                                    f"types {other_name} and {t.name} can both match one device of {driver} "
+                                    f"(they share values of {told}); give each attributes the other does not match")
+            seen.append((t_index, t.name, driver, mine))
 
 
 def _build_classes(raw: Any, types: Mapping[str, GpuType], loc: _Located) -> dict[str, GpuClass]:

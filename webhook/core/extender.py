@@ -216,8 +216,8 @@ def _gpus(n: int) -> str:
 def judge_node(name: str, info: NodeInfo | None, needs: PodNeeds, snapshot: Snapshot, *, from_cache: bool) -> NodeVerdict:
     """Whether the Pod may run on the node, and if not, why and whether preemption could change that."""
     if info is None:
-        # from the cache: the inventory holds every node with a GPU product label
-        reason = "unknown node (gpu-class has seen no GPU product label on it)" if from_cache else "not a GPU node"
+        # from the cache: the inventory holds every node with a GPU product label or DRA GPUs
+        reason = "unknown node (gpu-class has seen no GPU product label or DRA GPU on it)" if from_cache else "not a GPU node"
         return NodeVerdict(name, False, f"gpu-class: {reason}")
     if not info.offers:
         return NodeVerdict(name, False, f"gpu-class: product {info.product} is no GPU type of the catalog")
@@ -248,8 +248,18 @@ def judge_node(name: str, info: NodeInfo | None, needs: PodNeeds, snapshot: Snap
 
 def _candidates(args: ExtenderArgs, snapshot: Snapshot, catalog: Catalog) -> list[tuple[str, NodeInfo | None]]:
     if args.node_objects is not None:
-        return [(o["metadata"]["name"], node_info_from_object(o, catalog)) for o in args.node_objects]
+        return [(o["metadata"]["name"], _from_object(o, snapshot, catalog)) for o in args.node_objects]
     return [(name, snapshot.nodes.get(name)) for name in args.node_names]
+
+
+def _from_object(obj: Mapping[str, Any], snapshot: Snapshot, catalog: Catalog) -> NodeInfo | None:
+    """A Node the scheduler sent, as its object says; its DRA devices are in no Node object, so a
+    node the inventory knows to have some is taken with the offers merged from its ResourceSlices."""
+    info = node_info_from_object(obj, catalog, keep_all=True)
+    known = snapshot.nodes.get(obj["metadata"]["name"])
+    if info is not None and known is not None and any(o.dra for o in known.offers):
+        return dataclasses.replace(info, offers=known.offers)
+    return info if info is not None and (info.offers or info.product) else None
 
 
 def judge_nodes(args: ExtenderArgs, needs: PodNeeds, snapshot: Snapshot, catalog: Catalog) -> list[NodeVerdict]:

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Mapping
 
 from .catalog import Catalog
+from .dra import HOSTNAME_LABEL
 from .inventory import GROUP_LABEL, GroupName, NodeInfo, Offer, ProductGroup, Snapshot
 
 GROUP_ANNOTATION = "gpu-class.io/group"
@@ -149,17 +150,22 @@ def room(snapshot: Snapshot, catalog: Catalog, type_name: str, label_key: str, g
     """Pods of `gpus` devices each (and memory per device) that the type's nodes labelled `label_key` hold.
 
     Each node holds free // gpus of them, so N Pods fit when the sum is at least N: Pods of one size
-    fill every node's share whatever order the scheduler binds them in.
+    fill every node's share whatever order the scheduler binds them in. A group's Pods meet on one
+    value of the key: under kubernetes.io/hostname (DRA nodes no product label names) each node is
+    a value of its own, so there the group holds what its best node holds.
     """
-    now = most = 0
+    by_value: dict[str, tuple[int, int]] = {}
     for info, offer in _offers_of(snapshot, type_name):
         if offer.label_key != label_key or offer.allocatable < gpus:
             continue
         if min_memory_mib is not None and (offer.memory_mib is None or offer.memory_mib < min_memory_mib):
             continue
-        most += offer.allocatable // gpus
-        if info.schedulable:
-            now += snapshot.free(info.name, offer) // gpus
+        value = offer.value if label_key == HOSTNAME_LABEL else ""
+        now, most = by_value.get(value, (0, 0))
+        free = snapshot.free(info.name, offer) // gpus if info.schedulable else 0
+        by_value[value] = (now + free, most + offer.allocatable // gpus)
+    now = max((n for n, _ in by_value.values()), default=0)
+    most = max((m for _, m in by_value.values()), default=0)
     return Room(type_name, label_key, now, None if catalog.types[type_name].scalable else most)
 
 

@@ -10,6 +10,11 @@ What a node offers is read from status.allocatable, never derived from its label
 labelled `nvidia.com/mig-3g.21gb.count` may offer `nvidia.com/mig-3g.20gb`. Labels only say which
 types a node is; devices are counted per resource, so a Pod holding one MIG slice does not use a
 whole GPU of that node.
+
+Devices a DRA driver publishes in ResourceSlices are a second source (dra.py reduces them): the
+state keeps each Node as its object says (`bases`) and publishes it merged with its DRA devices, so
+a node whose GPUs are DRA devices offers its types like any other, and the planner, the extender
+and the reports read one view.
 """
 
 from __future__ import annotations
@@ -17,9 +22,13 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Sequence
 
 from .catalog import Catalog, GpuType
+from .dra import (
+    HOSTNAME_LABEL, DeviceClassInfo, DeviceId, DraState, DraView, SliceInfo, claim_from_object,
+    device_class_from_object, group_problems, node_devices, slice_from_object,
+)
 
 INJECT_LABEL = "gpu-class.io/inject"
 DEFAULT_CLASS_LABEL = "gpu-class.io/default-class"
@@ -47,6 +56,7 @@ class Offer:
     resource: str
     allocatable: int
     memory_mib: float | None  # per device; None: unknown
+    dra: bool = False  # the devices are DRA devices (ResourceSlices), not the device plugin's
 
 
 @dataclass(frozen=True)
@@ -60,6 +70,9 @@ class NodeInfo:
     ready: bool
     unschedulable: bool
     gpu_taints: tuple[Taint, ...]
+    hostname: str = ""  # its kubernetes.io/hostname label: what names a node no product label names
+    # status.allocatable of the catalog's resources (those above 0): what its device plugins offer
+    device_plugin: tuple[tuple[str, int], ...] = ()
 
     @property
     def schedulable(self) -> bool:
@@ -148,6 +161,7 @@ class Snapshot:
     # GPU Pods seen unbound and unfinished, by uid; a Pod leaves it in the event that binds it.
     # None: Pods are not watched (a file inventory)
     unbound_pods: Mapping[str, UnboundGpuPod] | None = None
+    dra: DraView = field(default_factory=DraView)
     # answers worked out from this snapshot (the planner's), dropped with it; the only mutable part
     memo: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
 
@@ -238,8 +252,9 @@ def node_offers(labels: Mapping[str, Any], allocatable: Mapping[str, Any], catal
     return positive or tuple(offers)
 
 
-def node_info_from_object(obj: Mapping[str, Any], catalog: Catalog) -> NodeInfo | None:
-    """Reduce a Node object to NodeInfo; None for nodes that are no GPU node (no type, no product label)."""
+def node_info_from_object(obj: Mapping[str, Any], catalog: Catalog, *, keep_all: bool = False) -> NodeInfo | None:
+    """Reduce a Node object to NodeInfo; None for nodes that are no GPU node (no type, no product label)
+    unless `keep_all`: where DRA devices are read, any node may turn out to have GPUs."""
     metadata = obj.get("metadata") or {}
     labels = metadata.get("labels") or {}
     name = metadata.get("name")
@@ -250,7 +265,7 @@ def node_info_from_object(obj: Mapping[str, Any], catalog: Catalog) -> NodeInfo 
     allocatable = status.get("allocatable") or {}
     offers = node_offers(labels, allocatable if isinstance(allocatable, dict) else {}, catalog)
     product = catalog.product_label(labels)
-    if not offers and product is None:
+    if not offers and product is None and not keep_all:
         return None
     conditions = status.get("conditions") or []
     ready = any(
@@ -271,6 +286,9 @@ def node_info_from_object(obj: Mapping[str, Any], catalog: Catalog) -> NodeInfo 
         ready=ready,
         unschedulable=bool(spec.get("unschedulable")),
         gpu_taints=taints,
+        hostname=str(labels.get(HOSTNAME_LABEL) or ""),
+        device_plugin=tuple((r, n) for r in catalog.resources
+                            if isinstance(allocatable, dict) and (n := parse_gpu_count(allocatable.get(r))) > 0),
     )
 
 
@@ -380,9 +398,12 @@ def _free_on(node: NodeInfo, offer: Offer, requested: Mapping[tuple[str, str], i
     return max(offer.allocatable - requested.get((node.name, offer.resource), 0), 0)
 
 
+NodeProblem = tuple[str, str, str]  # (driver, product, reason) of one DRA device gpu-class does not place on
+
+
 @dataclass
 class InventoryState:
-    """The writable side: nodes, namespaces and GPU requests per node. One writer, under its lock.
+    """The writable side: nodes, their DRA devices, namespaces and GPU requests per node. One writer, under its lock.
 
     Each change re-summarises only the groups it touches and publishes a new Snapshot.
     The dicts a Snapshot exposes (nodes, namespaces, requested) are replaced, never changed in
@@ -392,17 +413,26 @@ class InventoryState:
     catalog: Catalog
     watch_namespaces: bool = False
     watch_pods: bool = False  # publish unbound_pods (else None: nobody tells us which Pods exist)
-    nodes: dict[str, NodeInfo] = field(default_factory=dict)
+    bases: dict[str, NodeInfo] = field(default_factory=dict)  # each Node as its object says
+    nodes: dict[str, NodeInfo] = field(default_factory=dict)  # published: GPU nodes, DRA devices merged in
     members: dict[GroupKey, dict[str, NodeInfo]] = field(default_factory=dict)
     summaries: dict[GroupKey, ProductGroup] = field(default_factory=dict)
     namespaces: dict[str, NamespaceInfo] = field(default_factory=dict)
     # devices requested per (node, resource) by Pods bound to it, and per Pod so deletions can be undone
-    requested: dict[tuple[str, str], int] = field(default_factory=dict)
+    pod_requested: dict[tuple[str, str], int] = field(default_factory=dict)
     pods: dict[str, Holding] = field(default_factory=dict)
     # the group of each accounted Pod that has one; each group's Pods (copy on write: snapshots share it)
     pod_group_of: dict[str, GroupName] = field(default_factory=dict)
     pod_groups: dict[GroupName, Mapping[str, Holding]] = field(default_factory=dict)
     unbound_pods: dict[str, UnboundGpuPod] = field(default_factory=dict)  # by uid, replaced on change
+    # published: pod_requested, where the node serves the resource from DRA the devices claims hold
+    requested: dict[tuple[str, str], int] = field(default_factory=dict)
+    dra: DraState = field(default_factory=DraState)
+    dra_off: str | None = None  # why ResourceSlices are not read; None: they are (or none exist)
+    claims_read: bool = True  # False: devices taken by claims are unknown; Pods' requests count instead
+    dra_taken: dict[str, Mapping[str, int]] = field(default_factory=dict)  # node -> resource -> devices
+    dra_problems: dict[str, tuple[NodeProblem, ...]] = field(default_factory=dict)  # by node ("": no node)
+    dra_devices: dict[str, int] = field(default_factory=dict)  # devices published per node
     synced: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock)
     snapshot: Snapshot = EMPTY_SNAPSHOT
@@ -410,24 +440,102 @@ class InventoryState:
     # --- nodes -------------------------------------------------------------------------
     def upsert_node(self, info: NodeInfo) -> bool:
         """Store a node; False when nothing the planner reads has changed (heartbeats, most updates)."""
-        old = self.nodes.get(info.name)
-        if old == info:
+        if self.bases.get(info.name) == info:
             return False
-        if old is not None:
-            self._leave_groups(old)
-        self.nodes = {**self.nodes, info.name: info}  # copy on write: published snapshots share the old one
-        for key in group_keys(info):
-            self.members.setdefault(key, {})[info.name] = info
-            self._resummarize(key)
-        return True
+        self.bases[info.name] = info
+        return self._refresh(info.name)
 
     def remove_node(self, name: str) -> bool:
-        old = self.nodes.get(name)
-        if old is None:
+        if self.bases.pop(name, None) is None:
             return False
-        self.nodes = {k: v for k, v in self.nodes.items() if k != name}
-        self._leave_groups(old)
-        return True
+        return self._refresh(name)
+
+    def replace_nodes(self, infos: Iterable[NodeInfo]) -> None:
+        """A full relist: the given nodes are all there is."""
+        self.bases = {n.name: n for n in infos}
+        self._refresh_all()
+
+    def _merged(self, name: str) -> tuple[NodeInfo | None, Mapping[str, int], tuple[NodeProblem, ...], int]:
+        """The node as published, the devices claims hold of each resource it serves from DRA, its
+        DRA devices gpu-class does not place on, and how many DRA devices it has."""
+        base = self.bases.get(name)
+        devices = self.dra.devices_on(name)
+        if not devices:
+            return (base if base is not None and (base.offers or base.product) else None), {}, (), 0
+        if base is None:
+            reason = "not local to one node" if name == "" else f"node {name} is not in the cluster (or not yet seen)"
+            return None, {}, tuple((i[0], d.product, d.problem or reason) for i, d in devices), len(devices)
+        found = node_devices(devices, self.dra.is_taken, self.dra.mapped_resources(), dict(base.device_plugin),
+                             self.catalog)
+        problems = list(found.problems)
+        offers: list[Offer] = []
+        taken: dict[str, int] = {}
+        for type_name, resource, count, held, memory in found.offers:
+            # a label naming another type of the resource would let that type's Pods onto these devices
+            misnamed = [o for o in base.offers if o.resource == resource and o.type_name != type_name]
+            if misnamed:
+                problems.extend((i[0], d.product, f"node {name}'s label {misnamed[0].label_key}={misnamed[0].value} "
+                                                   f"names {misnamed[0].type_name}, its devices are {type_name}: a "
+                                                   f"{misnamed[0].type_name} Pod could be given them; fix the label")
+                                for i, d in devices if d.type_name == type_name)
+                continue
+            labelled = base.offer(type_name)
+            key, value = (labelled.label_key, labelled.value) if labelled else (HOSTNAME_LABEL, base.hostname)
+            if not value:
+                problems.extend((i[0], d.product, f"node {name} has no {HOSTNAME_LABEL} label nor a product label "
+                                                   "of the type: a Pod's affinity cannot name it")
+                                for i, d in devices if d.type_name == type_name)
+                continue
+            gpu_type = self.catalog.types[type_name]
+            default = None if gpu_type.memory_gib is None else gpu_type.memory_gib * GIB_MIB
+            offers.append(Offer(type_name, key, value, resource, count, default if memory is None else memory, dra=True))
+            taken[resource] = held
+        merged = _merge_offers(base.offers, offers)
+        info = replace(base, offers=merged)
+        return (info if merged or base.product else None), taken, tuple(problems), len(devices)
+
+    def _refresh(self, name: str) -> bool:
+        """Publish the node anew from its Node and its devices; False when nothing changed."""
+        info, taken, problems, count = self._merged(name)
+        changed = _put(self.dra_problems, name, problems) | _put(self.dra_devices, name, count)
+        changed |= _put(self.dra_taken, name, taken)
+        old = self.nodes.get(name)
+        if old != info:
+            if old is not None:
+                self._leave_groups(old)
+            if info is None:
+                self.nodes = {k: v for k, v in self.nodes.items() if k != name}
+            else:
+                self.nodes = {**self.nodes, name: info}  # copy on write: published snapshots share the old one
+            self._set_requested(name)
+            if info is not None:
+                for key in group_keys(info):
+                    self.members.setdefault(key, {})[name] = info
+                    self._resummarize(key)
+            return True
+        before = self.requested
+        if self._set_requested(name):
+            self._free_changed(name, before)
+            return True
+        return changed
+
+    def _refresh_all(self) -> None:
+        self.dra_problems, self.dra_devices, self.dra_taken = {}, {}, {}
+        nodes: dict[str, NodeInfo] = {}
+        for name in set(self.bases) | self.dra.nodes():
+            info, taken, problems, count = self._merged(name)
+            _put(self.dra_problems, name, problems)
+            _put(self.dra_devices, name, count)
+            _put(self.dra_taken, name, taken)
+            if info is not None:
+                nodes[name] = info
+        self.nodes = nodes
+        self.members = {}
+        for info in nodes.values():
+            for key in group_keys(info):
+                self.members.setdefault(key, {})[info.name] = info
+        self._recount_requested()
+        self._resummarize_all()
 
     def _leave_groups(self, info: NodeInfo) -> None:
         for key in group_keys(info):
@@ -444,17 +552,43 @@ class InventoryState:
         else:
             self.summaries.pop(key, None)
 
-    def replace_nodes(self, infos: Iterable[NodeInfo]) -> None:
-        """A full relist: the given nodes are all there is."""
-        self.nodes = {n.name: n for n in infos}
-        self.members = {}
-        for info in self.nodes.values():
-            for key in group_keys(info):
-                self.members.setdefault(key, {})[info.name] = info
-        self._resummarize_all()
-
     def _resummarize_all(self) -> None:
         self.summaries = {k: summarize_group(k, v.values(), self.requested) for k, v in self.members.items()}
+
+    # --- DRA: ResourceSlices, ResourceClaims, DeviceClasses --------------------------------
+    def _refresh_nodes(self, names: Iterable[str]) -> bool:
+        changed = False
+        for name in names:
+            changed |= self._refresh(name)
+        return changed
+
+    def upsert_slice(self, info: SliceInfo) -> bool:
+        return self._refresh_nodes(self.dra.upsert_slice(info))
+
+    def remove_slice(self, name: str) -> bool:
+        return self._refresh_nodes(self.dra.remove_slice(name))
+
+    def replace_slices(self, infos: Iterable[SliceInfo]) -> None:
+        self.dra.replace_slices(infos)
+        self._refresh_all()
+
+    def set_claim(self, key: str, devices: frozenset[DeviceId]) -> bool:
+        return self._refresh_nodes(self.dra.set_claim(key, devices))
+
+    def replace_claims(self, claims: Iterable[tuple[str, frozenset[DeviceId]]], *, read: bool = True) -> None:
+        self.dra.replace_claims(claims)
+        self.claims_read = read
+        self._refresh_all()
+
+    def upsert_device_class(self, info: DeviceClassInfo) -> bool:
+        return self.dra.upsert_class(info) and self._refresh_nodes(self.dra.nodes())
+
+    def remove_device_class(self, name: str) -> bool:
+        return self.dra.remove_class(name) and self._refresh_nodes(self.dra.nodes())
+
+    def replace_device_classes(self, infos: Iterable[DeviceClassInfo]) -> None:
+        self.dra.replace_classes(infos)
+        self._refresh_all()
 
     # --- namespaces --------------------------------------------------------------------
     def upsert_namespace(self, info: NamespaceInfo) -> bool:
@@ -524,7 +658,8 @@ class InventoryState:
         for node_name, held in self.pods.values():
             for resource, n in held.items():
                 requested[(node_name, resource)] = requested.get((node_name, resource), 0) + n
-        self.requested = requested
+        self.pod_requested = requested
+        self._recount_requested()
         self._resummarize_all()
 
     # --- GPU Pods not yet bound --------------------------------------------------------------
@@ -540,15 +675,18 @@ class InventoryState:
         self.unbound_pods = {p.uid: p for p in pods}
 
     def _add_requests(self, node_name: str, held: Mapping[str, int], sign: int) -> None:
-        before = self.requested
-        requested = dict(before)  # copy on write, as for nodes
         for resource, n in held.items():
-            total = requested.get((node_name, resource), 0) + sign * n
+            total = self.pod_requested.get((node_name, resource), 0) + sign * n
             if total > 0:
-                requested[(node_name, resource)] = total
+                self.pod_requested[(node_name, resource)] = total
             else:
-                requested.pop((node_name, resource), None)
-        self.requested = requested
+                self.pod_requested.pop((node_name, resource), None)
+        before = self.requested
+        if self._set_requested(node_name):
+            self._free_changed(node_name, before)
+
+    def _free_changed(self, node_name: str, before: Mapping[tuple[str, str], int]) -> None:
+        """The node's devices in use changed (from `before`), nothing else of it: its groups' free count moves."""
         node = self.nodes.get(node_name)
         if node is None:
             return
@@ -559,9 +697,29 @@ class InventoryState:
             elif offer is not None and _is_usable(node, offer):
                 # only this node's free devices changed: a burst of binds must not walk its whole group
                 # (thousands of nodes of one product) for each bind
-                delta = _free_on(node, offer, requested) - _free_on(node, offer, before)
+                delta = _free_on(node, offer, self.requested) - _free_on(node, offer, before)
                 if delta:
                     self.summaries[key] = replace(summary, free_gpus=summary.free_gpus + delta)
+
+    def _held(self, name: str) -> dict[tuple[str, str], int]:
+        """A node's devices in use per resource: what claims hold of those it serves from DRA (once
+        claims are read), what bound Pods request of the others."""
+        from_claims = self.dra_taken.get(name, {}) if self.claims_read else {}
+        return {(name, r): n for r in self.catalog.resources
+                if (n := from_claims[r] if r in from_claims else self.pod_requested.get((name, r), 0)) > 0}
+
+    def _set_requested(self, name: str) -> bool:
+        held = self._held(name)
+        old = {(name, r): self.requested[(name, r)] for r in self.catalog.resources if (name, r) in self.requested}
+        if held == old:
+            return False
+        # copy on write, as for nodes
+        self.requested = {**{k: v for k, v in self.requested.items() if k not in old}, **held}
+        return True
+
+    def _recount_requested(self) -> None:
+        names = {n for n, _ in self.pod_requested} | set(self.dra_taken)
+        self.requested = {k: v for name in names for k, v in self._held(name).items()}
 
     # --- publishing ----------------------------------------------------------------------
     def publish(self) -> Snapshot:
@@ -572,6 +730,7 @@ class InventoryState:
                 unknown.append(summary)
             else:
                 by_type.setdefault(summary.type_name, []).append(summary)
+        problems = group_problems((node, p) for node, found in self.dra_problems.items() for p in found)
         self.snapshot = Snapshot(
             groups_by_type=MappingProxyType({k: tuple(sorted(v, key=_group_order)) for k, v in by_type.items()}),
             unknown_groups=tuple(sorted(unknown, key=_group_order)),
@@ -581,47 +740,82 @@ class InventoryState:
             requested=MappingProxyType(self.requested),
             pod_groups=MappingProxyType(self.pod_groups),
             unbound_pods=MappingProxyType(self.unbound_pods) if self.watch_pods else None,
+            dra=DraView(self.dra_off, sum(self.dra_devices.values()), problems, self.claims_read),
         )
         return self.snapshot
+
+
+def _put(index: dict[str, Any], name: str, value: Any) -> bool:
+    """Set index[name] to value (an empty value removes it); whether that changed anything."""
+    if index.get(name) == (value or None):
+        return False
+    if value:
+        index[name] = value
+    else:
+        index.pop(name, None)
+    return True
+
+
+def _merge_offers(from_labels: Sequence[Offer], from_dra: Sequence[Offer]) -> tuple[Offer, ...]:
+    """A DRA offer replaces the label offers of its resource that have no devices (the device plugin
+    offers none there). As for labels alone: the offers with devices, or all when none has any."""
+    served = {o.resource for o in from_dra}
+    merged = [o for o in from_labels if o.resource not in served or o.allocatable > 0] + list(from_dra)
+    positive = tuple(o for o in merged if o.allocatable > 0)
+    return positive or tuple(merged)
 
 
 def _group_order(group: ProductGroup) -> tuple[str, str]:
     return (group.label_key, group.product)
 
 
-def reduce_objects(
-    catalog: Catalog, objects: Iterable[Mapping[str, Any]]
-) -> tuple[list[NodeInfo], list[NamespaceInfo]]:
-    """The GPU nodes and the namespaces among Kubernetes objects read from a file."""
-    nodes: list[NodeInfo] = []
-    namespaces: list[NamespaceInfo] = []
-    for obj in objects:
+@dataclass(frozen=True)
+class Reduced:
+    """Kubernetes objects read from files, reduced as the watch reduces them."""
+
+    nodes: tuple[NodeInfo, ...]
+    namespaces: tuple[NamespaceInfo, ...]
+    slices: tuple[SliceInfo, ...] = ()
+    device_classes: tuple[DeviceClassInfo, ...] = ()
+    claims: tuple[tuple[str, frozenset[DeviceId]], ...] = ()
+
+
+def reduce_objects(catalog: Catalog, objects: Iterable[Mapping[str, Any]]) -> Reduced:
+    """The GPU nodes, namespaces and DRA objects among Kubernetes objects read from a file. With
+    ResourceSlices among them every node is kept: one without GPU labels may have DRA devices."""
+    listed = list(objects)
+    keep_all = any(o.get("kind") == "ResourceSlice" for o in listed)
+    nodes, namespaces, slices, classes, claims = [], [], [], [], []
+    for obj in listed:
         kind = obj.get("kind")
         if kind == "Node":
-            info = node_info_from_object(obj, catalog)
-            if info is not None:
-                nodes.append(info)
+            nodes.append(node_info_from_object(obj, catalog, keep_all=keep_all))
         elif kind == "Namespace":
-            ns = namespace_info_from_object(obj)
-            if ns is not None:
-                namespaces.append(ns)
-    return nodes, namespaces
+            namespaces.append(namespace_info_from_object(obj))
+        elif kind == "ResourceSlice":
+            slices.append(slice_from_object(obj, catalog))
+        elif kind == "DeviceClass":
+            classes.append(device_class_from_object(obj))
+        elif kind == "ResourceClaim":
+            claims.append(claim_from_object(obj))
+    return Reduced(tuple(n for n in nodes if n is not None), tuple(n for n in namespaces if n is not None),
+                   tuple(s for s in slices if s is not None), tuple(c for c in classes if c is not None), tuple(claims))
 
 
-def fixed_snapshot(
-    catalog: Catalog, nodes: Iterable[NodeInfo], namespaces: list[NamespaceInfo], *, watch_namespaces: bool | None = None
-) -> Snapshot:
+def fixed_snapshot(catalog: Catalog, reduced: Reduced, *, watch_namespaces: bool | None = None) -> Snapshot:
     """A snapshot that will not change; namespaces count as watched when any are given."""
     state = InventoryState(catalog=catalog, synced=True)
-    state.replace_nodes(nodes)
-    state.replace_namespaces(namespaces)
-    state.watch_namespaces = bool(namespaces) if watch_namespaces is None else watch_namespaces
+    state.dra.replace_slices(reduced.slices)
+    state.dra.replace_classes(reduced.device_classes)
+    state.dra.replace_claims(reduced.claims)
+    state.replace_nodes(reduced.nodes)
+    state.replace_namespaces(reduced.namespaces)
+    state.watch_namespaces = bool(reduced.namespaces) if watch_namespaces is None else watch_namespaces
     return state.publish()
 
 
 def build_snapshot(
     catalog: Catalog, objects: Iterable[Mapping[str, Any]], *, watch_namespaces: bool | None = None
 ) -> Snapshot:
-    """A snapshot from Node (and optionally Namespace) objects, as read from a file."""
-    nodes, namespaces = reduce_objects(catalog, objects)
-    return fixed_snapshot(catalog, nodes, namespaces, watch_namespaces=watch_namespaces)
+    """A snapshot from Node (and optionally Namespace and DRA) objects, as read from a file."""
+    return fixed_snapshot(catalog, reduce_objects(catalog, objects), watch_namespaces=watch_namespaces)

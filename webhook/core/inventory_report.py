@@ -66,10 +66,25 @@ class ClassReport(TypedDict):
     maxGpusPerPod: int  # free GPUs of the best node of those types
 
 
+class DraProblem(TypedDict):
+    driver: str
+    product: str  # the devices' productName ("" when they have none)
+    devices: int
+    nodes: int
+    reason: str
+
+
+class DraReport(TypedDict):
+    off: str | None  # why DRA devices are not read; null when they are
+    devices: int  # DRA devices on nodes (the newest generation of each pool)
+    notPlaced: list[DraProblem]  # devices gpu-class does not place on, and why
+
+
 class InventoryReport(TypedDict):
     types: list[TypeReport]
     unknownProducts: list[UnknownProduct]
     classes: list[ClassReport]
+    dra: DraReport
 
 
 UNKNOWN_PRODUCT_HINT = "no type claims them; add a whole-GPU product to a type's `products` (--config; see `gpuclass catalog`)"
@@ -140,6 +155,9 @@ def build_report(snapshot: Snapshot, catalog: Catalog) -> InventoryReport:
         "unknownProducts": [{"labelKey": g.label_key, "product": g.product, "nodes": g.nodes}
                             for g in snapshot.unknown_groups],
         "classes": [_class_report(name, snapshot, catalog, by_type) for name in catalog.classes],
+        "dra": {"off": snapshot.dra.off, "devices": snapshot.dra.devices,
+                "notPlaced": [{"driver": p.driver, "product": p.product, "devices": p.devices, "nodes": p.nodes,
+                               "reason": p.reason} for p in snapshot.dra.problems]},
     }
 
 
@@ -179,6 +197,15 @@ def render_table(report: InventoryReport, *, wide: bool = False) -> str:
         unknown = _Table(("LABEL-KEY", "PRODUCT", "NODES"),
                          [(u["labelKey"], u["product"], str(u["nodes"])) for u in report["unknownProducts"]])
         lines += unknown.lines()
+    dra = report["dra"]
+    if dra["off"]:
+        lines += ["", f"DRA: off ({dra['off']})."]
+    if dra["notPlaced"]:
+        lines += ["", f"DRA devices gpu-class does not place on ({sum(p['devices'] for p in dra['notPlaced'])} of "
+                      f"{dra['devices']}):"]
+        lines += _Table(("DRIVER", "PRODUCT", "DEVICES", "NODES", "WHY"),
+                        [(p["driver"], p["product"] or "-", str(p["devices"]), str(p["nodes"]), p["reason"])
+                         for p in dra["notPlaced"]]).lines()
     classes = _Table(("CLASS", "STRATEGY", "MAX-GPUS-PER-POD", "TYPES (placeable now, best first)"),
                      [(c["name"], c["strategy"], str(c["maxGpusPerPod"]), ", ".join(c["types"]) or "(none)")
                       for c in report["classes"]])

@@ -18,6 +18,7 @@ from .groups import (
 )
 from .inventory import CLASS_ANNOTATION as CLASS_ANNOTATION  # the inventory reads it of unbound Pods too
 from .inventory import GIB_MIB, NamespaceInfo, ProductGroup, Snapshot, Taint, pod_gpus
+from .quantity import quantity_mib
 
 PREFIX = "gpu-class.io/"
 COUNT_ANNOTATION = PREFIX + "count"
@@ -29,11 +30,6 @@ MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 
 WARNING_MAX_CHARS = 120  # the API server asks webhooks to keep warnings this short
 _COUNT_RE = re.compile(r"[0-9]{1,6}")
-_QUANTITY_RE = re.compile(r"([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?")
-_QUANTITY_BYTES = {
-    None: 1, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
-    "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18,
-}
 
 Outcome = Literal["out-of-scope", "refused", "patched", "admitted-unsatisfiable"]
 
@@ -160,6 +156,18 @@ def _plan(pod: Mapping[str, Any], snapshot: Snapshot, catalog: Catalog, namespac
             class_name=class_name,
         )
 
+    claims = _own_claims(pod)
+    if claims:
+        drop = (f"the {CLASS_ANNOTATION} annotation" if not from_default else
+                "its GPU limit (the namespace's default class applies to Pods that ask for one)")
+        return Decision(
+            "refused",
+            f"gpu-class: the Pod has resource claims of its own (spec.resourceClaims: {_quoted(', '.join(claims))[1:-1]}); "
+            "gpu-class gives a Pod GPUs through its GPU limit and its node and cannot see what a claim asks for, so "
+            f"the Pod could get GPUs twice, or of a type its class does not allow. Drop the claims to let gpu-class "
+            f"place it, or drop {drop} and ask for GPUs through the claims alone",
+            class_name=class_name,
+        )
     if not snapshot.synced:
         return Decision(
             "refused",
@@ -296,6 +304,12 @@ def _containers(pod: Mapping[str, Any]) -> Sequence[Mapping[str, Any]]:
     return containers
 
 
+def _own_claims(pod: Mapping[str, Any]) -> list[str]:
+    """The names of the Pod's spec.resourceClaims (DRA claims it brings itself)."""
+    claims = _list(_mapping(pod.get("spec"), "spec").get("resourceClaims"), "spec.resourceClaims")
+    return [str(_item(c, f"spec.resourceClaims[{i}]").get("name") or "?") for i, c in enumerate(claims)]
+
+
 def _check_patchable(pod: Mapping[str, Any]) -> None:
     """The parts patch.py reads and extends must have their API shapes."""
     spec = _mapping(pod.get("spec"), "spec")
@@ -355,9 +369,8 @@ def _min_memory_mib(annotations: Mapping[str, str]) -> float | None | str:
     raw = annotations.get(MIN_MEMORY_ANNOTATION)
     if raw is None:
         return None
-    match = _QUANTITY_RE.fullmatch(raw.strip())
-    mib = float(match.group(1)) * _QUANTITY_BYTES[match.group(2)] / 2**20 if match else 0.0
-    if mib <= 0:
+    mib = quantity_mib(raw)
+    if mib is None:
         return (f"gpu-class: {MIN_MEMORY_ANNOTATION} must be a positive Kubernetes quantity of memory per GPU, "
                 f"like \"40Gi\", \"40960Mi\" or \"48G\", not {_quoted(raw)}")
     return mib
@@ -788,9 +801,20 @@ def _unsatisfiable_message(
     return (
         f"gpu-class: no ready, schedulable node offers {gpus_needed} GPU(s){memory_note}{resource_note} of class "
         f"{gpu_class.name} (types {', '.join(types)}{excluded_note}). "
-        f"Present: {', '.join(present) or 'no GPU nodes'}. "
+        f"Present: {', '.join(present) or 'no GPU nodes'}. {_dra_note(snapshot)}"
         f"Ask for fewer GPUs or another class: {', '.join(catalog.classes)}"
     )
+
+
+def _dra_note(snapshot: Snapshot) -> str:
+    """DRA devices present but not placed on are often the answer to "why is my GPU not there"."""
+    problems = snapshot.dra.problems
+    if not problems:
+        return ""
+    # each reason's first clause says what is wrong; `gpuclass inventory` has the rest
+    shown = "; ".join(f"{p.devices} {p.product or p.driver}: {p.reason.split(': ')[0]}" for p in problems[:2])
+    more = f"; and {len(problems) - 2} more" if len(problems) > 2 else ""
+    return f"DRA devices not placed on: {shown}{more} (gpuclass inventory lists them). "
 
 
 def _quoted(value: Any) -> str:

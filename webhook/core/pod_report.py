@@ -43,6 +43,8 @@ PodReport = TypedDict("PodReport", {
     "node": "str | None",
     "nodeType": "str | None",
     "nodeProduct": "str | None",
+    "nodeDevices": "str | None",  # "dra" or "device-plugin": where the node's devices of that type come from
+    "claim": "str | None",  # the ResourceClaim kube-scheduler made for the Pod's GPU limit on a DRA node
     "preferredType": "str | None",
     "onPreferredType": "bool | None",
     "room": "list[TypeRoom] | None",  # only for a Pod not yet bound
@@ -94,6 +96,8 @@ def build_pod_report(pod: Mapping[str, Any], snapshot: Snapshot, catalog: Catalo
         "node": node,
         "nodeType": None,
         "nodeProduct": None,
+        "nodeDevices": None,
+        "claim": ((pod.get("status") or {}).get("extendedResourceClaimStatus") or {}).get("resourceClaimName"),
         "preferredType": None,
         "onPreferredType": None,
         "room": None,
@@ -114,6 +118,8 @@ def build_pod_report(pod: Mapping[str, Any], snapshot: Snapshot, catalog: Catalo
     info = snapshot.nodes.get(node) if node else None
     if info is not None:
         report["nodeType"], report["nodeProduct"] = info.type_name, info.product
+        offer = info.offer(info.type_name) if info.type_name else None
+        report["nodeDevices"] = None if offer is None else "dra" if offer.dra else "device-plugin"
     if node and needs is not None and needs.types:
         report["onPreferredType"] = info is not None and info.type_name == needs.types[0]
     group = pod_group(pod)
@@ -163,6 +169,9 @@ def render_pod_text(report: PodReport) -> str:
         if report["nodeType"] is None:
             where = "a node of no catalog type" if report["nodeProduct"] else "a node with no GPU product label"
             lines.append(f"scheduled{finished} on {node}, {where}")
+        elif report["nodeDevices"] == "dra":
+            claim = f", claim {report['claim']}" if report["claim"] else ""
+            lines.append(f"scheduled{finished} on {node}: {report['nodeType']} (DRA devices{claim})")
         else:
             lines.append(f"scheduled{finished} on {node}: {report['nodeType']} ({report['nodeProduct']})")
         if report["onPreferredType"]:

@@ -1,0 +1,255 @@
+"""GPUs published through Dynamic Resource Allocation, on the real control plane: the scheduler allocates.
+
+No DRA driver runs: the ResourceSlices and DeviceClasses are made by hand as NVIDIA's and AMD's
+drivers publish them (tests/fixtures/dra, builders). The webhook keeps the Pod's nvidia.com/gpu (or
+amd.com/gpu) limit and names the nodes of the types it allows; kube-scheduler serves the limit from
+DRA devices through the DeviceClass's extendedResourceName, allocates them in a ResourceClaim it
+makes for the Pod, and the tests read that claim's status.allocation.
+
+The types used here (H200, H100-NVL; AMD's MI300X) are on no other test's nodes, so the shared
+fleet's device-plugin GPUs, when present, rank below them in class `high` and never take their place.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any, Iterator, Mapping
+
+import kubernetes
+import pytest
+from kubernetes.client.exceptions import ApiException
+
+import local_cluster
+from builders import (
+    AMD_DRIVER, NVIDIA_DRIVER, amd_device_class, amd_gpus, make_slice, nvidia_device_classes, nvidia_gpus,
+)
+from kubeobjects import (
+    GPU_TAINT, TYPES, create_node, delete_if_present, delete_nodes, dry_run_create, expired_restarts, make_pod,
+    read_pod, wait_bound, wait_for,
+)
+
+H200, H100_NVL = "NVIDIA H200", "NVIDIA H100 NVL"
+GFD_H100_NVL = {"nvidia.com/gpu.product": "NVIDIA-H100-NVL", "nvidia.com/gpu.memory": "95830"}
+AMD_TAINT = {"key": "amd.com/gpu", "value": "present", "effect": "NoSchedule"}
+SCHEDULERS = {"strict-profiles": local_cluster.STRICT_SCHEDULER, "with-extender": local_cluster.EXTENDER_SCHEDULER}
+
+
+@pytest.fixture(scope="module")
+def resource_api(api_client: kubernetes.client.ApiClient) -> kubernetes.client.ResourceV1Api:
+    return kubernetes.client.ResourceV1Api(api_client)
+
+
+@pytest.fixture(scope="module")
+def nvidia_classes(resource_api: kubernetes.client.ResourceV1Api) -> Iterator[None]:
+    """NVIDIA's DeviceClasses as its chart installs them: gpu.nvidia.com maps nvidia.com/gpu."""
+    classes = nvidia_device_classes()
+    for c in classes:
+        delete_if_present(resource_api.delete_device_class, c["metadata"]["name"])
+        resource_api.create_device_class(c)
+    yield
+    for c in classes:
+        delete_if_present(resource_api.delete_device_class, c["metadata"]["name"])
+
+
+class DraNodes:
+    """Nodes of one test, their slices, and cleanup: unique names, so claims of earlier tests never matter."""
+
+    def __init__(self, core: kubernetes.client.CoreV1Api, resource: kubernetes.client.ResourceV1Api) -> None:
+        self.core, self.resource = core, resource
+        self.suffix = uuid.uuid4().hex[:6]
+        self.nodes: list[str] = []
+        self.slices: list[str] = []
+
+    def add(self, name: str, devices: list[dict[str, Any]] | None = None, *, labels: Mapping[str, str] | None = None,
+            driver: str = NVIDIA_DRIVER, device_plugin_gpus: int = 0,
+            taints: tuple[Mapping[str, str], ...] = (GPU_TAINT,)) -> str:
+        node = f"e2e-dra-{name}-{self.suffix}"
+        create_node(self.core, node, dict(labels or {}), gpus=device_plugin_gpus, taints=taints)
+        self.nodes.append(node)
+        if devices:
+            slice_ = make_slice(node, devices, driver=driver)
+            self.resource.create_resource_slice(slice_)
+            self.slices.append(slice_["metadata"]["name"])
+        return node
+
+    def cleanup(self) -> None:
+        for name in self.slices:
+            delete_if_present(self.resource.delete_resource_slice, name)
+        delete_nodes(self.core, self.nodes)
+
+
+@pytest.fixture
+def dra_nodes(core: kubernetes.client.CoreV1Api,
+              resource_api: kubernetes.client.ResourceV1Api) -> Iterator[DraNodes]:
+    nodes = DraNodes(core, resource_api)
+    yield nodes
+    nodes.cleanup()
+
+
+def allocation(resource: kubernetes.client.ResourceV1Api, core: kubernetes.client.CoreV1Api, namespace: str,
+               pod: str) -> list[tuple[str, str, str]]:
+    """(driver, pool, device) of each device the claim kube-scheduler made for the Pod holds; [] without one."""
+    claim_name = (read_pod(core, namespace, pod).get("status", {}).get("extendedResourceClaimStatus") or {}).get(
+        "resourceClaimName")
+    if not claim_name:
+        return []
+    response = resource.read_namespaced_resource_claim(claim_name, namespace, _preload_content=False)
+    claim = json.loads(response.data)
+    results = claim["status"]["allocation"]["devices"]["results"]
+    return [(r["driver"], r["pool"], r["device"]) for r in results]
+
+
+def placed(core: kubernetes.client.CoreV1Api, resource: kubernetes.client.ResourceV1Api, namespace: str, name: str,
+           pod: dict[str, Any]) -> tuple[str, list[tuple[str, str, str]]]:
+    core.create_namespaced_pod(namespace, pod)
+    node = wait_bound(core, namespace, name)
+    return node, allocation(resource, core, namespace, name)
+
+
+pytestmark = pytest.mark.usefixtures("nvidia_classes")
+
+
+def test_a_class_pod_gets_the_best_types_device_on_nodes_with_no_device_plugin(
+        core: kubernetes.client.CoreV1Api, resource_api: kubernetes.client.ResourceV1Api, namespace: str,
+        dra_nodes: DraNodes) -> None:
+    """The issue's report: two nodes whose GPUs are published only as ResourceSlices, one with the GFD
+    product label and one without, NVIDIA's DeviceClass: a Pod of class `high` was refused. Now it is
+    admitted, named to both nodes, and allocated the best type's device."""
+    bare = dra_nodes.add("h200", nvidia_gpus(2, H200, memory="143771Mi"))
+    labelled = dra_nodes.add("h100nvl", nvidia_gpus(2, H100_NVL, memory="95830Mi"), labels=GFD_H100_NVL)
+    pod = make_pod("train", gpu_class="high", gpus=None, scheduler=local_cluster.STRICT_SCHEDULER)
+
+    admitted = dry_run_create(core, namespace, pod)
+    assert admitted["metadata"]["annotations"][TYPES].startswith("H200,H100-NVL")
+    assert admitted["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "1"}
+    terms = admitted["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"]
+    named = {(e["key"], v) for t in terms for e in t["matchExpressions"] for v in e["values"]}
+    assert {("kubernetes.io/hostname", bare), ("nvidia.com/gpu.product", "NVIDIA-H100-NVL")} <= named
+
+    node, devices = placed(core, resource_api, namespace, "train", pod)
+    assert node == bare
+    assert devices in ([(NVIDIA_DRIVER, bare, "gpu-0")], [(NVIDIA_DRIVER, bare, "gpu-1")])
+    assert labelled in {v for k, v in named if k == "kubernetes.io/hostname"} or (
+        "nvidia.com/gpu.product", "NVIDIA-H100-NVL") in named  # reachable by its product label
+
+
+@pytest.mark.parametrize("scheduler", SCHEDULERS.values(), ids=SCHEDULERS.keys())
+def test_a_stream_fills_the_best_type_then_the_next_device_by_device(
+        core: kubernetes.client.CoreV1Api, resource_api: kubernetes.client.ResourceV1Api, namespace: str,
+        dra_nodes: DraNodes, scheduler: str) -> None:
+    h200 = dra_nodes.add("h200", nvidia_gpus(2, H200, memory="143771Mi"))
+    nvl = dra_nodes.add("h100nvl", nvidia_gpus(3, H100_NVL, memory="95830Mi"))
+    got = [placed(core, resource_api, namespace, f"p{i}",
+                  make_pod(f"p{i}", gpu_class="high", gpus=None, scheduler=scheduler)) for i in range(5)]
+    assert [node for node, _ in got] == [h200, h200, nvl, nvl, nvl]
+    assert all(len(devices) == 1 and devices[0][1] == node for node, devices in got)
+    held = [devices[0] for _, devices in got]
+    assert len(set(held)) == len(held), "a device given twice"
+
+
+@pytest.mark.parametrize("dra_first", [True, False], ids=["dra-type-first", "device-plugin-type-first"])
+def test_a_mixed_cluster_keeps_one_order(core: kubernetes.client.CoreV1Api,
+                                         resource_api: kubernetes.client.ResourceV1Api, namespace: str,
+                                         dra_nodes: DraNodes, dra_first: bool) -> None:
+    """Device-plugin nodes and DRA nodes of one class: the class's order holds across both, and the
+    device plugin's GPUs come without a claim."""
+    if dra_first:
+        best = dra_nodes.add("h200", nvidia_gpus(2, H200, memory="143771Mi"))
+        second = dra_nodes.add("h100nvl-plugin", labels=GFD_H100_NVL, device_plugin_gpus=2)
+    else:
+        best = dra_nodes.add("h200-plugin", labels={"nvidia.com/gpu.product": "NVIDIA-H200"}, device_plugin_gpus=2)
+        second = dra_nodes.add("h100nvl", nvidia_gpus(2, H100_NVL, memory="95830Mi"))
+    got = [placed(core, resource_api, namespace, f"p{i}",
+                  make_pod(f"p{i}", gpu_class="high", gpus=None, scheduler=local_cluster.STRICT_SCHEDULER))
+           for i in range(4)]
+    assert [node for node, _ in got] == [best, best, second, second]
+    dra_node = best if dra_first else second
+    assert [bool(devices) for node, devices in got] == [node == dra_node for node, _ in got]
+
+
+def test_amd_devices_need_a_deviceclass_that_maps_amd_gpu(
+        core: kubernetes.client.CoreV1Api, resource_api: kubernetes.client.ResourceV1Api, namespace: str,
+        dra_nodes: DraNodes) -> None:
+    """AMD's DeviceClass as its chart ships it maps no extended resource: an `instinct` Pod is refused,
+    told why. With `extendedResourceName: amd.com/gpu` added, it gets an MI300X device."""
+    device_class = amd_device_class()
+    delete_if_present(resource_api.delete_device_class, device_class["metadata"]["name"])
+    resource_api.create_device_class(device_class)
+    try:
+        node = dra_nodes.add("mi300x", amd_gpus(8), driver=AMD_DRIVER, taints=(AMD_TAINT,))
+        pod = make_pod("rocm", gpu_class="instinct", gpus=None, scheduler=local_cluster.STRICT_SCHEDULER)
+        told = "DRA devices not placed on: 8 AMD_Instinct_MI300X_OAM: no DeviceClass maps amd.com/gpu"
+        wait_for("the refusal to name the AMD DeviceClass", lambda: told in _refusal(core, namespace, pod))
+
+        resource_api.patch_device_class(device_class["metadata"]["name"], {"spec": {"extendedResourceName": "amd.com/gpu"}})
+        wait_for("the MI300X devices to be offered", lambda: _refusal(core, namespace, pod) == "")
+        bound, devices = placed(core, resource_api, namespace, "rocm", pod)
+        assert bound == node and len(devices) == 1 and devices[0][:2] == (AMD_DRIVER, node)
+        stored = read_pod(core, namespace, "rocm")
+        assert stored["metadata"]["annotations"][TYPES] == "MI300X"
+        assert stored["spec"]["containers"][0]["resources"]["limits"] == {"amd.com/gpu": "1"}
+    finally:
+        delete_if_present(resource_api.delete_device_class, device_class["metadata"]["name"])
+
+
+def _refusal(core: kubernetes.client.CoreV1Api, namespace: str, pod: dict[str, Any]) -> str:
+    """The webhook's refusal of a dry-run create; "" when the Pod is admitted."""
+    try:
+        dry_run_create(core, namespace, pod)
+    except ApiException as e:
+        return str(json.loads(e.body or "{}").get("message", e.body))
+    return ""
+
+
+def test_a_pod_with_claims_of_its_own_is_refused_with_what_to_do(
+        core: kubernetes.client.CoreV1Api, namespace: str, dra_nodes: DraNodes) -> None:
+    dra_nodes.add("h200", nvidia_gpus(1, H200))
+    pod = make_pod("own", gpu_class="high", gpus=None)
+    pod["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}]
+    pod["spec"]["containers"][0]["resources"]["claims"] = [{"name": "gpu"}]
+    with pytest.raises(ApiException) as info:
+        core.create_namespaced_pod(namespace, pod)
+    message = json.loads(info.value.body)["message"]
+    assert "gpu-class: the Pod has resource claims of its own (spec.resourceClaims: gpu)" in message
+    assert "Drop the claims to let gpu-class place it" in message
+
+
+def test_slices_are_listed_again_after_compaction(cluster: local_cluster.Cluster, core: kubernetes.client.CoreV1Api,
+                                                  resource_api: kubernetes.client.ResourceV1Api, namespace: str,
+                                                  dra_nodes: DraNodes) -> None:
+    """A slice deleted while the API server is away, its event compacted out of etcd: the watch resumes
+    with 410 Gone and lists the slices again, as it does Nodes."""
+    dra_nodes.add("h200", nvidia_gpus(1, H200))
+    probe = make_pod("probe", gpu_class="high", gpus=None)
+
+    def h200_offered() -> bool:
+        try:
+            admitted = dry_run_create(core, namespace, probe)
+        except ApiException:  # refused: no type of the class is offered
+            return False
+        return "H200" in admitted["metadata"]["annotations"].get(TYPES, "")
+
+    wait_for("the H200 device to be offered", h200_offered)
+    before = expired_restarts(cluster, "resourceslices")
+    resource_api.delete_resource_slice(dra_nodes.slices.pop())
+    cluster.compact_etcd()
+    cluster.restart_apiserver()
+    wait_for("the deleted slice's device to be dropped", lambda: not h200_offered(), seconds=60)
+    wait_for("a 410 relist of resourceslices in the webhook's metrics",
+             lambda: expired_restarts(cluster, "resourceslices") > before, seconds=30)
+
+
+def test_the_dra_benchmark_runs(cluster: local_cluster.Cluster) -> None:
+    """A small run of `python -m bench dra` (bench/dra.py), so the measurement keeps working."""
+    from bench import dra
+
+    results = dra.run_streams(cluster, pods=6, paths=("profiles", "first-available"))
+    profiles = results[0]
+    assert (profiles.placed, profiles.right, profiles.wrongly_pending) == (6, 6, 0), profiles.wrong
+    assert results[1].placed == 6
+    costs = [dra.naming_cost(10, labelled, repeats=3) for labelled in (True, False)]
+    assert costs[0].patch_bytes < costs[1].patch_bytes  # ten hostnames per type against one product each
+    text = dra.render(results, costs, "python -m bench dra", 1.0)
+    assert "| (b) gpu-class, gpu-class-scheduler | 6 | 6/6 (100%) | 0 |" in text

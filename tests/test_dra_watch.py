@@ -1,0 +1,215 @@
+"""The live inventory's DRA side against the fake API server, with the real kubernetes client.
+
+The fake serves resource.k8s.io/v1 only when asked to (`serve_dra`); otherwise those paths are 404,
+as on an API server without DRA, and a 403 rule plays a cluster whose RBAC does not grant them.
+The real API server's side (the scheduler's allocation, compaction) is tests/e2e/test_dra_e2e.py's.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from typing import Any, Iterator
+
+import kubernetes
+import pytest
+
+from builders import (
+    NVIDIA_DRIVER, make_bare_node, make_claim, make_namespace, make_node, make_pod, make_slice, nvidia_device_classes,
+    nvidia_gpus,
+)
+from fakeapi import FakeApiServer
+from test_watch import eventually
+from webhook.cluster import watch
+from webhook.cluster.watch import LiveInventory
+from webhook.core.catalog import load_default_catalog
+from webhook.core.planner import plan
+
+CATALOG = load_default_catalog()
+DRA_PATH = "/apis/resource.k8s.io/v1/"
+
+
+def start(api: FakeApiServer, **kwargs: Any) -> LiveInventory:
+    inv = LiveInventory(CATALOG, kubernetes.client.CoreV1Api(api.api_client()), **kwargs).start()
+    eventually(lambda: inv.readiness()[0], what="first sync")
+    return inv
+
+
+def types_for(inv: LiveInventory) -> tuple[str, ...]:
+    decision = plan(make_pod({"gpu-class.io/class": "high"}), inv.snapshot(), CATALOG, namespace="ml")
+    return decision.placement.types if decision.placement else ()
+
+
+@pytest.fixture
+def dra_api() -> Iterator[FakeApiServer]:
+    with FakeApiServer(bookmark_interval_seconds=0.2, serve_dra=True) as server:
+        server.create(make_namespace("ml"))
+        for obj in nvidia_device_classes():
+            server.create(obj)
+        yield server
+
+
+@pytest.fixture
+def quick_recheck(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(watch, "OFF_RECHECK_SECONDS", 0.2)
+
+
+def test_without_resource_k8s_io_dra_is_off_and_nodes_work_as_before(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="gpu_class.watch")
+    with FakeApiServer(bookmark_interval_seconds=0.2) as api:
+        api.create(make_namespace("ml"))
+        api.create(make_node("h100-a", "NVIDIA-H100-80GB-HBM3", gpus=8))
+        inv = start(api, watch_pods=True)
+        try:
+            assert types_for(inv) == ("H100",)
+            ready, detail = inv.readiness()
+            assert ready and detail["watches"]["resourceslices"]["off"].startswith(
+                "the API server does not serve resourceslices.resource.k8s.io")
+            assert inv.snapshot().dra.off == detail["watches"]["resourceslices"]["off"]
+            # one line, naming whichever of the two resources was found off first
+            (off_line,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("DRA is off")]
+            assert re.fullmatch(r"DRA is off: the API server does not serve (resourceslices|deviceclasses)"
+                                r"\.resource\.k8s\.io \(resource\.k8s\.io/v1\); GPUs are counted from the device "
+                                r"plugins' node allocatable only", off_line), off_line
+            # off is asked once, and again only after OFF_RECHECK_SECONDS: no retry storm
+            time.sleep(0.5)
+            assert len([r for r in api.request_log if r.path.startswith(DRA_PATH)]) == 3
+            assert api.server_errors == []
+        finally:
+            inv.stop()
+
+
+def test_without_rbac_for_dra_it_is_off_saying_what_to_grant(caplog: pytest.LogCaptureFixture,
+                                                              dra_api: FakeApiServer, quick_recheck: None) -> None:
+    caplog.set_level(logging.INFO, logger="gpu_class.watch")
+    dra_api.create(make_bare_node("dra-1"))
+    dra_api.create(make_slice("dra-1", nvidia_gpus(4)))
+    dra_api.fail_next(10**6, status=403, path_prefix=DRA_PATH + "resourceslices")
+    inv = start(dra_api)
+    try:
+        off = inv.snapshot().dra.off
+        assert off is not None and off.startswith("not allowed to list resourceslices.resource.k8s.io (HTTP 403")
+        assert "grant the webhook's ServiceAccount get, list and watch on it (deploy/base/rbac.yaml)" in off
+        assert types_for(inv) == ()
+        # the grant arrives: it is picked up at the next look, and logged
+        dra_api.clear_failures()
+        eventually(lambda: types_for(inv) == ("H100",), what="DRA read once allowed")
+        assert inv.snapshot().dra.off is None
+        messages = [r.getMessage() for r in caplog.records]
+        assert sum(m.startswith("DRA is off") for m in messages) == 1
+        assert "DRA is on: reading ResourceSlices and DeviceClasses" in messages
+    finally:
+        inv.stop()
+
+
+def test_slices_and_claims_reach_the_next_decision(dra_api: FakeApiServer) -> None:
+    dra_api.create(make_bare_node("dra-1"))
+    inv = start(dra_api, watch_pods=True)
+    try:
+        assert types_for(inv) == ()
+        dra_api.create(make_slice("dra-1", nvidia_gpus(4)))
+        eventually(lambda: types_for(inv) == ("H100",), what="a slice published")
+        assert inv.snapshot().nodes["dra-1"].offers[0].allocatable == 4
+
+        def free() -> int:
+            return sum(g.free_gpus for g in inv.snapshot().groups("H100"))
+
+        dra_api.create(make_claim("c", [(NVIDIA_DRIVER, "dra-1", "gpu-0"), (NVIDIA_DRIVER, "dra-1", "gpu-1")]))
+        eventually(lambda: free() == 2, what="a claim allocated")
+        dra_api.update(make_slice("dra-1", nvidia_gpus(4, "NVIDIA A100-SXM4-80GB"), generation=2))
+        eventually(lambda: types_for(inv) == ("A100-80GB",), what="the driver republishes")
+        dra_api.delete("ResourceClaim", "c", "ml")
+        eventually(lambda: sum(g.free_gpus for g in inv.snapshot().groups("A100-80GB")) == 4, what="claim deleted")
+        dra_api.delete("DeviceClass", "gpu.nvidia.com")
+        eventually(lambda: types_for(inv) == (), what="the class mapping nvidia.com/gpu deleted")
+        (problem,) = inv.snapshot().dra.problems
+        assert problem.reason.startswith("no DeviceClass maps nvidia.com/gpu") and problem.devices == 4
+        dra_api.delete("ResourceSlice", "dra-1-gpu.nvidia.com")
+        eventually(lambda: inv.snapshot().dra.problems == (), what="slice deleted")
+        assert dra_api.server_errors == []
+    finally:
+        inv.stop()
+
+
+def test_resource_slices_relist_after_410(dra_api: FakeApiServer) -> None:
+    dra_api.create(make_bare_node("dra-1"))
+    dra_api.create(make_slice("dra-1", nvidia_gpus(4)))
+    inv = start(dra_api)
+    slices = next(r for r in inv.reflectors if r.name == "resourceslices")
+    relists = slices.relists
+    try:
+        assert types_for(inv) == ("H100",)
+        dra_api.set_available(False)
+        dra_api.delete("ResourceSlice", "dra-1-gpu.nvidia.com")
+        dra_api.compact()
+        dra_api.set_available(True)
+        eventually(lambda: slices.relists > relists, timeout_seconds=40, what="relist after 410")
+        eventually(lambda: types_for(inv) == (), what="the deleted slice gone after the relist")
+    finally:
+        inv.stop()
+
+
+def test_claims_not_allowed_count_pods_instead(caplog: pytest.LogCaptureFixture, dra_api: FakeApiServer) -> None:
+    caplog.set_level(logging.INFO, logger="gpu_class.watch")
+    dra_api.create(make_bare_node("dra-1"))
+    dra_api.create(make_slice("dra-1", nvidia_gpus(4)))
+    dra_api.create({**make_pod(gpu_limit="3", extra_spec={"nodeName": "dra-1"}), "status": {"phase": "Running"}})
+    dra_api.fail_next(10**6, status=403, path_prefix=DRA_PATH + "resourceclaims")
+    inv = start(dra_api, watch_pods=True)
+    try:
+        snapshot = inv.snapshot()
+        assert snapshot.dra.off is None and not snapshot.dra.claims_read
+        assert dict(snapshot.requested) == {("dra-1", "nvidia.com/gpu"): 3}
+        assert any(r.getMessage().startswith("ResourceClaims are off: not allowed to list resourceclaims")
+                   for r in caplog.records)
+    finally:
+        inv.stop()
+
+
+def test_problems_are_logged_once_each(caplog: pytest.LogCaptureFixture, dra_api: FakeApiServer) -> None:
+    caplog.set_level(logging.WARNING, logger="gpu_class.watch")
+    dra_api.create(make_bare_node("dra-1"))
+    dra_api.create(make_slice("dra-1", nvidia_gpus(2, "NVIDIA B200")))
+    inv = start(dra_api)
+    try:
+        dra_api.create(make_bare_node("dra-2"))  # a change that publishes again, the problem unchanged
+        eventually(lambda: "dra-2" in inv.state.bases, what="second node")
+        lines = [r.getMessage() for r in caplog.records if "does not place on" in r.getMessage()]
+        assert lines == ["DRA devices gpu-class does not place on: 2 of driver gpu.nvidia.com (NVIDIA B200) on 1 "
+                         "node(s): no type of the catalog matches type='gpu', productName='NVIDIA B200'"]
+    finally:
+        inv.stop()
+
+
+def test_read_once_with_and_without_dra(dra_api: FakeApiServer) -> None:
+    """`gpuclass inventory` and `explain` read the cluster once, DRA included, and say when it is off."""
+    dra_api.create(make_bare_node("dra-1"))
+    dra_api.create(make_slice("dra-1", nvidia_gpus(4)))
+    core = kubernetes.client.CoreV1Api(dra_api.api_client())
+    snapshot = LiveInventory(CATALOG, core, watch_pods=True).read_once()
+    assert [o.type_name for o in snapshot.nodes["dra-1"].offers] == ["H100"]
+    with FakeApiServer() as old:
+        old.create(make_node("h100-a", "NVIDIA-H100-80GB-HBM3", gpus=8))
+        snapshot = LiveInventory(CATALOG, kubernetes.client.CoreV1Api(old.api_client()), watch_pods=True).read_once()
+        assert snapshot.dra.off is not None and list(snapshot.nodes) == ["h100-a"]
+
+
+def test_a_passing_403_after_the_first_list_keeps_dra_on(dra_api: FakeApiServer) -> None:
+    """An API server that restarts answers 403 until its RBAC cache is warm: that is retried like any
+    error, keeping the devices last seen, not taken for RBAC that was never granted."""
+    dra_api.create(make_bare_node("dra-1"))
+    dra_api.create(make_slice("dra-1", nvidia_gpus(4)))
+    inv = start(dra_api)
+    try:
+        slices = next(r for r in inv.reflectors if r.name == "resourceslices")
+        errors = slices.errors
+        dra_api.fail_next(3, status=403, path_prefix=DRA_PATH + "resourceslices")
+        dra_api.drop_watches()
+        eventually(lambda: slices.errors >= errors + 3, timeout_seconds=30, what="the 403s retried")
+        assert inv.snapshot().dra.off is None and types_for(inv) == ("H100",)
+        dra_api.create(make_bare_node("dra-2"))
+        dra_api.create(make_slice("dra-2", nvidia_gpus(2, "NVIDIA A100-SXM4-80GB")))
+        eventually(lambda: types_for(inv) == ("H100", "A100-80GB"), timeout_seconds=30, what="watching again")
+    finally:
+        inv.stop()

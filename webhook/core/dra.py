@@ -1,0 +1,348 @@
+"""GPUs published through Dynamic Resource Allocation: ResourceSlices, DeviceClasses and ResourceClaims
+reduced to what the inventory needs, and merged into the nodes they are on. Pure.
+
+gpu-class places a Pod on DRA nodes the way it does on device-plugin nodes: the Pod keeps its
+extended resource limit (nvidia.com/gpu) and its node affinity carries the type. A DeviceClass
+with `spec.extendedResourceName` (or the implicit `deviceclass.resource.kubernetes.io/<class>`)
+lets kube-scheduler serve that limit from a node's DRA devices when the node's status.allocatable
+has none of the resource (KEP-5004: dynamicresources' filterExtendedResources, NodeResourcesFit's
+shouldDelegateResourceToDRA). So a node offers a type through DRA when
+
+- its ResourceSlices (the newest generation of each pool) publish devices the catalog says are the
+  type (catalog.types_of_device),
+- some DeviceClass maps the type's resource, and
+- its status.allocatable has none of that resource (else the device plugin serves it).
+
+Devices are taken when a ResourceClaim's status.allocation holds them: the claims kube-scheduler
+makes for extended resources and the Pods' own alike, as the scheduler counts them. A node whose
+devices of one resource are of two types is not offered: the DeviceClass lets the scheduler hand a
+Pod any of them, so its affinity could not choose the type (the node labeller leaves a node of mixed
+models unlabelled for the same reason). Whatever is not offered is kept as a DeviceProblem with
+the reason, for `gpuclass inventory` and the watch's log: nothing is dropped silently.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .catalog import Catalog, attribute_text, qualified_attribute
+from .quantity import quantity_mib
+
+DeviceId = tuple[str, str, str]  # (driver, pool, device name), as a claim's allocation names a device
+PoolId = tuple[str, str]  # (driver, pool name)
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+IMPLICIT_RESOURCE_PREFIX = "deviceclass.resource.kubernetes.io/"
+# Device taints that keep a device from Pods: the scheduler's claim for an extended resource tolerates none.
+BLOCKING_TAINT_EFFECTS = ("NoSchedule", "NoExecute")
+
+
+@dataclass(frozen=True)
+class Device:
+    """One published device as the catalog sees it."""
+
+    name: str
+    type_name: str | None  # None: not one the catalog places on (see problem)
+    product: str  # its productName, "" when it has none: what reports show
+    memory_mib: float | None  # capacity `memory`; None when absent or 0 (AMD's "unreadable")
+    problem: str = ""
+
+
+@dataclass(frozen=True)
+class SliceInfo:
+    """A ResourceSlice reduced: its pool, the node its devices are on, the devices."""
+
+    name: str
+    driver: str
+    pool: str
+    generation: int
+    node: str | None  # None: devices not local to one node (allNodes, nodeSelector, per device)
+    devices: tuple[Device, ...]
+
+    @property
+    def pool_id(self) -> PoolId:
+        return (self.driver, self.pool)
+
+
+@dataclass(frozen=True)
+class DeviceClassInfo:
+    name: str
+    resources: tuple[str, ...]  # extended resources it serves: its extendedResourceName, and the implicit one
+
+
+@dataclass(frozen=True)
+class DeviceProblem:
+    """Devices gpu-class does not place on, grouped by driver, product and reason."""
+
+    driver: str
+    product: str
+    reason: str
+    devices: int
+    nodes: int
+
+
+@dataclass(frozen=True)
+class DraView:
+    """What the published snapshot says about DRA."""
+
+    off: str | None = None  # why DRA devices are not read (API not served, no RBAC); None: they are
+    devices: int = 0  # devices on nodes, in the newest generation of their pools
+    problems: tuple[DeviceProblem, ...] = ()
+    claims_read: bool = True  # False: devices taken by claims are not known (counted from Pods instead)
+
+
+@dataclass(frozen=True)
+class NodeDevices:
+    """What a node's DRA devices add to it: offers by type, devices taken per resource, and problems."""
+
+    offers: tuple[tuple[str, str, int, int, float | None], ...] = ()  # (type, resource, devices, taken, memory)
+    problems: tuple[tuple[str, str, str], ...] = ()  # (driver, product, reason) per device
+
+
+# --- reducing objects -------------------------------------------------------------------------
+
+
+def _map(value: Any) -> Mapping[str, Any]:
+    """A field the API makes an object; anything else (a hand-written file) reads as empty."""
+    return value if isinstance(value, Mapping) else {}
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _device(raw: Any, driver: str, catalog: Catalog) -> Device | None:
+    if not isinstance(raw, Mapping) or not isinstance(raw.get("name"), str):
+        return None
+    attributes = {qualified_attribute(driver, str(k)): v for k, v in _map(raw.get("attributes")).items()}
+    product = attribute_text(attributes.get(qualified_attribute(driver, "productName"))) or ""
+    memory = quantity_mib(_map(_map(raw.get("capacity")).get("memory")).get("value"))
+    blocking = [t for t in _list(raw.get("taints")) if isinstance(t, Mapping) and t.get("effect") in BLOCKING_TAINT_EFFECTS]
+    if blocking:
+        shown = ", ".join(f"{t.get('key')}:{t.get('effect')}" for t in blocking)
+        return Device(raw["name"], None, product, memory, f"device taint {shown}: the Pods gpu-class places do not "
+                                                           "tolerate it")
+    found = catalog.types_of_device(driver, attributes)
+    return Device(raw["name"], found.types[0] if found.types else None, product, memory, found.problem)
+
+
+def slice_from_object(obj: Mapping[str, Any], catalog: Catalog) -> SliceInfo | None:
+    """Reduce a ResourceSlice; None for an object without a name or driver."""
+    name = _map(obj.get("metadata")).get("name")
+    spec = _map(obj.get("spec"))
+    driver = spec.get("driver")
+    if not isinstance(name, str) or not isinstance(driver, str):
+        return None
+    pool = _map(spec.get("pool"))
+    try:
+        generation = int(pool.get("generation") or 0)
+    except (TypeError, ValueError):
+        generation = 0
+    node = spec.get("nodeName") if isinstance(spec.get("nodeName"), str) and spec.get("nodeName") else None
+    devices = tuple(d for d in (_device(raw, driver, catalog) for raw in _list(spec.get("devices"))) if d is not None)
+    if node is None:
+        where = ("devices on several nodes (allNodes)" if spec.get("allNodes") else
+                 "devices of nodes picked by a nodeSelector" if spec.get("nodeSelector") else
+                 "a node per device (perDeviceNodeSelection)")
+        devices = tuple(Device(d.name, None, d.product, d.memory_mib, f"not local to one node: {where}") for d in devices)
+    return SliceInfo(name, driver, str(pool.get("name") or ""), generation, node, devices)
+
+
+def claim_from_object(obj: Mapping[str, Any]) -> tuple[str, frozenset[DeviceId]]:
+    """(namespace/name, the devices its allocation holds); none while it is not allocated."""
+    metadata = _map(obj.get("metadata"))
+    key = f"{metadata.get('namespace', '')}/{metadata.get('name', '')}"
+    results = _list(_map(_map(_map(obj.get("status")).get("allocation")).get("devices")).get("results"))
+    return key, frozenset(
+        (str(r["driver"]), str(r["pool"]), str(r["device"])) for r in results
+        if isinstance(r, Mapping) and all(isinstance(r.get(k), str) for k in ("driver", "pool", "device")))
+
+
+def device_class_from_object(obj: Mapping[str, Any]) -> DeviceClassInfo | None:
+    name = _map(obj.get("metadata")).get("name")
+    if not isinstance(name, str):
+        return None
+    explicit = _map(obj.get("spec")).get("extendedResourceName")
+    resources = ((explicit,) if isinstance(explicit, str) and explicit else ()) + (IMPLICIT_RESOURCE_PREFIX + name,)
+    return DeviceClassInfo(name, resources)
+
+
+# --- a node's devices -------------------------------------------------------------------------
+
+
+def node_devices(devices: Iterable[tuple[DeviceId, Device]], is_taken: Callable[[DeviceId], bool],
+                 mapped: frozenset[str], device_plugin: Mapping[str, int], catalog: Catalog) -> NodeDevices:
+    """What one node's current devices offer, given the resources DeviceClasses map and those its
+    device plugin already offers (status.allocatable), and which devices claims hold."""
+    problems: list[tuple[str, str, str]] = []
+    by_resource: dict[str, dict[str, list[tuple[DeviceId, Device]]]] = {}
+    for device_id, device in devices:
+        if device.type_name is None:
+            problems.append((device_id[0], device.product, device.problem))
+            continue
+        resource = catalog.types[device.type_name].resource
+        by_resource.setdefault(resource, {}).setdefault(device.type_name, []).append((device_id, device))
+    offers = []
+    for resource, by_type in by_resource.items():
+        members = [(i, d) for found in by_type.values() for i, d in found]
+        reason = ""
+        if resource not in mapped:
+            reason = (f"no DeviceClass maps {resource} (the resource of {', '.join(by_type)}): give the DeviceClass "
+                      f"that selects these devices extendedResourceName: {resource}")
+        elif device_plugin.get(resource, 0) > 0:
+            reason = f"the node's device plugin offers {resource}: the scheduler serves it from there, not from DRA"
+        elif len(by_type) > 1:
+            reason = (f"the node has devices of types {', '.join(sorted(by_type))}, all served as {resource}: the "
+                      "scheduler may give a Pod any of them, so no type can be promised there")
+        if reason:
+            problems.extend((i[0], d.product, reason) for i, d in members)
+            continue
+        (type_name, found), = by_type.items()
+        known = [d.memory_mib for _, d in found if d.memory_mib is not None]
+        # the smallest: a Pod may be given any device of the node
+        memory = min(known) if len(known) == len(found) else None
+        offers.append((type_name, resource, len(found), sum(1 for i, _ in found if is_taken(i)), memory))
+    return NodeDevices(tuple(offers), tuple(problems))
+
+
+def group_problems(problems: Iterable[tuple[str, tuple[str, str, str]]]) -> tuple[DeviceProblem, ...]:
+    """(node, (driver, product, reason)) per device, counted by driver, product and reason."""
+    devices: dict[tuple[str, str, str], int] = {}
+    nodes: dict[tuple[str, str, str], set[str]] = {}
+    for node, key in problems:
+        devices[key] = devices.get(key, 0) + 1
+        nodes.setdefault(key, set()).add(node)
+    return tuple(DeviceProblem(*key, devices=devices[key], nodes=len(nodes[key] - {""}))
+                 for key in sorted(devices))
+
+
+def _discard(index: dict[Any, set[str]], key: Any, name: str) -> None:
+    members = index.get(key, set())
+    members.discard(name)
+    if not members:
+        index.pop(key, None)
+
+
+# --- the DRA side of the inventory state --------------------------------------------------------
+
+
+@dataclass
+class DraState:
+    """ResourceSlices, DeviceClasses and ResourceClaims as reduced, with the indexes the merge needs.
+
+    One writer (the inventory state, under its lock). Each change says which nodes it touches, so
+    only their merge is redone.
+    """
+
+    slices: dict[str, SliceInfo] = field(default_factory=dict)
+    by_pool: dict[PoolId, set[str]] = field(default_factory=dict)
+    by_node: dict[str, set[str]] = field(default_factory=dict)  # "" for slices not local to one node
+    claims: dict[str, frozenset[DeviceId]] = field(default_factory=dict)
+    holders: dict[DeviceId, int] = field(default_factory=dict)  # claims holding each device
+    classes: dict[str, DeviceClassInfo] = field(default_factory=dict)
+
+    # --- slices
+    def _nodes_of_pool(self, pool: PoolId) -> set[str]:
+        return {self.slices[s].node or "" for s in self.by_pool.get(pool, ())}
+
+    def _add(self, info: SliceInfo) -> None:
+        self.slices[info.name] = info
+        self.by_pool.setdefault(info.pool_id, set()).add(info.name)
+        self.by_node.setdefault(info.node or "", set()).add(info.name)
+
+    def _drop(self, name: str) -> None:
+        old = self.slices.pop(name, None)
+        if old is not None:
+            _discard(self.by_pool, old.pool_id, name)
+            _discard(self.by_node, old.node or "", name)
+
+    def upsert_slice(self, info: SliceInfo) -> set[str]:
+        """Store a slice; the nodes whose devices may have changed (a new generation retires a pool's others)."""
+        old = self.slices.get(info.name)
+        if old == info:
+            return set()
+        touched = self._nodes_of_pool(info.pool_id) | ({old.node or ""} if old else set())
+        if old is not None:
+            touched |= self._nodes_of_pool(old.pool_id)
+            self._drop(info.name)
+        self._add(info)
+        return touched | self._nodes_of_pool(info.pool_id)
+
+    def remove_slice(self, name: str) -> set[str]:
+        old = self.slices.get(name)
+        if old is None:
+            return set()
+        touched = self._nodes_of_pool(old.pool_id)
+        self._drop(name)
+        return touched
+
+    def replace_slices(self, infos: Iterable[SliceInfo]) -> None:
+        self.slices, self.by_pool, self.by_node = {}, {}, {}
+        for info in infos:
+            self._add(info)
+
+    def _newest(self, pool: PoolId) -> int:
+        return max((self.slices[s].generation for s in self.by_pool.get(pool, ())), default=0)
+
+    def devices_on(self, node: str) -> list[tuple[DeviceId, Device]]:
+        """The node's devices in the newest generation of their pools (older slices are being replaced)."""
+        found: list[tuple[DeviceId, Device]] = []
+        for name in sorted(self.by_node.get(node, ())):
+            info = self.slices[name]
+            if info.generation == self._newest(info.pool_id):
+                found.extend(((info.driver, info.pool, d.name), d) for d in info.devices)
+        return found
+
+    def nodes(self) -> set[str]:
+        return set(self.by_node)
+
+    # --- claims
+    def _hold(self, devices: Iterable[DeviceId], sign: int) -> None:
+        for d in devices:
+            count = self.holders.get(d, 0) + sign
+            if count > 0:
+                self.holders[d] = count
+            else:
+                self.holders.pop(d, None)
+
+    def _nodes_of_devices(self, devices: Iterable[DeviceId]) -> set[str]:
+        return {n for pool in {(d[0], d[1]) for d in devices} for n in self._nodes_of_pool(pool)}
+
+    def set_claim(self, key: str, devices: frozenset[DeviceId]) -> set[str]:
+        """Store what a claim holds (nothing: forget it); the nodes of the devices that changed hands."""
+        old = self.claims.get(key, frozenset())
+        if old == devices:
+            return set()
+        self._hold(old, -1)
+        self._hold(devices, 1)
+        if devices:
+            self.claims[key] = devices
+        else:
+            self.claims.pop(key, None)
+        return self._nodes_of_devices(old ^ devices)
+
+    def replace_claims(self, claims: Iterable[tuple[str, frozenset[DeviceId]]]) -> None:
+        self.claims = {k: v for k, v in claims if v}
+        self.holders = {}
+        for devices in self.claims.values():
+            self._hold(devices, 1)
+
+    def is_taken(self, device: DeviceId) -> bool:
+        return device in self.holders
+
+    # --- device classes
+    def upsert_class(self, info: DeviceClassInfo) -> bool:
+        if self.classes.get(info.name) == info:
+            return False
+        self.classes[info.name] = info
+        return True
+
+    def remove_class(self, name: str) -> bool:
+        return self.classes.pop(name, None) is not None
+
+    def replace_classes(self, infos: Iterable[DeviceClassInfo]) -> None:
+        self.classes = {c.name: c for c in infos}
+
+    def mapped_resources(self) -> frozenset[str]:
+        return frozenset(r for c in self.classes.values() for r in c.resources)
