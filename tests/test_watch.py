@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import base64
+import gc
 import json
 import time
+import weakref
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -17,6 +19,7 @@ from servers import running_server
 from webhook.core.inventory import UnboundGpuPod, pod_gpu_requests, unbound_gpu_pod
 from webhook.core.planner import plan
 from webhook.cluster.watch import UNFINISHED_PODS, LiveInventory
+from webhook.serving.server import keep_listed_from_gc
 
 CATALOG = make_catalog()
 
@@ -111,6 +114,45 @@ def test_relist_after_410_converges(api: FakeApiServer, inventory: LiveInventory
     eventually(lambda: nodes.relists > relists, timeout_seconds=40, what="relist after 410")
     eventually(lambda: set(inventory.state.nodes) == {"t4-a"}, what="converged inventory")
     assert types_for(inventory, {"gpu-class.io/class": "economy"}) == ("T4", "V100")
+
+
+def test_after_list_runs_once_each_full_list_is_in_the_state(api: FakeApiServer) -> None:
+    api.create(make_node("h100-a", "NVIDIA-H100-80GB-HBM3", gpus=8))
+    seen: list[frozenset[str]] = []
+    inv = LiveInventory(CATALOG, kubernetes.client.CoreV1Api(api.api_client()),
+                        after_list=lambda: seen.append(frozenset(inv.state.nodes)))
+    inv.start()
+    try:
+        eventually(lambda: inv.readiness()[0], what="first sync")
+        listed = [r for r in inv.reflectors if r.off is None]
+        eventually(lambda: len(seen) == len(listed), what="a call per first list")
+        assert frozenset({"h100-a"}) in seen
+        assert api.wait_for_watches(2)
+        api.set_available(False)
+        api.delete("Node", "h100-a")
+        api.create(make_node("t4-a", "Tesla-T4", gpus=1))
+        api.compact()
+        api.set_available(True)
+        # a relist calls it again, with the new list already in the state
+        eventually(lambda: frozenset({"t4-a"}) in seen, timeout_seconds=40, what="a call after the relist")
+    finally:
+        inv.stop()
+
+
+def test_the_served_inventory_is_kept_from_the_cyclic_gc_and_still_freed(api: FakeApiServer) -> None:
+    api.create(make_node("h100-a", "NVIDIA-H100-80GB-HBM3", gpus=8))
+    inv = start_inventory(api, after_list=keep_listed_from_gc)
+    try:
+        eventually(lambda: inv.readiness()[0], what="first sync")
+        node = weakref.ref(inv.state.nodes["h100-a"])
+        # out of every generation the cyclic GC walks
+        assert not any(o is node() for o in gc.get_objects())
+        api.delete("Node", "h100-a")
+        eventually(lambda: "h100-a" not in inv.state.nodes, what="node gone")
+        assert node() is None  # reference counting still frees it
+    finally:
+        inv.stop()
+        gc.unfreeze()
 
 
 def test_dropped_watch_and_500s_are_retried(api: FakeApiServer, inventory: LiveInventory) -> None:

@@ -12,7 +12,7 @@ whatever serving needs from them is named here.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from ..core.catalog import Catalog
 from ..core.inventory import Snapshot
@@ -72,9 +72,10 @@ def check_live_config(kubeconfig: str | None) -> None:
 
 
 def start_live_inventory(
-    catalog: Catalog, *, kubeconfig: str | None, observer: InventoryObserver | None = None
+    catalog: Catalog, *, kubeconfig: str | None, observer: InventoryObserver | None = None,
+    after_list: Callable[[], None] | None = None,
 ) -> InventorySource:
     """List, then watch, the cluster in this process; returns once synced or after the sync wait."""
     from . import watch  # the kubernetes client only where it is used
 
-    return watch.start_live_inventory(catalog, kubeconfig=kubeconfig, observer=observer)
+    return watch.start_live_inventory(catalog, kubeconfig=kubeconfig, observer=observer, after_list=after_list)

@@ -142,6 +142,7 @@ class Reflector:
     # optional: a 404 or 403 turns the resource off (told to on_off with the reason) instead of failing
     on_off: Callable[[str, str | None], None] | None = None
     off: str | None = None  # why the resource is off; None: it is read
+    after_list: Callable[[], None] | None = None  # once a full list is in the state
     _backoff: float = field(default=BACKOFF_SECONDS[0], repr=False)
 
     def run(self) -> None:
@@ -213,6 +214,8 @@ class Reflector:
         self.synced = True
         self.connected = True
         self._contact()
+        if self.after_list is not None:
+            self.after_list()
 
     def _turn_off(self, exc: ApiException) -> None:
         """Not served (404) or not allowed (403): off, with what to do about it, until a list works."""
@@ -292,9 +295,10 @@ class LiveInventory:
     """An InventorySource fed by reflectors; snapshot() is a lock-free read of the last published view."""
 
     def __init__(self, catalog: Catalog, api: kubernetes.client.CoreV1Api, *, watch_pods: bool = True,
-                 observer: InventoryObserver | None = None) -> None:
+                 observer: InventoryObserver | None = None, after_list: Callable[[], None] | None = None) -> None:
         self.catalog = catalog
         self.observer = observer or NoObserver()
+        self.after_list = after_list
         self.stop_event = threading.Event()
         # GPUs in use: the balanced and binpack orders, the extender's free devices, and the groups
         # (gpu-class.io/group) whose Pods run where and whose size must fit what is free
@@ -334,7 +338,7 @@ class LiveInventory:
                    replace: Callable[[list[Any]], None], apply: Callable[[str, dict[str, Any]], None], *,
                    optional: bool = False) -> Reflector:
         return Reflector(name, list_call, reduce, replace, apply, self.stop_event, observer=self.observer,
-                         on_off=self._turned if optional else None)
+                         on_off=self._turned if optional else None, after_list=self.after_list)
 
     def start(self) -> LiveInventory:
         self._logging = True
@@ -541,11 +545,12 @@ def _pod_key(obj: Mapping[str, Any]) -> str:
 
 
 def start_live_inventory(
-    catalog: Catalog, *, kubeconfig: str | None, observer: InventoryObserver | None = None
+    catalog: Catalog, *, kubeconfig: str | None, observer: InventoryObserver | None = None,
+    after_list: Callable[[], None] | None = None,
 ) -> LiveInventory:
     configuration = check_kube_config(kubeconfig)
     api = kubernetes.client.CoreV1Api(kubernetes.client.ApiClient(configuration))
-    inventory = LiveInventory(catalog, api, observer=observer).start()
+    inventory = LiveInventory(catalog, api, observer=observer, after_list=after_list).start()
     # a worker that accepts before its first list would refuse every Pod for want of nodes; wait a
     # little (well under gunicorn's worker timeout), then serve anyway, refusing until synced
     if not inventory.wait_until_synced(SYNC_WAIT_SECONDS):
