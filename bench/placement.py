@@ -104,7 +104,7 @@ def _turn(paths: Sequence[Path_], i: int) -> list[Path_]:
 
 def run_sizes(cluster: local_cluster.Cluster, sizes: Sequence[int], streams: Mapping[str, Sequence[Workload]],
               paths: Sequence[Path_] = PATHS, pending_seconds: float = PENDING_SECONDS, burst_pods: int = 30,
-              burst_rounds: int = 3, log: Callable[[str], None] = print) -> list[SizeRun]:
+              burst_rounds: int = 5, log: Callable[[str], None] = print) -> list[SizeRun]:
     """Grow the fleet to each size in turn and run every stream and burst on every path there."""
     api = kubernetes.config.new_client_from_config(config_file=str(cluster.kubeconfig))
     api.configuration.connection_pool_maxsize = 16
@@ -252,7 +252,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--sizes", default=",".join(map(str, SIZES)), help="fleet sizes, grown in turn (default %(default)s)")
     p.add_argument("--pods", type=int, default=60, help="Pods per strategy's stream (default %(default)s)")
     p.add_argument("--burst", type=int, default=30, help="Pods per burst, 0 for none (default %(default)s)")
-    p.add_argument("--rounds", type=int, default=3, help="burst rounds per path (default %(default)s)")
+    p.add_argument("--rounds", type=int, default=5, help="burst rounds per path (default %(default)s)")
     p.add_argument("--seed", type=int, default=11)
     p.add_argument("--output", type=Path, default=REPO_ROOT / "bench" / "RESULTS.md")
     p.add_argument("--cluster-dir", type=Path, default=None, help="reuse or keep a local cluster here")

@@ -2,9 +2,9 @@
 
 The fleet is a realistic mix at any size: the best type of each stream's class is a handful of
 nodes (3 H100 for `performance`, 3 T4 for `cost`), the same at every size, their CPU half taken by
-other work (so a scheduler that weighs emptier nodes is pulled away from them); the rest is a
-quarter GPU nodes of several types and sizes (1 to 8 GPUs, two thirds of them tainted, half of
-them partly filled with CPU work) and three quarters CPU-only nodes. make_fleet(n) is the first n
+other work (so a scheduler that weighs emptier nodes is pulled away from them); of the rest, 45%
+are GPU nodes of several types and sizes (1 to 8 GPUs, two thirds of them tainted, half of them
+partly filled with CPU work) and 55% CPU-only nodes. make_fleet(n) is the first n
 nodes of one sequence, so a larger fleet holds every node of a smaller one.
 
 How a stream is judged (judge): the binds are replayed in the order the watch saw them, from the
@@ -53,7 +53,9 @@ class NodeSpec:
 
 # The handful of best-type nodes, first in every fleet: product, GPUs, CPU cores, memory GiB.
 BEST_NODES = (("h100", "NVIDIA-H100-80GB-HBM3", 8, 96, 1024),) * 3 + (("t4", "Tesla-T4", 4, 16, 64),) * 3
-# The other GPU nodes, in turn: every class has several types of several sizes among them.
+# The other GPU nodes, in turn: every class has several types of several sizes among them, and the
+# types `high` and `economy` fall back to are many nodes (more than the default scheduler's sample
+# at 5,000 nodes: it stops filtering at 10% of them feasible).
 OTHER_GPU_NODES = (
     ("l40s", "NVIDIA-L40S", 4, 48, 384),
     ("a100-80", "NVIDIA-A100-SXM4-80GB", 8, 64, 512),
@@ -61,11 +63,14 @@ OTHER_GPU_NODES = (
     ("a10g", "NVIDIA-A10G", 4, 48, 192),
     ("a100-40", "A100-SXM4-40GB", 8, 64, 512),
     ("a30", "NVIDIA-A30", 2, 32, 256),
+    ("a100-80", "NVIDIA-A100-SXM4-80GB", 8, 64, 512),
     ("v100", "Tesla-V100-SXM2-16GB", 8, 48, 384),
     ("l4", "NVIDIA-L4", 4, 16, 128),
     ("a10", "NVIDIA-A10", 2, 32, 192),
     ("l40", "NVIDIA-L40", 4, 48, 384),
+    ("a100-40", "A100-SXM4-40GB", 8, 64, 512),
 )
+GPU_NODES_IN_20 = 9  # of the other nodes, 9 in 20 have GPUs; the rest are CPU-only
 CPU_NODE_CORES = (16, 32, 64)
 
 
@@ -76,13 +81,15 @@ def make_fleet(size: int) -> list[NodeSpec]:
         fill = int(cores * 1000 * random.Random(f"best-{i}").uniform(0.5, 0.75))
         nodes.append(NodeSpec(f"pl-{short}-{i % 3}", product, gpus, cores * 1000, gib * 1024,
                               tainted=i % 3 != 2, filled_cpu_millis=fill))
+    gpu_nodes = 0
     for j in range(max(0, size - len(BEST_NODES))):
         rng = random.Random(f"node-{j}")  # each node's own: a smaller fleet is a prefix of a larger one
-        if j % 4 == 0:
-            short, product, gpus, cores, gib = OTHER_GPU_NODES[(j // 4) % len(OTHER_GPU_NODES)]
+        if j % 20 < GPU_NODES_IN_20:
+            short, product, gpus, cores, gib = OTHER_GPU_NODES[gpu_nodes % len(OTHER_GPU_NODES)]
             fill = int(cores * 1000 * rng.uniform(0.2, 0.6)) if rng.random() < 0.5 else 0
             nodes.append(NodeSpec(f"pl-{j}-{short}", product, gpus, cores * 1000, gib * 1024,
-                                  tainted=(j // 4) % 3 != 2, filled_cpu_millis=fill))
+                                  tainted=gpu_nodes % 3 != 2, filled_cpu_millis=fill))
+            gpu_nodes += 1
         else:
             cores = rng.choice(CPU_NODE_CORES)
             nodes.append(NodeSpec(f"pl-{j}-cpu", "", 0, cores * 1000, cores * 4 * 1024, tainted=False))
@@ -179,7 +186,9 @@ def judge(strategy: str, start: Mapping[str, NodeState], outcomes: Sequence[Outc
     after another but binds each asynchronously, so a watch can show the Pods it decided in a row
     (a Deployment's replicas, a burst) bound in another order. Such a run of binds of one group is
     replayed in an order in which each Pod took a node the strategy promised, as far as there is
-    one (at each step the first such Pod in watch order; else the first Pod left, which is wrong).
+    one: at each step the first Pod in watch order whose node is the profile's choice (promised,
+    and packed for `performance` and `cost`), else the first whose node is promised, else the first
+    Pod left (which is wrong).
     """
     nodes = {name: dataclasses.replace(n) for name, n in start.items()}
     verdicts: dict[Kind, Verdicts] = {k: Verdicts() for k in KINDS}
@@ -196,33 +205,38 @@ def judge(strategy: str, start: Mapping[str, NodeState], outcomes: Sequence[Outc
             continue
         left = list(run)
         while left:
-            right_now: dict[tuple[tuple[str, ...], Workload], list[NodeState]] = {}
-
-            def right(o: Outcome) -> list[NodeState]:
-                key = (o.types, o.workload)
-                if key not in right_now:
-                    fitting = [n for n in nodes.values() if n.gpu_type in o.types and n.holds(o.workload)]
-                    right_now[key] = promised(strategy, fitting, o.workload, score)
-                return right_now[key]
-
-            o = next((x for x in left if x.node is not None and nodes[x.node] in right(x)), left[0])
+            # (right, and packed as well) per kind of Pod in the run, in the state before this bind
+            choices: dict[tuple[tuple[str, ...], Workload], tuple[list[NodeState], list[NodeState]]] = {}
+            for x in left:
+                if (x.types, x.workload) not in choices:
+                    choices[(x.types, x.workload)] = _choices(strategy, nodes, x, score)
+            o = next((x for i in (1, 0) for x in left if nodes[x.node or ""] in choices[(x.types, x.workload)][i]),
+                     left[0])
             left.remove(o)
-            assert o.node is not None
+            right, packed = choices[(o.types, o.workload)]
             v = verdicts[o.workload.kind]
             v.placed += 1
             if o.seconds_to_bind is not None:
                 v.seconds_to_bind.append(o.seconds_to_bind)
-            chosen = nodes[o.node]
-            if chosen in right(o):
+            chosen = nodes[o.node or ""]
+            if chosen in right:
                 v.right += 1
-                v.packed += strategy in ("performance", "cost") and chosen in promised("binpack", right(o), o.workload,
-                                                                                      score)
+                v.packed += strategy in ("performance", "cost") and chosen in packed
             else:
                 v.wrong.append(f"{o.pod} ({o.workload.gpus} GPUs) on {o.node} ({chosen.gpu_type})")
             chosen.free_gpus -= o.workload.gpus
             chosen.free_cpu_millis -= o.workload.cpu_millis
             chosen.free_memory_mib -= POD_MEMORY_MIB
     return verdicts
+
+
+def _choices(strategy: str, nodes: Mapping[str, NodeState], o: Outcome,
+             score: Mapping[str, float]) -> tuple[list[NodeState], list[NodeState]]:
+    """The nodes the strategy promised the Pod now, and those of them its profile prefers: for
+    `performance` and `cost`, the ones with the largest share of GPUs in use once it is placed."""
+    fitting = [n for n in nodes.values() if n.gpu_type in o.types and n.holds(o.workload)]
+    right = promised(strategy, fitting, o.workload, score)
+    return right, promised("binpack", right, o.workload, score) if strategy in ("performance", "cost") else right
 
 
 def _runs(outcomes: Sequence[Outcome]) -> list[list[Outcome]]:

@@ -95,6 +95,15 @@ def test_alike_pods_bound_out_of_order(group: str | None, expected_right: int) -
     assert judge("balanced", cluster, outcomes, SCORE)["job"].right == expected_right
 
 
+def test_alike_pods_out_of_order_are_judged_packed_where_an_order_allows() -> None:
+    # performance: the scheduler filled h100-a (1 free) with the 1st Pod, then packed the 2nd onto
+    # h100-b; the watch showed the 2nd's bind first
+    cluster = {"h100-a": node("h100-a", "H100", 8, free=1), "h100-b": node("h100-b", "H100", 8, free=4)}
+    outcomes = [bound("j-1", "h100-b", JOB), bound("j-0", "h100-a", JOB)]
+    v = judge("performance", cluster, outcomes, SCORE)["job"]
+    assert (v.right, v.packed) == (2, 2)
+
+
 def test_verdicts_by_kind() -> None:
     deployment = Workload("d", "high", 1, 500, "deployment", 2)
     verdicts = judge("performance", CLUSTER, [bound("s", "h100-a"), bound("d-0", "l40s-a", deployment)], SCORE)
@@ -127,7 +136,7 @@ def test_every_fleet_holds_the_smaller_ones_and_the_same_best_nodes() -> None:
 def test_fleet_mix() -> None:
     fleet = make_fleet(1000)
     gpu = [n for n in fleet if n.gpus]
-    assert 0.2 < len(gpu) / len(fleet) < 0.35  # most nodes CPU-only
+    assert 0.4 < len(gpu) / len(fleet) < 0.5  # most nodes CPU-only
     assert sum(n.tainted for n in gpu) / len(gpu) > 0.6  # most GPU nodes tainted
     assert {n.gpus for n in gpu} == {1, 2, 4, 8}
     assert all(n.filled_cpu_millis >= n.cpu_millis // 2 for n in fleet[:len(BEST_NODES)])
