@@ -196,13 +196,14 @@ def render(runs: Sequence[SizeRun], command: str, paths: Sequence[Path_] = PATHS
         + ". Fidelity: Pods bound where the strategy promised, at the moment they were bound "
         "(bench/placement_model.py says how each strategy is judged); create-to-bind: from the Pod's ADDED "
         "to its bound event in one watch; Pods/s: bursts of one-GPU `standard` Pods created at once, "
-        "median of the rounds.",
+        "median of the rounds; refused at admission: single Pods the backstop refused because the webhook did "
+        "not answer the API server within its 5 s timeout.",
         "",
         "Paths: " + ", ".join(PATH_TITLE[p] for p in paths) + ".",
         "",
         "| nodes | path | Pods placed | fidelity | wrongly Pending | rightly Pending | create-to-bind p50 ms "
-        "| p99 ms | Pods/s (burst) | burst fidelity |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| p99 ms | Pods/s (burst) | burst fidelity | refused at admission |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for run in runs:
         for path in paths:
@@ -210,8 +211,10 @@ def render(runs: Sequence[SizeRun], command: str, paths: Sequence[Path_] = PATHS
             bursts = [b for b in run.bursts if b.path == path]
             rate = f"{median([b.pods_per_second for b in bursts]):.1f}" if bursts else "-"
             burst_fidelity = _fidelity(merge([b.verdicts for b in bursts])) if bursts else "-"
+            refused = v.refused + sum(b.verdicts.refused for b in bursts)
             lines.append(f"| {run.size:,} | {PATH_TITLE[path]} | {v.placed} | {_fidelity(v)} | {v.wrongly_pending} "
-                         f"| {v.rightly_pending} | {_ms(v, 0.5)} | {_ms(v, 0.99)} | {rate} | {burst_fidelity} |")
+                         f"| {v.rightly_pending} | {_ms(v, 0.5)} | {_ms(v, 0.99)} | {rate} | {burst_fidelity} "
+                         f"| {refused} |")
     for run in runs:
         lines += ["", f"### {run.size:,} nodes", "",
                   "Each cell: " + " / ".join(PATH_TITLE[p].split(" ")[0] for p in paths) + ".", "",

@@ -18,7 +18,7 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
 
 import kubernetes
 from kubernetes.client.exceptions import ApiException
@@ -31,6 +31,7 @@ from bench.placement_model import GPU, POD_MEMORY_MIB, NodeSpec, NodeState, Outc
 Api = Any
 
 GPU_TAINT = {"key": GPU, "value": "present", "effect": "NoSchedule"}
+T = TypeVar("T")
 THREADS = 8  # concurrent API calls when writing the fleet: the API server on 2 cores is saturated by then
 BARRIER_LABELS = {"amd.com/gpu.product-name": "AMD_Instinct_MI300X_OAM"}  # a type no stream's class has
 
@@ -55,10 +56,9 @@ def memory_mib(quantity: str | None) -> int:
 
 # --- the fleet -------------------------------------------------------------------------
 
-def _parallel(call: Callable[[Any], object], items: Iterable[Any]) -> None:
+def _parallel(call: Callable[[Any], T], items: Iterable[Any]) -> list[T]:
     with concurrent.futures.ThreadPoolExecutor(THREADS) as pool:
-        for _ in pool.map(call, items):  # re-raises the first failure
-            pass
+        return list(pool.map(call, items))  # re-raises the first failure
 
 
 def _create_node(core: Api, name: str, labels: Mapping[str, str], taints: Sequence[Mapping[str, str]],
@@ -268,14 +268,21 @@ def pod_template(w: Workload, scheduler: str | None, restart: str) -> dict[str, 
             "spec": spec}
 
 
-def create_workload(api: Api, namespace: str, w: Workload, scheduler: str | None) -> None:
+def create_workload(api: Api, namespace: str, w: Workload, scheduler: str | None) -> bool:
+    """Whether it was created: a single Pod that the webhook did not answer in time (it fails open)
+    is refused by the backstop. A controller's Pods refused so are made again by the controller."""
     core: Api = kubernetes.client.CoreV1Api(api)
     apps: Api = kubernetes.client.AppsV1Api(api)
     batch: Api = kubernetes.client.BatchV1Api(api)
     if w.kind == "single":
         pod = pod_template(w, scheduler, "Never")
         pod["metadata"]["name"] = w.name
-        core.create_namespaced_pod(namespace, pod, _preload_content=False)
+        try:
+            core.create_namespaced_pod(namespace, pod, _preload_content=False)
+        except ApiException as e:
+            if e.status == 403 and "gpu-class did not place this Pod" in str(e.body):
+                return False
+            raise
     elif w.kind == "deployment":
         apps.create_namespaced_deployment(namespace, {
             "metadata": {"name": w.name},
@@ -289,6 +296,7 @@ def create_workload(api: Api, namespace: str, w: Workload, scheduler: str | None
             "spec": {"parallelism": w.pods, "backoffLimit": 1000,
                      **({"completions": w.pods, "completionMode": "Indexed"} if w.indexed else {}),
                      "template": pod_template(w, scheduler, "Never")}}, _preload_content=False)
+    return True
 
 
 def shrink_workload(api: Api, namespace: str, w: Workload, bound: int) -> None:
@@ -331,10 +339,12 @@ def run_stream(api: Api, namespace: str, workloads: Sequence[Workload], schedule
     recorder = BindRecorder(core, namespace)
     pending: list[tuple[int, str]] = []  # (binds seen when it was found Pending, Pod)
     of_workload: dict[str, Workload] = {}
+    refused: list[Workload] = []
     try:
         for batch in ([workloads] if together else [[w] for w in workloads]):
-            _parallel(lambda w: create_workload(api, namespace, w, scheduler), batch)
-            for w in batch:
+            created = _parallel(lambda w: create_workload(api, namespace, w, scheduler), batch)
+            refused += [w for w, made in zip(batch, created) if not made]
+            for w in (w for w, made in zip(batch, created) if made):
                 pods = wait_workload(recorder, w, pending_seconds)
                 of_workload.update((name, w) for name in pods)
                 unbound = sorted(name for name, r in pods.items() if r.node is None)
@@ -355,7 +365,7 @@ def run_stream(api: Api, namespace: str, workloads: Sequence[Workload], schedule
     events: list[tuple[int, int, str]] = [(i, 1, n) for i, n in enumerate(recorder.order)
                                           if n in of_workload and n not in found_pending]
     events += [(i, 0, n) for i, n in pending]
-    outcomes = []
+    outcomes = [Outcome(w.name, w, None, (), refused=True) for w in refused]
     for _, is_bind, name in sorted(events):
         r = recorder.pods[name]
         outcomes.append(Outcome(name, of_workload[name], r.node if is_bind else None, r.types,

@@ -161,6 +161,7 @@ class Outcome:
     group: str = ""  # Pods created together: one workload's, or a burst's
     added: float = 0.0  # monotonic times of its ADDED event and of the event that showed it bound,
     bound: float | None = None  # as one watch saw them
+    refused: bool = False  # at admission: never made
 
     @property
     def seconds_to_bind(self) -> float | None:
@@ -174,6 +175,7 @@ class Verdicts:
     packed: int = 0  # performance and cost: right binds on a fullest node of the best type
     wrongly_pending: int = 0
     rightly_pending: int = 0
+    refused: int = 0  # refused at admission because the webhook did not answer in time
     seconds_to_bind: list[float] = field(default_factory=list)
     wrong: list[str] = field(default_factory=list)
 
@@ -193,6 +195,9 @@ def judge(strategy: str, start: Mapping[str, NodeState], outcomes: Sequence[Outc
     nodes = {name: dataclasses.replace(n) for name, n in start.items()}
     verdicts: dict[Kind, Verdicts] = {k: Verdicts() for k in KINDS}
     for run in _runs(outcomes):
+        if run[0].refused:
+            verdicts[run[0].workload.kind].refused += 1
+            continue
         if run[0].node is None:
             o = run[0]
             fitting = [n for n in nodes.values() if n.gpu_type in o.types and n.holds(o.workload)]
@@ -294,6 +299,7 @@ def merge(verdicts: Sequence[Verdicts]) -> Verdicts:
         out.packed += v.packed
         out.wrongly_pending += v.wrongly_pending
         out.rightly_pending += v.rightly_pending
+        out.refused += v.refused
         out.seconds_to_bind += v.seconds_to_bind
         out.wrong += v.wrong
     return out

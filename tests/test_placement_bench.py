@@ -70,6 +70,12 @@ def test_judge(strategy: str, outcomes: list[Outcome], expected: tuple[int, ...]
     assert tally(merge(list(judge(strategy, CLUSTER, outcomes, SCORE).values()))) == expected
 
 
+def test_refused_pods_are_counted_apart() -> None:
+    refused = Outcome("r", ONE, None, (), refused=True)
+    v = merge(list(judge("performance", CLUSTER, [refused, bound("p", "h100-a")], SCORE).values()))
+    assert (tally(v), v.refused) == ((1, 1, 1, 0, 0), 1)
+
+
 def test_judge_leaves_the_starting_state_alone() -> None:
     judge("binpack", CLUSTER, [bound("a", "h100-a"), bound("b", "h100-a")], SCORE)
     assert CLUSTER["h100-a"].free_gpus == 2
