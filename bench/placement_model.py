@@ -310,5 +310,5 @@ def pods_per_second(outcomes: Sequence[Outcome]) -> float:
     bound = [o.bound for o in outcomes if o.bound is not None]
     if not bound:
         return 0.0
-    span = max(bound) - min(o.added for o in outcomes)
+    span = max(bound) - min(o.added for o in outcomes if not o.refused)
     return len(bound) / span if span > 0 else 0.0

@@ -127,7 +127,8 @@ def test_utilisation_spread() -> None:
 
 def test_pods_per_second() -> None:
     outcomes = [Outcome("a", ONE, "n", (), "", added=10.0, bound=10.5),
-                Outcome("b", ONE, "n", (), "", added=10.1, bound=12.0), Outcome("c", ONE, None, (), "", added=10.2)]
+                Outcome("b", ONE, "n", (), "", added=10.1, bound=12.0), Outcome("c", ONE, None, (), "", added=10.2),
+                Outcome("refused", ONE, None, (), refused=True)]
     assert pods_per_second(outcomes) == pytest.approx(2 / 2.0)
 
 
