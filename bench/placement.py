@@ -151,7 +151,7 @@ def run_sizes(cluster: local_cluster.Cluster, sizes: Sequence[int], streams: Map
             run.seconds = time.monotonic() - started
             runs.append(run)
     finally:
-        drop_namespace(api, fill_ns)
+        drop_namespace(core, fill_ns)
         delete_nodes(core, [n.name for n in made] + ([barrier_node] if barrier_node else []))
     return runs
 
@@ -165,7 +165,7 @@ def _on_path(api: Any, catalog: Catalog, prefix: str, workloads: Sequence[Worklo
         start = cluster_state(core, catalog.type_of_product)
         return run_stream(api, ns, workloads, SCHEDULER[path], pending_seconds, together=together), start
     finally:
-        drop_namespace(api, ns)
+        drop_namespace(core, ns)
 
 
 def _brief(v: Verdicts) -> str:

@@ -11,6 +11,7 @@ the extender's answer about it on several connections at once.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import http.client
 import json
 import ssl
@@ -18,7 +19,7 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence, TypeVar
 
 import kubernetes
 from kubernetes.client.exceptions import ApiException
@@ -111,8 +112,8 @@ def barrier(api: Api, cluster: Any, name: str, schedulers: Sequence[str | None],
             seconds: float = 120.0) -> None:
     """Until every scheduler and every webhook worker has seen all that was written before: node
     `name` is written last, each scheduler binds a Pod that fits it alone (so its Node and Pod
-    caches have caught up), and the extender knows the node on four connections held at once
-    (the webhook's workers share connections out evenly, so that reaches each of two)."""
+    caches have caught up), and the extender knows the node on connections that reach every
+    webhook worker (held_connections)."""
     core: Api = kubernetes.client.CoreV1Api(api)
     _create_node(core, name, BARRIER_LABELS, [], {"cpu": "8", "memory": "32Gi", "pods": "110", "amd.com/gpu": "8"})
     pods = []
@@ -131,7 +132,7 @@ def barrier(api: Api, cluster: Any, name: str, schedulers: Sequence[str | None],
             if time.monotonic() > deadline:
                 raise RuntimeError(f"the schedulers did not bind the barrier Pods to {name} within {seconds:.0f} s")
             time.sleep(0.2)
-        while not all(_extender_knows(cluster, name) for _ in range(2)):
+        while not _extender_knows(cluster, name):
             if time.monotonic() > deadline:
                 raise RuntimeError(f"the webhook's workers did not see node {name} within {seconds:.0f} s")
             time.sleep(0.2)
@@ -140,24 +141,44 @@ def barrier(api: Api, cluster: Any, name: str, schedulers: Sequence[str | None],
             core.delete_namespaced_pod(p, namespace, grace_period_seconds=0)
 
 
-def _extender_knows(cluster: Any, node: str, connections: int = 4) -> bool:
+@contextlib.contextmanager
+def held_connections(cluster: Any, count: int = 4, *,
+                     extender: bool = False) -> Iterator[list[http.client.HTTPSConnection]]:
+    """Connections to the webhook, each to be used in turn and kept open while the next is used.
+
+    A new connection goes to the worker holding fewer (webhook/serving/balance.py), so four of
+    them reach both workers of the local cluster twice. Each connects at its first request and must
+    ask at once: the server closes one that stays silent, and a worker's one thread would wait on it.
+    With `extender`, to the extender's listener, as the scheduler calls it (its client certificate).
+    """
+    webhook_dir = cluster.dir / "webhook"
+    context = ssl.create_default_context(cafile=str(webhook_dir / "ca.crt"))
+    if extender:
+        context.load_cert_chain(str(webhook_dir / "client.crt"), str(webhook_dir / "client.key"))
+    port = cluster.ports.extender if extender else cluster.ports.webhook
+    held = [http.client.HTTPSConnection("127.0.0.1", port, context=context, timeout=10) for _ in range(count)]
+    try:
+        yield held
+    finally:
+        for c in held:
+            c.close()
+
+
+def _extender_knows(cluster: Any, node: str) -> bool:
     args = json.dumps({"Pod": {"metadata": {"name": "barrier", "namespace": "barrier", "uid": "barrier",
                                             "annotations": {"gpu-class.io/types": "MI300X"}},
                                "spec": {"containers": [{"name": "c",
                                                         "resources": {"limits": {"amd.com/gpu": "1"}}}]}},
                        "NodeNames": [node]})
-    context = ssl.create_default_context(cafile=str(cluster.dir / "webhook" / "ca.crt"))
-    held = [http.client.HTTPSConnection("127.0.0.1", cluster.ports.webhook, context=context, timeout=10)
-            for _ in range(connections)]
     try:
-        answers = []
-        for c in held:  # each stays open, kept alive, while the next one connects
-            c.request("POST", "/filter", args, {"Content-Type": "application/json"})
-            answers.append(json.loads(c.getresponse().read()))
-        return all(node in (a.get("NodeNames") or []) for a in answers)
-    finally:
-        for c in held:
-            c.close()
+        with held_connections(cluster, extender=True) as held:
+            answers = []
+            for c in held:
+                c.request("POST", "/filter", args, {"Content-Type": "application/json"})
+                answers.append(json.loads(c.getresponse().read()))
+    except (OSError, http.client.HTTPException):  # a connection closed under load: ask again
+        return False
+    return all(node in (a.get("NodeNames") or []) for a in answers)
 
 
 def cluster_state(core: Api, type_of_product: Mapping[str, str]) -> dict[str, NodeState]:
@@ -387,11 +408,10 @@ def make_namespace(core: Api, prefix: str, *, opted_in: bool) -> str:
     return name
 
 
-def drop_namespace(api: Api, name: str) -> None:
+def drop_namespace(core: Api, name: str) -> None:
     """Delete the namespace once its Pods are gone (and so let go of by the webhook's accounting)."""
-    core: Api = kubernetes.client.CoreV1Api(api)
-    kubernetes.client.AppsV1Api(api).delete_collection_namespaced_deployment(name)
-    kubernetes.client.BatchV1Api(api).delete_collection_namespaced_job(name, propagation_policy="Background")
+    kubernetes.client.AppsV1Api(core.api_client).delete_collection_namespaced_deployment(name)
+    kubernetes.client.BatchV1Api(core.api_client).delete_collection_namespaced_job(name, propagation_policy="Background")
     deadline = time.monotonic() + 60
     while core.list_namespaced_pod(name).items:
         if time.monotonic() > deadline:
