@@ -37,7 +37,7 @@ import local_cluster  # noqa: E402  (tests/e2e is not a package)
 
 from bench.measure import median, percentile  # noqa: E402
 from bench.placement_cluster import (  # noqa: E402
-    barrier, cluster_state, create_nodes, delete_nodes, drop_namespace, make_namespace, run_stream,
+    barrier, cluster_state, create_nodes, delete_nodes, drop_namespace, make_namespace, run_stream, scheduler_times,
 )
 from bench.placement_model import (  # noqa: E402
     KINDS, Kind, NodeSpec, NodeState, Outcome, Verdicts, Workload, judge, make_fleet, make_streams, merge, pods_per_second,
@@ -82,6 +82,8 @@ class SizeRun:
     seconds: float = 0.0
     streams: list[StreamResult] = field(default_factory=list)
     bursts: list[BurstResult] = field(default_factory=list)
+    # per path, kube-scheduler's mean ms per scheduling attempt of the streams: attempt, Filter, Score
+    scheduler_ms: dict[Path_, dict[str, float]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -128,6 +130,7 @@ def run_sizes(cluster: local_cluster.Cluster, sizes: Sequence[int], streams: Map
             barrier(api, cluster, barrier_node, [SCHEDULER[p] for p in paths], fill_ns)
             run = SizeRun(size, fleet_seconds=time.monotonic() - started)
             log(f"placement: {size} nodes made in {run.fleet_seconds:.0f} s")
+            before = {p: scheduler_times(cluster, _scheduler_port(cluster, p)) for p in paths}
             for s, (strategy, workloads) in enumerate(streams.items()):
                 for path in _turn(paths, s):
                     outcomes, start = _on_path(api, catalog, f"pl-{strategy[:4]}-{path[:3]}", workloads, path,
@@ -138,6 +141,12 @@ def run_sizes(cluster: local_cluster.Cluster, sizes: Sequence[int], streams: Map
                                                     utilisation_spread(start, outcomes, types)
                                                     if strategy == "balanced" else None))
                     log(f"placement: {size} nodes, {strategy}, {path}: " + _brief(merge(list(verdicts.values()))))
+            for p in paths:
+                after = scheduler_times(cluster, _scheduler_port(cluster, p))
+                spent = {k: v - before[p].get(k, 0.0) for k, v in after.items()}
+                if spent.get("attempt count"):
+                    run.scheduler_ms[p] = {k: 1000 * spent.get(f"{k} sum", 0.0) / spent["attempt count"]
+                                           for k in ("attempt", "Filter", "Score")}
             burst = [Workload(f"burst-{i}", BURST_CLASS, 1, 500) for i in range(burst_pods)]
             for r in range(burst_rounds if burst else 0):
                 for path in _turn(paths, r):
@@ -154,6 +163,12 @@ def run_sizes(cluster: local_cluster.Cluster, sizes: Sequence[int], streams: Map
         drop_namespace(core, fill_ns)
         delete_nodes(core, [n.name for n in made] + ([barrier_node] if barrier_node else []))
     return runs
+
+
+def _scheduler_port(cluster: local_cluster.Cluster, path: Path_) -> int:
+    assert cluster.ports is not None
+    return int({"default": cluster.ports.scheduler, "profiles": cluster.ports.gpu_scheduler,
+                "extender": cluster.ports.extender_scheduler}[path])
 
 
 def _on_path(api: Any, catalog: Catalog, prefix: str, workloads: Sequence[Workload], path: Path_,
@@ -243,6 +258,11 @@ def render(runs: Sequence[SizeRun], command: str, paths: Sequence[Path_] = PATHS
         lines += ["", "Right binds packed within the best type (the profile's MostAllocated): " + "; ".join(packed)
                   + ". Balanced: spread of the share of GPUs in use between the class's types at the end, "
                   f"points: {_side_by_side(spread)}."]
+        if run.scheduler_ms:
+            lines += ["", "kube-scheduler's own time per scheduling attempt of these streams (mean ms, from its "
+                      "metrics; Score runs only where more than one node is feasible): "
+                      + "; ".join(f"{k} " + _side_by_side([f"{run.scheduler_ms[p].get(k, 0):.0f}" for p in paths])
+                                  for k in ("Filter", "Score", "attempt")) + "."]
         wrong = [f"- {r.strategy} {r.path}: " + "; ".join(merge(list(r.verdicts.values())).wrong[:3])
                  for r in run.streams if any(v.wrong for v in r.verdicts.values())]
         if wrong:

@@ -14,10 +14,13 @@ import concurrent.futures
 import contextlib
 import http.client
 import json
+import re
 import ssl
 import threading
 import time
+import urllib.request
 import uuid
+from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence, TypeVar
 
@@ -211,6 +214,30 @@ def cluster_state(core: Api, type_of_product: Mapping[str, str]) -> dict[str, No
             state.free_cpu_millis -= cpu_millis(wanted.get("cpu"))
             state.free_memory_mib -= memory_mib(wanted.get("memory"))
     return nodes
+
+
+def scheduler_times(cluster: Any, port: int) -> dict[str, float]:
+    """kube-scheduler's own account so far, all its profiles together: `attempt`, `Filter` and
+    `Score`, each a `sum` (seconds) and a `count` (scheduling attempts; extension points run)."""
+    # It serves /metrics with a certificate it made itself at start: there is nothing to verify it by.
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    context.load_cert_chain(str(cluster.pki / "admin.crt"), str(cluster.pki / "admin.key"))
+    return read_scheduler_times(
+        urllib.request.urlopen(f"https://127.0.0.1:{port}/metrics", context=context, timeout=10).read().decode())
+
+
+def read_scheduler_times(text: str) -> dict[str, float]:
+    """scheduler_times from the text of kube-scheduler's /metrics."""
+    times: dict[str, float] = defaultdict(float)
+    for m in re.finditer(r"^scheduler_(scheduling_attempt|framework_extension_point)_duration_seconds_(sum|count)"
+                         r"\{(.*)\} (\S+)$", text, re.M):
+        point = re.search(r'extension_point="(\w+)"', m.group(3))
+        key = "attempt" if m.group(1) == "scheduling_attempt" else point.group(1) if point else ""
+        if key in ("attempt", "Filter", "Score"):
+            times[f"{key} {m.group(2)}"] += float(m.group(4))
+    return times
 
 
 # --- streams -----------------------------------------------------------------------------

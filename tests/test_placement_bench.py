@@ -7,7 +7,7 @@ from typing import Sequence
 
 import pytest
 
-from bench.placement_cluster import cpu_millis, memory_mib
+from bench.placement_cluster import cpu_millis, memory_mib, read_scheduler_times
 from bench.placement_model import (
     BEST_NODES, NodeState, Outcome, Verdicts, Workload, judge, make_fleet, make_streams, merge, pods_per_second,
     utilisation_spread,
@@ -172,3 +172,19 @@ def test_cpu_millis(quantity: str | None, millis: int) -> None:
                                             (str(3 * 1024 * 1024), 3), (None, 0)])
 def test_memory_mib(quantity: str | None, mib: int) -> None:
     assert memory_mib(quantity) == mib
+
+
+def test_scheduler_times_add_up_the_profiles() -> None:
+    text = "\n".join([
+        '# TYPE scheduler_scheduling_attempt_duration_seconds histogram',
+        'scheduler_scheduling_attempt_duration_seconds_bucket{profile="a",result="scheduled",le="0.1"} 2',
+        'scheduler_scheduling_attempt_duration_seconds_sum{profile="a",result="scheduled"} 0.5',
+        'scheduler_scheduling_attempt_duration_seconds_count{profile="a",result="scheduled"} 3',
+        'scheduler_scheduling_attempt_duration_seconds_sum{profile="a-binpack",result="unschedulable"} 0.25',
+        'scheduler_scheduling_attempt_duration_seconds_count{profile="a-binpack",result="unschedulable"} 1',
+        'scheduler_framework_extension_point_duration_seconds_sum{extension_point="Filter",profile="a",status="Success"} 0.125',
+        'scheduler_framework_extension_point_duration_seconds_sum{extension_point="Score",profile="a",status="Success"} 0.0625',
+        'scheduler_framework_extension_point_duration_seconds_sum{extension_point="Bind",profile="a",status="Success"} 9',
+    ])
+    assert read_scheduler_times(text) == {"attempt sum": 0.75, "attempt count": 4, "Filter sum": 0.125,
+                                          "Score sum": 0.0625}
