@@ -31,7 +31,6 @@ import argparse
 import http.client
 import json
 import random
-import ssl
 import subprocess
 import sys
 import time
@@ -39,16 +38,14 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
-from urllib.parse import urlparse
 
 import kubernetes
 import yaml
 from kubernetes.client.exceptions import ApiException
 
-from bench.placement import (
-    GPU, GPU_TAINT, PATH_TITLE, PATHS, REPO_ROOT, SCHEDULER, NodeState, Path_, _drop_namespace, _namespace,
-    cluster_state, read_catalog,
-)
+from bench.placement import PATH_TITLE, PATHS, REPO_ROOT, SCHEDULER, Path_, read_catalog
+from bench.placement_cluster import GPU_TAINT, cluster_state, drop_namespace, held_connections, make_namespace
+from bench.placement_model import GPU, NodeState
 from bench.sections import write_section
 
 sys.path.insert(0, str(REPO_ROOT / "tests" / "e2e"))
@@ -187,14 +184,8 @@ def _has_room(conn: http.client.HTTPSConnection, namespace: str, size: int, excl
 
 def wait_webhook_sees(cluster: local_cluster.Cluster, namespace: str, free: Mapping[str, int],
                       types: Sequence[str], seconds: float = 30.0) -> None:
-    """Until every worker sees exactly `free` GPUs on each of the pool's types.
-
-    Each probe connection stays open while the next is made, and a new connection goes to the
-    worker holding fewer (webhook/serving/balance.py): four of them ask both workers of the local
-    cluster twice. A connection asks at once (the server closes one that stays silent).
-    """
-    url = urlparse(cluster.webhook_url)
-    context = ssl.create_default_context(cafile=str(cluster.dir / "webhook" / "ca.crt"))
+    """Until every worker sees exactly `free` GPUs on each of the pool's types (asked on
+    held_connections, which reach every worker)."""
 
     def sees(conn: http.client.HTTPSConnection, t: str) -> bool:
         others = [x for x in types if x != t]  # room for exactly free[t] one-GPU Pods, not one more
@@ -203,17 +194,11 @@ def wait_webhook_sees(cluster: local_cluster.Cluster, namespace: str, free: Mapp
 
     deadline = time.monotonic() + seconds
     while True:
-        conns: list[http.client.HTTPSConnection] = []
         try:
-            seen = True
-            for _ in range(4):
-                conns.append(http.client.HTTPSConnection(url.hostname or "", url.port, context=context, timeout=10))
-                seen = seen and all(sees(conns[-1], t) for t in POOL)
+            with held_connections(cluster) as conns:
+                seen = all(sees(c, t) for c in conns for t in POOL)
         except (OSError, http.client.HTTPException):  # a connection closed under load: ask again
             seen = False
-        finally:
-            for c in conns:
-                c.close()
         if seen:
             return
         if time.monotonic() > deadline:
@@ -277,7 +262,7 @@ def run_group(cluster: local_cluster.Cluster, api: Any, namespace: str, fill_nam
     core: CoreApi = kubernetes.client.CoreV1Api(api)
     batch: Any = kubernetes.client.BatchV1Api(api)
     fill_best(core, fill_namespace, spec.free_best)
-    state = cluster_state(core, catalog)
+    state = cluster_state(core, catalog.type_of_product)
     one_gpu = rooms(state, types, 1)
     wait_webhook_sees(cluster, namespace, {t: one_gpu[t] for t in POOL}, types)
     room = rooms(state, types, spec.gpus)
@@ -310,20 +295,20 @@ def run_all(cluster: local_cluster.Cluster, groups: Sequence[GroupSpec],
     core: CoreApi = kubernetes.client.CoreV1Api(api)
     catalog = read_catalog()
     types = class_types()
-    fill_ns = _namespace(core, "grp-fill", opted_in=False)
+    fill_ns = make_namespace(core, "grp-fill", opted_in=False)
     results = []
     try:
         create_pool(core)
         for path in paths:
-            ns = _namespace(core, f"grp-{path[:3]}", opted_in=True)
+            ns = make_namespace(core, f"grp-{path[:3]}", opted_in=True)
             try:
                 for g in groups:
                     results.append(run_group(cluster, api, ns, fill_ns, g, path, catalog, types))
                     time.sleep(pause_seconds)
             finally:
-                _drop_namespace(core, ns)
+                drop_namespace(core, ns)
     finally:
-        _drop_namespace(core, fill_ns)
+        drop_namespace(core, fill_ns)
         delete_pool(core)
     return results
 

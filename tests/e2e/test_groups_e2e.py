@@ -14,6 +14,7 @@ from kubernetes.client.exceptions import ApiException
 import local_cluster
 from bench import groups
 from bench.placement import read_catalog
+from bench.placement_cluster import drop_namespace, make_namespace
 from kubeobjects import make_pod, wait_for
 
 GROUPS = 20  # in a row, per path
@@ -67,10 +68,10 @@ def test_the_strict_path_keeps_the_class_order_and_the_size(results: dict[str, l
 @pytest.fixture
 def pool(core: kubernetes.client.CoreV1Api) -> Iterator[str]:
     """The bench's pool, and a namespace (not opted in) for the Pods that fill its best type."""
-    fill = groups._namespace(core, "grp-fill", opted_in=False)
+    fill = make_namespace(core, "grp-fill", opted_in=False)
     groups.create_pool(core)
     yield fill
-    groups._drop_namespace(core, fill)
+    drop_namespace(core, fill)
     groups.delete_pool(core)
 
 
@@ -86,7 +87,7 @@ def test_a_burst_waits_on_its_type_and_a_sized_one_spills_whole(
     H100-NVL; with a size, all 8 go to H100-NVL."""
     catalog, types = read_catalog(), groups.class_types()
     groups.fill_best(core, pool, (1, 1, 2))
-    state = groups.cluster_state(core, catalog)
+    state = groups.cluster_state(core, catalog.type_of_product)
     groups.wait_webhook_sees(cluster, namespace, {t: groups.rooms(state, types, 1)[t] for t in groups.POOL}, types)
     batch = kubernetes.client.BatchV1Api(api_client)
     burst = groups.GroupSpec("burst", 8, 1, sized=False, free_best=(1, 1, 2))

@@ -1,0 +1,314 @@
+"""The placement benchmark's cluster and streams, and how a stream is judged. Pure: no I/O.
+
+The fleet is a realistic mix at any size: the best type of each stream's class is a handful of
+nodes (3 H100 for `performance`, 3 T4 for `cost`), the same at every size, their CPU half taken by
+other work (so a scheduler that weighs emptier nodes is pulled away from them); of the rest, 45%
+are GPU nodes of several types and sizes (1 to 8 GPUs, two thirds of them tainted, half of them
+partly filled with CPU work) and 55% CPU-only nodes. make_fleet(n) is the first n
+nodes of one sequence, so a larger fleet holds every node of a smaller one.
+
+How a stream is judged (judge): the binds are replayed in the order the watch saw them, from the
+cluster's state before the stream; each Pod, at the moment it was bound, is right when its node is
+one its class's strategy promised then, out of the nodes of its allowed types
+(`gpu-class.io/types`) that could hold it (GPUs, CPU and memory free, as the scheduler counts them):
+
+  performance: a node of the fastest such type (catalog score);
+  cost: a node of the slowest such type;
+  balanced: a node with the largest share of its GPUs free once the Pod is placed;
+  binpack: a node with the largest share of its GPUs in use once the Pod is placed.
+
+Shares are whole percent, rounded down, as kube-scheduler's NodeResourcesFit scores them; ties are
+all right answers. A Pod found Pending while a node of its allowed types could hold it is "wrongly
+Pending" (judged after the binds seen by then). For `performance` and `cost` the profile also
+packs within the best type; `packed` counts the right binds that went to a node of that type with
+the largest share of its GPUs in use once placed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Literal, Mapping, Sequence
+
+GPU = "nvidia.com/gpu"
+# The built-in catalog's classes, one per strategy.
+STRATEGY_CLASS = {"performance": "high", "cost": "economy", "balanced": "standard", "binpack": "inference"}
+Kind = Literal["single", "deployment", "job"]
+KINDS: tuple[Kind, ...] = ("single", "deployment", "job")
+POD_MEMORY_MIB = 4096
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    name: str
+    product: str  # nvidia.com/gpu.product; "" for a CPU-only node
+    gpus: int
+    cpu_millis: int
+    memory_mib: int
+    tainted: bool
+    filled_cpu_millis: int = 0  # taken by a CPU-only Pod before the streams start
+
+
+# The handful of best-type nodes, first in every fleet: product, GPUs, CPU cores, memory GiB.
+BEST_NODES = (("h100", "NVIDIA-H100-80GB-HBM3", 8, 96, 1024),) * 3 + (("t4", "Tesla-T4", 4, 16, 64),) * 3
+# The other GPU nodes, in turn: every class has several types of several sizes among them, and the
+# types `high` and `economy` fall back to are many nodes (more than the default scheduler's sample
+# at 5,000 nodes: it stops filtering at 10% of them feasible).
+OTHER_GPU_NODES = (
+    ("l40s", "NVIDIA-L40S", 4, 48, 384),
+    ("a100-80", "NVIDIA-A100-SXM4-80GB", 8, 64, 512),
+    ("l4", "NVIDIA-L4", 1, 8, 32),
+    ("a10g", "NVIDIA-A10G", 4, 48, 192),
+    ("a100-40", "A100-SXM4-40GB", 8, 64, 512),
+    ("a30", "NVIDIA-A30", 2, 32, 256),
+    ("a100-80", "NVIDIA-A100-SXM4-80GB", 8, 64, 512),
+    ("v100", "Tesla-V100-SXM2-16GB", 8, 48, 384),
+    ("l4", "NVIDIA-L4", 4, 16, 128),
+    ("a10", "NVIDIA-A10", 2, 32, 192),
+    ("l40", "NVIDIA-L40", 4, 48, 384),
+    ("a100-40", "A100-SXM4-40GB", 8, 64, 512),
+)
+GPU_NODES_IN_20 = 9  # of the other nodes, 9 in 20 have GPUs; the rest are CPU-only
+CPU_NODE_CORES = (16, 32, 64)
+
+
+def make_fleet(size: int) -> list[NodeSpec]:
+    """The first `size` nodes of the benchmark's cluster (at least the best-type handful)."""
+    nodes = []
+    for i, (short, product, gpus, cores, gib) in enumerate(BEST_NODES):
+        fill = int(cores * 1000 * random.Random(f"best-{i}").uniform(0.5, 0.75))
+        nodes.append(NodeSpec(f"pl-{short}-{i % 3}", product, gpus, cores * 1000, gib * 1024,
+                              tainted=i % 3 != 2, filled_cpu_millis=fill))
+    gpu_nodes = 0
+    for j in range(max(0, size - len(BEST_NODES))):
+        rng = random.Random(f"node-{j}")  # each node's own: a smaller fleet is a prefix of a larger one
+        if j % 20 < GPU_NODES_IN_20:
+            short, product, gpus, cores, gib = OTHER_GPU_NODES[gpu_nodes % len(OTHER_GPU_NODES)]
+            fill = int(cores * 1000 * rng.uniform(0.2, 0.6)) if rng.random() < 0.5 else 0
+            nodes.append(NodeSpec(f"pl-{j}-{short}", product, gpus, cores * 1000, gib * 1024,
+                                  tainted=gpu_nodes % 3 != 2, filled_cpu_millis=fill))
+            gpu_nodes += 1
+        else:
+            cores = rng.choice(CPU_NODE_CORES)
+            nodes.append(NodeSpec(f"pl-{j}-cpu", "", 0, cores * 1000, cores * 4 * 1024, tainted=False))
+    return nodes
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    gpu_class: str
+    gpus: int  # per Pod
+    cpu_millis: int  # per Pod
+    kind: Kind = "single"
+    pods: int = 1  # a Deployment's replicas, a Job's parallelism
+    indexed: bool = False  # a Job with completionMode Indexed (completions = parallelism)
+
+
+def make_streams(seed: int = 11, pods_per_class: int = 60) -> dict[str, list[Workload]]:
+    """Per strategy: single Pods, Deployments (2-5 replicas) and Jobs (parallelism 3-6, indexed or not),
+    1 to 8 GPUs a Pod, in a random order, enough to fill the best type and spill over."""
+    rng = random.Random(seed)
+    streams: dict[str, list[Workload]] = {}
+    for strategy, gpu_class in STRATEGY_CLASS.items():
+        # only where the class has 8-GPU nodes, or the webhook would refuse the Pods
+        counts = [1, 1, 1, 2, 2, 4] + ([8] if gpu_class in ("high", "standard") else [])
+        workloads: list[Workload] = []
+        pods = 0
+        while pods < pods_per_class:
+            # a single Pod is one Pod, the others 2 to 6: about as many Pods of each kind
+            kind: Kind = rng.choice(("single", "single", "single", "single", "deployment", "job"))
+            name = f"{strategy[:4]}-{len(workloads)}"
+            cpu = rng.choice([500, 1000, 2000, 4000])
+            if kind == "single":
+                w = Workload(name, gpu_class, rng.choice(counts), cpu)
+            elif kind == "deployment":
+                w = Workload(name, gpu_class, rng.choice(counts[:-1]), cpu, kind, rng.randint(2, 5))
+            else:
+                w = Workload(name, gpu_class, rng.choice(counts[:-1]), cpu, kind, rng.randint(3, 6),
+                             indexed=rng.random() < 0.5)
+            workloads.append(w)
+            pods += w.pods
+        streams[strategy] = workloads
+    return streams
+
+
+# --- judging ----------------------------------------------------------------------
+
+@dataclass
+class NodeState:
+    name: str
+    gpu_type: str | None
+    gpus: int
+    free_gpus: int
+    free_cpu_millis: int
+    free_memory_mib: int
+
+    def holds(self, w: Workload) -> bool:
+        return (self.free_gpus >= w.gpus and self.free_cpu_millis >= w.cpu_millis
+                and self.free_memory_mib >= POD_MEMORY_MIB)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One Pod of a stream: where it was bound (None: found Pending), in bind order."""
+    pod: str
+    workload: Workload
+    node: str | None
+    types: tuple[str, ...]  # gpu-class.io/types, as the webhook wrote it
+    group: str = ""  # Pods created together: one workload's, or a burst's
+    added: float = 0.0  # monotonic times of its ADDED event and of the event that showed it bound,
+    bound: float | None = None  # as one watch saw them
+    refused: bool = False  # at admission: never made
+
+    @property
+    def seconds_to_bind(self) -> float | None:
+        return None if self.bound is None else self.bound - self.added
+
+
+@dataclass
+class Verdicts:
+    placed: int = 0
+    right: int = 0
+    packed: int = 0  # performance and cost: right binds on a fullest node of the best type
+    wrongly_pending: int = 0
+    rightly_pending: int = 0
+    refused: int = 0  # refused at admission because the webhook did not answer in time
+    seconds_to_bind: list[float] = field(default_factory=list)
+    wrong: list[str] = field(default_factory=list)
+
+
+def judge(strategy: str, start: Mapping[str, NodeState], outcomes: Sequence[Outcome],
+          score: Mapping[str, float]) -> dict[Kind, Verdicts]:
+    """Replay the binds from the cluster's state before the stream (`start`); verdicts by kind.
+
+    `score`: the catalog's score of each type (faster is higher). kube-scheduler decides one Pod
+    after another but binds each asynchronously, so a watch can show the Pods it decided in a row
+    (a Deployment's replicas, a burst) bound in another order. Such a run of binds of one group is
+    replayed in an order in which each Pod took a node the strategy promised, as far as there is
+    one: at each step the first Pod in watch order whose node is the profile's choice (promised,
+    and packed for `performance` and `cost`), else the first whose node is promised, else the first
+    Pod left (which is wrong).
+    """
+    nodes = {name: dataclasses.replace(n) for name, n in start.items()}
+    verdicts: dict[Kind, Verdicts] = {k: Verdicts() for k in KINDS}
+    for run in _runs(outcomes):
+        if run[0].refused:
+            verdicts[run[0].workload.kind].refused += 1
+            continue
+        if run[0].node is None:
+            o = run[0]
+            fitting = [n for n in nodes.values() if n.gpu_type in o.types and n.holds(o.workload)]
+            v = verdicts[o.workload.kind]
+            if fitting:
+                v.wrongly_pending += 1
+                v.wrong.append(f"{o.pod} Pending while {fitting[0].name} could hold it")
+            else:
+                v.rightly_pending += 1
+            continue
+        left = list(run)
+        while left:
+            # (right, and packed as well) per kind of Pod in the run, in the state before this bind
+            choices: dict[tuple[tuple[str, ...], Workload], tuple[list[NodeState], list[NodeState]]] = {}
+            for x in left:
+                if (x.types, x.workload) not in choices:
+                    choices[(x.types, x.workload)] = _choices(strategy, nodes, x, score)
+            o = next((x for i in (1, 0) for x in left if nodes[x.node or ""] in choices[(x.types, x.workload)][i]),
+                     left[0])
+            left.remove(o)
+            right, packed = choices[(o.types, o.workload)]
+            v = verdicts[o.workload.kind]
+            v.placed += 1
+            if o.seconds_to_bind is not None:
+                v.seconds_to_bind.append(o.seconds_to_bind)
+            chosen = nodes[o.node or ""]
+            if chosen in right:
+                v.right += 1
+                v.packed += strategy in ("performance", "cost") and chosen in packed
+            else:
+                v.wrong.append(f"{o.pod} ({o.workload.gpus} GPUs) on {o.node} ({chosen.gpu_type})")
+            chosen.free_gpus -= o.workload.gpus
+            chosen.free_cpu_millis -= o.workload.cpu_millis
+            chosen.free_memory_mib -= POD_MEMORY_MIB
+    return verdicts
+
+
+def _choices(strategy: str, nodes: Mapping[str, NodeState], o: Outcome,
+             score: Mapping[str, float]) -> tuple[list[NodeState], list[NodeState]]:
+    """The nodes the strategy promised the Pod now, and those of them its profile prefers: for
+    `performance` and `cost`, the ones with the largest share of GPUs in use once it is placed."""
+    fitting = [n for n in nodes.values() if n.gpu_type in o.types and n.holds(o.workload)]
+    right = promised(strategy, fitting, o.workload, score)
+    return right, promised("binpack", right, o.workload, score) if strategy in ("performance", "cost") else right
+
+
+def _runs(outcomes: Sequence[Outcome]) -> list[list[Outcome]]:
+    """Consecutive binds of one group together; each Pending Pod alone."""
+    runs: list[list[Outcome]] = []
+    for o in outcomes:
+        if o.node is not None and runs and runs[-1][0].node is not None and runs[-1][0].group == o.group:
+            runs[-1].append(o)
+        else:
+            runs.append([o])
+    return runs
+
+
+def promised(strategy: str, fitting: Sequence[NodeState], w: Workload, score: Mapping[str, float]) -> list[NodeState]:
+    """The nodes the strategy allows at this moment (every one of them equally right)."""
+    if not fitting:
+        return []
+    if strategy in ("performance", "cost"):
+        pick = max if strategy == "performance" else min
+        best = pick(score[n.gpu_type] for n in fitting if n.gpu_type)
+        return [n for n in fitting if n.gpu_type and score[n.gpu_type] == best]
+    in_use = strategy == "binpack"
+    best_share = max(share_score(n, w, in_use=in_use) for n in fitting)
+    return [n for n in fitting if share_score(n, w, in_use=in_use) == best_share]
+
+
+def share_score(n: NodeState, w: Workload, *, in_use: bool) -> int:
+    """NodeResourcesFit's MostAllocated (in_use) or LeastAllocated score once the Pod is placed."""
+    used_after = n.gpus - n.free_gpus + w.gpus
+    return (used_after if in_use else n.gpus - used_after) * 100 // n.gpus
+
+
+def utilisation_spread(start: Mapping[str, NodeState], outcomes: Sequence[Outcome], types: Sequence[str]) -> float:
+    """max - min over the given types of the share of their GPUs in use at the end."""
+    total: dict[str, int] = defaultdict(int)
+    used: dict[str, int] = defaultdict(int)
+    for n in start.values():
+        if n.gpu_type is not None and n.gpu_type in types:
+            total[n.gpu_type] += n.gpus
+            used[n.gpu_type] += n.gpus - n.free_gpus
+    for o in outcomes:
+        t = start[o.node].gpu_type if o.node is not None and o.node in start else None
+        if t is not None:
+            used[t] += o.workload.gpus
+    shares = [used[t] / total[t] for t in total if total[t]]
+    return max(shares) - min(shares) if shares else 0.0
+
+
+def merge(verdicts: Sequence[Verdicts]) -> Verdicts:
+    """The verdicts of several streams or kinds together."""
+    out = Verdicts()
+    for v in verdicts:
+        out.placed += v.placed
+        out.right += v.right
+        out.packed += v.packed
+        out.wrongly_pending += v.wrongly_pending
+        out.rightly_pending += v.rightly_pending
+        out.refused += v.refused
+        out.seconds_to_bind += v.seconds_to_bind
+        out.wrong += v.wrong
+    return out
+
+
+def pods_per_second(outcomes: Sequence[Outcome]) -> float:
+    """Pods bound per second, from the first Pod added to the last one bound."""
+    bound = [o.bound for o in outcomes if o.bound is not None]
+    if not bound:
+        return 0.0
+    span = max(bound) - min(o.added for o in outcomes if not o.refused)
+    return len(bound) / span if span > 0 else 0.0

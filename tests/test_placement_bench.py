@@ -1,0 +1,190 @@
+"""The placement benchmark's judge and fleet (bench/placement_model.py): what counts as right, Pending, a mix."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Sequence
+
+import pytest
+
+from bench.placement_cluster import cpu_millis, memory_mib, read_scheduler_times
+from bench.placement_model import (
+    BEST_NODES, NodeState, Outcome, Verdicts, Workload, judge, make_fleet, make_streams, merge, pods_per_second,
+    utilisation_spread,
+)
+
+SCORE = {"H100": 756.0, "L40S": 362.0, "A100": 312.0, "T4": 65.0}
+ONE = Workload("w", "high", 1, 500)
+JOB = Workload("j", "high", 1, 500, "job", 3)
+
+
+def node(name: str, gpu_type: str, gpus: int, free: int | None = None, cpu: int = 64_000) -> NodeState:
+    return NodeState(name, gpu_type, gpus, gpus if free is None else free, cpu, 512 * 1024)
+
+
+def bound(pod: str, node_name: str, w: Workload = ONE, types: Sequence[str] = ("H100", "L40S", "A100", "T4"),
+          group: str | None = None) -> Outcome:
+    return Outcome(pod, w, node_name, tuple(types), w.name if group is None else group, added=1.0, bound=1.25)
+
+
+def pending(pod: str, w: Workload = ONE, types: Sequence[str] = ("H100", "L40S", "A100", "T4")) -> Outcome:
+    return Outcome(pod, w, None, tuple(types), w.name, added=1.0)
+
+
+CLUSTER = {n.name: n for n in (node("h100-a", "H100", 8, free=2), node("h100-b", "H100", 8),
+                               node("l40s-a", "L40S", 4), node("a100-a", "A100", 8, free=6), node("t4-a", "T4", 4))}
+
+
+def tally(v: Verdicts) -> tuple[int, int, int, int, int]:
+    return v.placed, v.right, v.packed, v.wrongly_pending, v.rightly_pending
+
+
+@pytest.mark.parametrize("strategy, outcomes, expected", [
+    pytest.param("performance", [bound("p", "h100-a")], (1, 1, 1, 0, 0), id="performance-fullest-best-type-packed"),
+    pytest.param("performance", [bound("p", "h100-b")], (1, 1, 0, 0, 0), id="performance-best-type-not-packed"),
+    pytest.param("performance", [bound("p", "l40s-a")], (1, 0, 0, 0, 0), id="performance-second-type-wrong"),
+    pytest.param("performance", [bound("p", "l40s-a", types=("L40S", "T4"))], (1, 1, 1, 0, 0),
+                 id="performance-best-of-its-allowed-types"),
+    pytest.param("performance", [bound("p", "l40s-a", Workload("w", "high", 8, 500))], (1, 0, 0, 0, 0),
+                 id="eight-gpus-fit-the-empty-h100-only"),
+    pytest.param("cost", [bound("p", "t4-a")], (1, 1, 1, 0, 0), id="cost-slowest-type"),
+    pytest.param("cost", [bound("p", "a100-a")], (1, 0, 0, 0, 0), id="cost-faster-type-wrong"),
+    # shares once placed: h100-a 7/8 used (87), a100-a 3/8 (37), h100-b 1/8 (12), l40s 1/4 (25), t4 1/4 (25)
+    pytest.param("binpack", [bound("p", "h100-a")], (1, 1, 0, 0, 0), id="binpack-fullest-share"),
+    pytest.param("binpack", [bound("p", "a100-a")], (1, 0, 0, 0, 0), id="binpack-less-full-wrong"),
+    pytest.param("balanced", [bound("p", "h100-b")], (1, 1, 0, 0, 0), id="balanced-emptiest-share"),
+    pytest.param("balanced", [bound("p", "l40s-a")], (1, 0, 0, 0, 0), id="balanced-fewer-free-share-wrong"),
+    pytest.param("performance", [pending("p")], (0, 0, 0, 1, 0), id="pending-while-room-is-wrong"),
+    pytest.param("performance", [pending("p", Workload("w", "high", 16, 500))], (0, 0, 0, 0, 1),
+                 id="pending-with-no-room-is-right"),
+    pytest.param("performance", [pending("p", types=("H200",))], (0, 0, 0, 0, 1), id="pending-no-allowed-node"),
+    # the second Pod sees the first one's GPUs taken: h100-a has 1 left after 1, none after 2
+    pytest.param("performance", [bound("a", "h100-a", Workload("w", "high", 2, 500)),
+                                 bound("b", "h100-b", Workload("v", "high", 1, 500))], (2, 2, 2, 0, 0),
+                 id="binds-replayed-in-order"),
+    pytest.param("performance", [bound("a", "h100-a", Workload("w", "high", 2, 500)),
+                                 pending("b", Workload("v", "high", 8, 500))], (1, 1, 1, 1, 0),
+                 id="pending-judged-after-the-binds-before-it"),
+])
+def test_judge(strategy: str, outcomes: list[Outcome], expected: tuple[int, ...]) -> None:
+    assert tally(merge(list(judge(strategy, CLUSTER, outcomes, SCORE).values()))) == expected
+
+
+def test_refused_pods_are_counted_apart() -> None:
+    refused = Outcome("r", ONE, None, (), refused=True)
+    v = merge(list(judge("performance", CLUSTER, [refused, bound("p", "h100-a")], SCORE).values()))
+    assert (tally(v), v.refused) == ((1, 1, 1, 0, 0), 1)
+
+
+def test_judge_leaves_the_starting_state_alone() -> None:
+    judge("binpack", CLUSTER, [bound("a", "h100-a"), bound("b", "h100-a")], SCORE)
+    assert CLUSTER["h100-a"].free_gpus == 2
+
+
+def test_cpu_counts_as_room() -> None:
+    cluster = {"h100": node("h100", "H100", 8, cpu=1000), "l40s": node("l40s", "L40S", 4)}
+    w = Workload("w", "high", 1, 2000)
+    assert tally(merge(list(judge("performance", cluster, [bound("p", "l40s", w)], SCORE).values()))) == (1, 1, 1, 0, 0)
+
+
+@pytest.mark.parametrize("group, expected_right", [
+    pytest.param("j", 3, id="one-group-in-an-order-that-fits"),
+    pytest.param(None, 2, id="separate-groups-in-watch-order"),
+])
+def test_alike_pods_bound_out_of_order(group: str | None, expected_right: int) -> None:
+    # balanced: the scheduler put the 1st on h100-b (the emptiest), then the 2nd and 3rd on the next
+    # emptiest; the watch showed the 2nd's bind first. In one group, the order that fits is found.
+    cluster = {"h100-b": node("h100-b", "H100", 8), "a100-a": node("a100-a", "A100", 8, free=7),
+               "a100-b": node("a100-b", "A100", 8, free=7)}
+    outcomes = [bound("j-1", "a100-a", JOB, group=group or "j-1"), bound("j-0", "h100-b", JOB, group=group or "j-0"),
+                bound("j-2", "a100-b", JOB, group=group or "j-2")]
+    assert judge("balanced", cluster, outcomes, SCORE)["job"].right == expected_right
+
+
+def test_alike_pods_out_of_order_are_judged_packed_where_an_order_allows() -> None:
+    # performance: the scheduler filled h100-a (1 free) with the 1st Pod, then packed the 2nd onto
+    # h100-b; the watch showed the 2nd's bind first
+    cluster = {"h100-a": node("h100-a", "H100", 8, free=1), "h100-b": node("h100-b", "H100", 8, free=4)}
+    outcomes = [bound("j-1", "h100-b", JOB), bound("j-0", "h100-a", JOB)]
+    v = judge("performance", cluster, outcomes, SCORE)["job"]
+    assert (v.right, v.packed) == (2, 2)
+
+
+def test_verdicts_by_kind() -> None:
+    deployment = Workload("d", "high", 1, 500, "deployment", 2)
+    verdicts = judge("performance", CLUSTER, [bound("s", "h100-a"), bound("d-0", "l40s-a", deployment)], SCORE)
+    assert (tally(verdicts["single"]), tally(verdicts["deployment"]), tally(verdicts["job"])) == (
+        (1, 1, 1, 0, 0), (1, 0, 0, 0, 0), (0, 0, 0, 0, 0))
+    assert verdicts["deployment"].wrong == ["d-0 (1 GPUs) on l40s-a (L40S)"]
+    assert verdicts["single"].seconds_to_bind == [0.25]
+
+
+def test_utilisation_spread() -> None:
+    # H100 10 of 16 used after the Pod; A100 2 of 8
+    outcomes = [bound("p", "h100-a", Workload("w", "high", 4, 500))]
+    assert utilisation_spread(CLUSTER, outcomes, ["H100", "A100"]) == pytest.approx(10 / 16 - 2 / 8)
+
+
+def test_pods_per_second() -> None:
+    outcomes = [Outcome("a", ONE, "n", (), "", added=10.0, bound=10.5),
+                Outcome("b", ONE, "n", (), "", added=10.1, bound=12.0), Outcome("c", ONE, None, (), "", added=10.2),
+                Outcome("refused", ONE, None, (), refused=True)]
+    assert pods_per_second(outcomes) == pytest.approx(2 / 2.0)
+
+
+def test_every_fleet_holds_the_smaller_ones_and_the_same_best_nodes() -> None:
+    small, large = make_fleet(100), make_fleet(1000)
+    assert large[:100] == small
+    assert len({n.name for n in large}) == 1000
+    assert Counter(n.product for n in large[:len(BEST_NODES)]) == {"NVIDIA-H100-80GB-HBM3": 3, "Tesla-T4": 3}
+    assert all(n.product not in ("NVIDIA-H100-80GB-HBM3", "Tesla-T4") for n in large[len(BEST_NODES):])
+
+
+def test_fleet_mix() -> None:
+    fleet = make_fleet(1000)
+    gpu = [n for n in fleet if n.gpus]
+    assert 0.4 < len(gpu) / len(fleet) < 0.5  # most nodes CPU-only
+    assert sum(n.tainted for n in gpu) / len(gpu) > 0.6  # most GPU nodes tainted
+    assert {n.gpus for n in gpu} == {1, 2, 4, 8}
+    assert all(n.filled_cpu_millis >= n.cpu_millis // 2 for n in fleet[:len(BEST_NODES)])
+
+
+def test_streams_mix_every_kind_and_fill_the_best_type() -> None:
+    streams = make_streams()
+    assert set(streams) == {"performance", "cost", "balanced", "binpack"}
+    for workloads in streams.values():
+        assert {w.kind for w in workloads} == {"single", "deployment", "job"}
+        assert all(3 <= w.pods <= 6 for w in workloads if w.kind == "job")
+        assert all(2 <= w.pods <= 5 for w in workloads if w.kind == "deployment")
+    jobs = [w for workloads in streams.values() for w in workloads if w.kind == "job"]
+    assert {w.indexed for w in jobs} == {True, False}
+    # more GPUs than the 3 H100 nodes (24) and the 3 T4 nodes (12) hold
+    assert sum(w.gpus * w.pods for w in streams["performance"]) > 24
+    assert sum(w.gpus * w.pods for w in streams["cost"]) > 12
+
+
+@pytest.mark.parametrize("quantity, millis", [("500m", 500), ("2", 2000), ("1.5", 1500), (None, 0)])
+def test_cpu_millis(quantity: str | None, millis: int) -> None:
+    assert cpu_millis(quantity) == millis
+
+
+@pytest.mark.parametrize("quantity, mib", [("4Gi", 4096), ("512Mi", 512), ("2048Ki", 2), ("1Ti", 1024 * 1024),
+                                            (str(3 * 1024 * 1024), 3), (None, 0)])
+def test_memory_mib(quantity: str | None, mib: int) -> None:
+    assert memory_mib(quantity) == mib
+
+
+def test_scheduler_times_add_up_the_profiles() -> None:
+    text = "\n".join([
+        '# TYPE scheduler_scheduling_attempt_duration_seconds histogram',
+        'scheduler_scheduling_attempt_duration_seconds_bucket{profile="a",result="scheduled",le="0.1"} 2',
+        'scheduler_scheduling_attempt_duration_seconds_sum{profile="a",result="scheduled"} 0.5',
+        'scheduler_scheduling_attempt_duration_seconds_count{profile="a",result="scheduled"} 3',
+        'scheduler_scheduling_attempt_duration_seconds_sum{profile="a-binpack",result="unschedulable"} 0.25',
+        'scheduler_scheduling_attempt_duration_seconds_count{profile="a-binpack",result="unschedulable"} 1',
+        'scheduler_framework_extension_point_duration_seconds_sum{extension_point="Filter",profile="a",status="Success"} 0.125',
+        'scheduler_framework_extension_point_duration_seconds_sum{extension_point="Score",profile="a",status="Success"} 0.0625',
+        'scheduler_framework_extension_point_duration_seconds_sum{extension_point="Bind",profile="a",status="Success"} 9',
+    ])
+    assert read_scheduler_times(text) == {"attempt sum": 0.75, "attempt count": 4, "Filter sum": 0.125,
+                                          "Score sum": 0.0625}
