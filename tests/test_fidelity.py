@@ -43,6 +43,7 @@ class Case:
     better: str = ""
     groups: dict[str, GroupName] = field(default_factory=dict)
     synced: bool = True
+    counted: int = 0  # devices of the Pod the inventory already holds on its node (a DRA claim seen first)
 
 
 PERF = ("H100", "A100")
@@ -85,6 +86,15 @@ CASES = [
     Case("balanced-broken-on-a-fuller-node", pod("balanced", ("A100", "T4")), "a100-b",
          [make_node("a100-a", A100), make_node("a100-b", A100)], {"a100-b": 4},
          expected=("broken", "A100"), better="a node of A100 would have had 87% of its GPUs free, this one 37%"),
+    # a DRA node: the scheduler's claim for the Pod, allocated before the bind, is in the view; given
+    # back, l4-a had 1 GPU in use (50% once placed) against l4-b's 2 (75%)
+    Case("binpack-the-pods-own-claim-seen-before-the-bind", pod("packed", ("L4",)), "l4-a",
+         [make_node("l4-a", L4, gpus=4), make_node("l4-b", L4, gpus=4)], {"l4-a": 2, "l4-b": 2}, counted=1,
+         expected=("broken", "L4"), better="a node of L4 would have had 75% of its GPUs in use, this one 50%"),
+    Case("balanced-the-pods-own-claim-seen-before-the-bind", pod("balanced", ("A100",)), "a100-a",
+         [make_node("a100-a", A100), make_node("a100-b", A100)], {"a100-a": 1}, counted=1, expected=("best", "A100")),
+    Case("performance-the-pods-own-claim-seen-before-the-bind", pod("high", PERF), "h100",
+         [make_node("h100", H100), make_node("a100", A100)], {"h100": 8}, counted=1, expected=("best", "H100")),
     # the group runs on A100: H100 with room is not room for a Pod of the group
     Case("group-following-its-type-is-no-broken-promise", pod("high", PERF, group=("ml", "g")), "a100-b",
          [make_node("h100", H100), make_node("a100-a", A100), make_node("a100-b", A100)], {"a100-a": 1},
@@ -103,7 +113,7 @@ CASES = [
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_judge_bind(case: Case) -> None:
     verdict = judge_bind(case.pod, case.node, snapshot_of(case.nodes, case.used, case.groups, synced=case.synced),
-                         CATALOG)
+                         CATALOG, counted=case.counted)
     if case.expected is None:
         assert verdict is None
         return

@@ -29,7 +29,7 @@ from typing import Literal, get_args
 from .catalog import Catalog
 from .extender import PodNeeds, ordering_for, pod_offer, share_after, type_order
 from .groups import GroupScope, runs_on
-from .inventory import ProductGroup, Snapshot, UnboundGpuPod
+from .inventory import Offer, ProductGroup, Snapshot, UnboundGpuPod
 
 PlacementOutcome = Literal["best", "fallback", "broken"]
 PLACEMENT_OUTCOMES: tuple[PlacementOutcome, ...] = get_args(PlacementOutcome)
@@ -45,8 +45,13 @@ class BindVerdict:
     better: str = ""  # broken: what had room and would have been better, in words
 
 
-def judge_bind(pod: UnboundGpuPod, node: str, before: Snapshot, catalog: Catalog) -> BindVerdict | None:
+def judge_bind(pod: UnboundGpuPod, node: str, before: Snapshot, catalog: Catalog, *,
+               counted: int = 0) -> BindVerdict | None:
     """The verdict on `pod` bound to `node`, in `before`: the inventory just before the bind.
+
+    `counted`: devices of this Pod that `before` already holds on `node`. On a DRA node the scheduler
+    allocates the Pod's claim before it binds, and the claims' watch may deliver that first; they are
+    given back, so the node is judged as the scheduler saw it.
 
     None for a Pod gpu-class did not place, of a class the catalog does not have, bound to a node that
     offers none of its types (a node the inventory does not know, or whose labels changed), or bound
@@ -64,8 +69,11 @@ def judge_bind(pod: UnboundGpuPod, node: str, before: Snapshot, catalog: Catalog
     ordering = ordering_for(needs, catalog)
     if ordering in ("binpack", "balanced"):
         in_use = ordering == "binpack"
-        own = share_after(offer.allocatable, before.free(node, offer), pod.devices, in_use=in_use)
-        best = max(((share_after(a, f, pod.devices, in_use=in_use), t) for t, g in _groups(needs, before, scope)
+        seen = before.free(node, offer)
+        free = min(seen + max(counted, 0), offer.allocatable)
+        groups = [(t, _given_back(g, offer, seen, free)) for t, g in _groups(needs, before, scope)]
+        own = share_after(offer.allocatable, free, pod.devices, in_use=in_use)
+        best = max(((share_after(a, f, pod.devices, in_use=in_use), t) for t, g in groups
                     for a, f, _ in g.room if f >= pod.devices), default=None)
         if best is None or own >= best[0]:
             return BindVerdict(gpu_class.name, "best", offer.type_name)
@@ -84,6 +92,16 @@ def _scope(pod: UnboundGpuPod, before: Snapshot) -> GroupScope | None:
     """Where a Pod of a running group may go: its group's products (the scheduler's Pod affinity)."""
     running = runs_on(before, pod.group, pod.resource) if pod.group is not None else None
     return None if running is None else GroupScope(running.label_key, frozenset(running.products))
+
+
+def _given_back(group: ProductGroup, offer: Offer, seen: int, free: int) -> ProductGroup:
+    """The group with the bound node's free devices as the scheduler saw them, where it counts the node."""
+    if free == seen or (group.type_name, group.label_key, group.product) != (offer.type_name, offer.label_key,
+                                                                             offer.value):
+        return group
+    if not any((a, f) == (offer.allocatable, seen) for a, f, _ in group.room):
+        return group  # the node is not usable (not ready, cordoned): not counted in the group's room
+    return group.moved(offer.allocatable, seen, free)
 
 
 def _groups(needs: PodNeeds, snapshot: Snapshot, scope: GroupScope | None) -> list[tuple[str, ProductGroup]]:
