@@ -47,10 +47,10 @@ class TimedMetrics(InventoryMetrics):
         self.judge = judge
         self.judgment_seconds: list[float] = []
 
-    def bound(self, pod: UnboundGpuPod, node: str, before: Snapshot) -> None:
+    def bound(self, pod: UnboundGpuPod, node: str, before: Snapshot, counted: int) -> None:
         if self.judge:
             started = time.thread_time()
-            super().bound(pod, node, before)
+            super().bound(pod, node, before, counted)
             self.judgment_seconds.append(time.thread_time() - started)
 
 

@@ -285,7 +285,7 @@ class Binds(NoObserver):
     def __init__(self) -> None:
         self.seen: list[tuple[str, str, bool, int]] = []  # (Pod, node, still unbound before, GPUs held there before)
 
-    def bound(self, pod: UnboundGpuPod, node: str, before: Snapshot) -> None:
+    def bound(self, pod: UnboundGpuPod, node: str, before: Snapshot, counted: int) -> None:
         self.seen.append((pod.name, node, pod.uid in (before.unbound_pods or {}),
                           before.requested.get((node, "nvidia.com/gpu"), 0)))
 

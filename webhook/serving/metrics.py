@@ -206,8 +206,8 @@ class BindCounting:
         return True
 
 
-def observe_bind(pod: UnboundGpuPod, node: str, before: Snapshot, catalog: Catalog) -> None:
-    verdict = judge_bind(pod, node, before, catalog)
+def observe_bind(pod: UnboundGpuPod, node: str, before: Snapshot, catalog: Catalog, counted: int = 0) -> None:
+    verdict = judge_bind(pod, node, before, catalog, counted=counted)
     if verdict is None:
         return
     _child(PLACEMENTS, verdict.class_name, verdict.outcome).inc()
@@ -246,9 +246,9 @@ class InventoryMetrics:
                 for outcome in PLACEMENT_OUTCOMES:
                     _child(PLACEMENTS, class_name, outcome)
 
-    def bound(self, pod: UnboundGpuPod, node: str, before: Snapshot) -> None:
+    def bound(self, pod: UnboundGpuPod, node: str, before: Snapshot, counted: int) -> None:
         if self.counting.mine():
-            observe_bind(pod, node, before, self.catalog)
+            observe_bind(pod, node, before, self.catalog, counted)
 
     def restarted(self, resource: str, reason: str) -> None:
         observe_watch_restart(resource, reason)
