@@ -721,8 +721,12 @@ class InventoryState:
         """Keep the Pod of `uid` as known unbound, or (None: bound, finished, deleted) forget it."""
         if self.unbound_pods.get(uid) == pod:
             return False
-        others = {k: v for k, v in self.unbound_pods.items() if k != uid}  # copy on write, as for nodes
-        self.unbound_pods = others if pod is None else {**others, uid: pod}
+        pods = dict(self.unbound_pods)  # copy on write, as for nodes
+        if pod is None:
+            pods.pop(uid, None)
+        else:
+            pods[uid] = pod
+        self.unbound_pods = pods
         return True
 
     def replace_unbound_pods(self, pods: Iterable[UnboundGpuPod]) -> None:
@@ -767,8 +771,11 @@ class InventoryState:
         old = {(name, r): self.requested[(name, r)] for r in self.catalog.resources if (name, r) in self.requested}
         if held == old:
             return False
-        # copy on write, as for nodes
-        self.requested = {**{k: v for k, v in self.requested.items() if k not in old}, **held}
+        requested = dict(self.requested)  # copy on write, as for nodes; dict() copies at C speed: thousands of nodes
+        for key in old:
+            del requested[key]
+        requested.update(held)
+        self.requested = requested
         return True
 
     def _recount_requested(self) -> None:
