@@ -1,7 +1,8 @@
 """`python -m bench`: run the benchmark suite (options: `python -m bench --help`).
 
 `python -m bench apiserver`, `python -m bench placement`, `python -m bench groups` and `python -m bench dra`
-measure on the real control plane instead (bench/apiserver.py, bench/placement.py, bench/groups.py, bench/dra.py).
+measure on the real control plane instead (bench/apiserver.py, bench/placement.py, bench/groups.py, bench/dra.py);
+`python -m bench binds` times the watch's judgment of binds in-process (bench/binds.py).
 """
 
 import sys
@@ -14,6 +15,10 @@ if sys.argv[1:2] == ["placement"]:
     from bench.placement import main as placement_main
 
     sys.exit(placement_main(sys.argv[2:]))
+if sys.argv[1:2] == ["binds"]:
+    from bench.binds import main as binds_main
+
+    sys.exit(binds_main(sys.argv[2:]))
 if sys.argv[1:2] == ["groups"]:
     from bench.groups import main as groups_main
 

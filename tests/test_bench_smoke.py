@@ -91,3 +91,14 @@ def test_servers_and_load_ran_on_cpus_of_their_own(results: dict[str, Any]) -> N
     server, load = results["cores_used"]["server"], results["cores_used"]["load"]
     assert server and load and not set(server) & set(load) and sorted(server + load) == cpus
     assert f"Servers run on CPU {','.join(map(str, server))}" in results["markdown"]
+
+
+def test_bench_binds_times_the_judgment_of_every_bind(tmp_path: Path) -> None:
+    output = tmp_path / "RESULTS.md"
+    run = subprocess.run([sys.executable, "-m", "bench", "binds", "--nodes", "20", "--binds", "30", "--rounds", "1",
+                          "--output", str(output)], cwd=REPO_ROOT, capture_output=True, text=True, timeout=180)
+    assert run.returncode == 0, run.stderr[-3000:]
+    rows = [line.split(" | ") for line in output.read_text().splitlines() if line.startswith("| 20 |")]
+    # (judged, bind events): every bind event handled in both arms; judgment timed in the judged arm only
+    assert [(r[1], r[2]) for r in rows] == [("no", "30"), ("yes", "30")]
+    assert rows[0][5] == "-" and float(rows[1][5].replace(",", "")) > 0

@@ -83,7 +83,8 @@ def test_inventory_figures_are_what_the_cluster_holds(kubeconfig: Path, capsys: 
     assert report["unknownProducts"] == [{"labelKey": "nvidia.com/gpu.product", "product": "NVIDIA-GeForce-RTX-5090",
                                           "nodes": 1}]
     high = next(c for c in report["classes"] if c["name"] == "high")
-    assert high == {"name": "high", "strategy": "performance", "types": ["H100"], "maxGpusPerPod": 4}
+    # waiting and too-big: placed, no node holds them; not the Pods bound (finished or not) or finished
+    assert high == {"name": "high", "strategy": "performance", "types": ["H100"], "maxGpusPerPod": 4, "pending": 2}
 
 
 def test_inventory_reads_the_cluster_once_and_never_watches(api: FakeApiServer, kubeconfig: Path,

@@ -22,8 +22,9 @@ from builders import (
 from fakeapi import FakeApiServer
 from test_watch import eventually
 from webhook.cluster import watch
-from webhook.cluster.watch import LiveInventory
+from webhook.cluster.watch import LiveInventory, NoObserver
 from webhook.core.catalog import load_default_catalog
+from webhook.core.inventory import Snapshot, UnboundGpuPod
 from webhook.core.planner import plan
 
 CATALOG = load_default_catalog()
@@ -128,6 +129,51 @@ def test_slices_and_claims_reach_the_next_decision(dra_api: FakeApiServer) -> No
         dra_api.delete("ResourceSlice", "dra-1-gpu.nvidia.com")
         eventually(lambda: inv.snapshot().dra.problems == (), what="slice deleted")
         assert dra_api.server_errors == []
+    finally:
+        inv.stop()
+
+
+class Binds(NoObserver):
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, int, int]] = []  # (Pod, GPUs in use on its node before, of them its own)
+
+    def bound(self, pod: UnboundGpuPod, node: str, before: Snapshot, counted: int) -> None:
+        self.seen.append((pod.name, before.requested.get((node, "nvidia.com/gpu"), 0), counted))
+
+
+def placed(name: str, node: str | None = None, claim: str | None = None) -> dict[str, Any]:
+    """A 1-GPU Pod gpu-class placed; bound to `node` as kube-scheduler leaves it on DRA devices: the
+    name of the claim it made for the Pod in the Pod's status."""
+    pod = make_pod({"gpu-class.io/class": "high", "gpu-class.io/types": "H100"}, name=name, gpu_limit="1")
+    pod["status"] = {"phase": "Pending"}
+    if node is not None:
+        pod["spec"]["nodeName"] = node
+    if claim is not None:
+        pod["status"]["extendedResourceClaimStatus"] = {"resourceClaimName": claim, "requestMappings": [
+            {"containerName": "main", "resourceName": "nvidia.com/gpu", "requestName": "container-0-request-0"}]}
+    return pod
+
+
+def test_a_bind_says_which_devices_in_use_are_the_pods_own_claim(dra_api: FakeApiServer) -> None:
+    """kube-scheduler allocates the claim for a Pod's extended resource before it binds the Pod, and the
+    claims' watch can deliver it first: the bind says so, and the judgment gives them back."""
+    dra_api.create(make_bare_node("dra-1"))
+    dra_api.create(make_slice("dra-1", nvidia_gpus(4)))
+    dra_api.create(make_claim("other", [(NVIDIA_DRIVER, "dra-1", "gpu-3")]))
+    binds = Binds()
+    inv = start(dra_api, watch_pods=True, observer=binds)
+    try:
+        dra_api.create(placed("first"))
+        dra_api.create(placed("second"))
+        eventually(lambda: len(inv.snapshot().unbound_pods or {}) == 2, what="the Pods known unbound")
+        dra_api.create(make_claim("first-extended-resources-x", [(NVIDIA_DRIVER, "dra-1", "gpu-0")]))
+        eventually(lambda: inv.snapshot().requested.get(("dra-1", "nvidia.com/gpu")) == 2, what="its claim seen")
+        dra_api.update(placed("first", "dra-1", "first-extended-resources-x"))
+        eventually(lambda: len(binds.seen) == 1, what="the first bind")
+        # the second's claim is not seen before its bind: nothing of its own to give back
+        dra_api.update(placed("second", "dra-1", "second-extended-resources-y"))
+        eventually(lambda: len(binds.seen) == 2, what="the second bind")
+        assert binds.seen == [("first", 2, 1), ("second", 2, 0)]
     finally:
         inv.stop()
 

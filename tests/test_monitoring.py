@@ -33,7 +33,8 @@ SUFFIXES = {"counter": ("_total",), "gauge": ("",), "histogram": ("_bucket", "_c
 PROMQL_WORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "bool", "and", "or", "unless",
                 "offset", "inf", "nan"}
 EXPECTED_ALERTS = {"GpuClassNoReplicaUp", "GpuClassAdmissionErrors", "GpuClassRefusalsRising",
-                   "GpuClassInventoryStale", "GpuClassCertificateExpiringSoon", "GpuClassWatchRestarting"}
+                   "GpuClassInventoryStale", "GpuClassCertificateExpiringSoon", "GpuClassWatchRestarting",
+                   "GpuClassBrokenPromises", "GpuClassPodsPendingLong"}
 
 
 def promtool_path() -> Path:

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from builders import CATALOG_NODES, TEST_CATALOG_YAML, make_namespace, make_node, make_pod, make_review
+from builders import CATALOG_NODES, TEST_CATALOG_YAML, make_catalog, make_namespace, make_node, make_pod, make_review
 from fakeapi import FakeApiServer
 from servers import Server, running_server, write_certs, write_objects
 
@@ -96,7 +96,9 @@ def series(samples: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: 
     order = {"gpu_class_admission_requests_total": ("outcome", "class"),
              "gpu_class_admission_preferred_type_total": ("class", "type"),
              "gpu_class_watch_restarts_total": ("resource", "reason"),
-             "gpu_class_group_pods_total": ("outcome",)}[name]
+             "gpu_class_group_pods_total": ("outcome",),
+             "gpu_class_placements_total": ("class", "outcome"),
+             "gpu_class_pending_pods": ("class", "longer_than")}[name]
     return {tuple(dict(labels)[k] for k in order): v for (n, labels), v in samples.items() if n == name}
 
 
@@ -157,6 +159,90 @@ def test_watch_restart_series_are_exported_at_zero(tmp_path: Path) -> None:
                 assert time.monotonic() < deadline, "the dropped watches were not counted as restarts"
                 time.sleep(0.1)
             assert set(series(scrape(server), "gpu_class_watch_restarts_total")) == set(restarts)
+
+
+def placed_pod(name: str, node: str | None = None, gpus: int = 1, types: str = "H100,A100") -> dict[str, Any]:
+    """A Pod as the webhook leaves it (class and types), bound to `node` or not yet."""
+    pod = make_pod({"gpu-class.io/class": "high", "gpu-class.io/types": types}, name=name, gpu_limit=str(gpus))
+    pod["metadata"]["namespace"] = "ml"
+    if node is not None:
+        pod["spec"]["nodeName"] = node
+    return pod
+
+
+def pods_watches(api: FakeApiServer) -> int:
+    return sum(1 for r in api.request_log if r.is_watch and r.path == "/api/v1/pods")
+
+
+def test_binds_are_counted_once_across_workers_and_worker_deaths(tmp_path: Path) -> None:
+    """Both workers watch and see every bind; one counts it. Killing each original worker in turn
+    kills the one that counted at some point: the next takes over, and no bind is lost or doubled."""
+    with FakeApiServer(bookmark_interval_seconds=0.5) as api:
+        api.create(make_namespace("ml"))
+        api.create(make_node("h100-a", "NVIDIA-H100-80GB-HBM3", gpus=8))
+        api.create(make_node("a100-a", "A100-SXM4-40GB", gpus=4))
+        kubeconfig = api.kubeconfig(tmp_path / "kubeconfig")
+        args = ["--kubeconfig", str(kubeconfig), "--config", str(catalog_file(tmp_path))]
+        with running_server(tmp_path, args, workers=2) as server:
+            assert api.wait_for_watches(6, timeout_seconds=20)
+            originals = worker_pids(server.process.pid, 2)
+            placements = series(scrape(server), "gpu_class_placements_total")
+            assert placements == {(c, o): 0.0 for c in make_catalog().classes for o in ("best", "fallback", "broken")}
+            for round_ in range(3):
+                for name in ("p1", "p2", "p3"):
+                    api.create(placed_pod(name))
+                deadline = time.monotonic() + 20
+                while series(scrape(server), "gpu_class_pending_pods")[("high", "0s")] != 3:
+                    assert time.monotonic() < deadline, "the new Pods are not counted Pending"
+                    time.sleep(0.1)
+                api.update(placed_pod("p1", "h100-a"))  # the best type: best
+                api.update(placed_pod("p2", "a100-a"))  # H100 had 7 GPUs free: broken
+                api.create(placed_pod("fill", "h100-a", gpus=7))  # created bound: no bind the watch saw
+                api.update(placed_pod("p3", "a100-a"))  # H100 full: fallback
+                expected = {("high", o): float(round_ + 1) for o in ("best", "fallback", "broken")}
+                deadline = time.monotonic() + 20
+                while {k: v for k, v in series(scrape(server), "gpu_class_placements_total").items() if v} != expected:
+                    assert time.monotonic() < deadline, series(scrape(server), "gpu_class_placements_total")
+                    time.sleep(0.1)
+                assert series(scrape(server), "gpu_class_pending_pods")[("high", "0s")] == 0
+                for name in ("p1", "p2", "p3", "fill"):
+                    api.delete("Pod", name, "ml")
+                if round_ < 2:  # a new worker has listed and watches before the next round's Pods exist
+                    watches = pods_watches(api)
+                    os.kill(originals[round_], signal.SIGKILL)
+                    deadline = time.monotonic() + 30
+                    while pods_watches(api) <= watches:
+                        assert time.monotonic() < deadline, "no new worker watches Pods"
+                        time.sleep(0.1)
+                    time.sleep(0.5)  # its first list is in: the watch starts after it
+            time.sleep(1.0)  # a late second count would show now
+            assert {k: v for k, v in series(scrape(server), "gpu_class_placements_total").items() if v} == expected
+            lines = [json.loads(line) for line in server.log().splitlines() if '"msg":"placement"' in line]
+            assert sorted(r["outcome"] for r in lines) == ["broken"] * 3 + ["fallback"] * 3
+            assert {(r["pod"], r["node"], r["better"]) for r in lines} == {("p2", "a100-a", "H100 had room"),
+                                                                           ("p3", "a100-a", None)}
+
+
+def test_pending_pods_are_counted_by_the_worker_that_answers(tmp_path: Path) -> None:
+    with FakeApiServer(bookmark_interval_seconds=0.5) as api:
+        api.create(make_namespace("ml"))
+        api.create(make_node("h100-a", "NVIDIA-H100-80GB-HBM3", gpus=8))
+        for name in ("a", "b"):
+            api.create(placed_pod(name))
+        api.create({**placed_pod("unplaced"), "metadata": {"name": "unplaced", "namespace": "ml"}})
+        kubeconfig = api.kubeconfig(tmp_path / "kubeconfig")
+        args = ["--kubeconfig", str(kubeconfig), "--config", str(catalog_file(tmp_path))]
+        with running_server(tmp_path, args, workers=2) as server:
+            assert api.wait_for_watches(6, timeout_seconds=20)
+            for _ in range(4):  # whichever worker answers, the same figures, from its own inventory
+                pending = series(scrape(server), "gpu_class_pending_pods")
+                assert set(pending) == {(c, b) for c in make_catalog().classes for b in ("0s", "1m", "5m", "15m", "1h")}
+                assert {k: v for k, v in pending.items() if v} == {("high", "0s"): 2}
+            api.update(placed_pod("a", "h100-a"))
+            deadline = time.monotonic() + 20
+            while series(scrape(server), "gpu_class_pending_pods")[("high", "0s")] != 1:
+                assert time.monotonic() < deadline, "the bound Pod is still counted Pending"
+                time.sleep(0.1)
 
 
 def rotate(cert_dir: Path, new: Path) -> None:

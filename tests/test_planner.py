@@ -53,6 +53,8 @@ class Case:
     namespaces: list[dict[str, Any]] | None = None
     message: tuple[str, ...] = ()  # substrings the message must hold
     warning: str | None = None  # substring of a warning
+    not_in_message: tuple[str, ...] = ()  # substrings the message must not hold
+    warnings: tuple[str, ...] | None = None  # every warning, exactly
     required: dict[str, list[str]] | None = None  # label key -> product values of the restriction
 
 
@@ -63,12 +65,39 @@ CASES = [
     Case("substring-a10-never-a100", make_pod({C: "a10"}), "patched", ("A10",),
          required={"nvidia.com/gpu.product": ["NVIDIA-A10"]}),
     Case("substring-l4-never-l40s", make_pod({C: "l4"}), "refused",
-         message=("class l4", "Present:", "L40S (largest allocatable 0)", "H100 (largest allocatable 8)")),
+         message=("class l4", "Present:", "H100 (largest allocatable 8)"), not_in_message=("L4 (", "L40S")),
+    # the L40S node is not ready: it could not take a Pod of any class now, so the refusal leaves it out ...
+    Case("refusal-lists-the-class-types-it-has-even-unusable", make_pod({C: "big", "gpu-class.io/count": "12"}),
+         "refused", message=("L40S (largest allocatable 0)", "A100 (largest allocatable 8)")),
+    # ... unless it is of the Pod's class: then it says why the class has nothing
     Case("substring-h20-never-h200", make_pod({C: "h20"}), "refused", message=("types H20",)),
-    Case("cost-slowest-first", make_pod({C: "economy"}), "patched", ("T4", "V100", "A10"),
-         warning="no L4 nodes"),
-    Case("absent-types-warned", make_pod({C: "standard"}), "patched", ("A100", "A10", "V100"),
-         warning="no H20, L4 nodes"),
+    # no warning for catalog types the cluster does not have (H20, L4): the Pod gets the best there is
+    Case("cost-slowest-first", make_pod({C: "economy"}), "patched", ("T4", "V100", "A10"), warnings=()),
+    # H20 and L4 are absent: no word of them; L40S, the best type the cluster has, is not ready
+    Case("absent-types-not-warned-an-unusable-best-one-is", make_pod({C: "standard"}), "patched",
+         ("A100", "A10", "V100"),
+         warnings=("gpu-class: class standard: not on L40S (all 1 nodes not ready); best allowed: A100",)),
+    Case("worse-than-the-best-present-type-warned", make_pod({C: "high", "gpu-class.io/count": "6"},
+                                                             ), "patched", ("H100", "A100"),
+         nodes=[make_node("h200-small", "NVIDIA-H200", gpus=4), *CLUSTER[1:]],
+         warnings=("gpu-class: class high: not on H200 (too few GPUs: largest allocatable 4, Pod needs 6); "
+                   "best allowed: H100",)),
+    Case("cost-worse-than-the-slowest-present-type-warned", make_pod({C: "economy"}), "patched", ("V100", "A10"),
+         nodes=[n for n in CLUSTER if n["metadata"]["name"] != "t4-shared"],
+         warnings=("gpu-class: class economy: not on T4 (all 1 nodes cordoned or not ready); best allowed: V100",)),
+    Case("excluded-best-type-not-warned", make_pod({C: "high", "gpu-class.io/exclude-types": "H200"}), "patched",
+         ("H100", "A100"), warnings=()),
+    Case("balanced-not-warned-of-types", make_pod({C: "balanced", "gpu-class.io/count": "6"}), "patched", ("A100",),
+         warnings=()),
+    Case("unknown-annotation-warned", make_pod({C: "high", "gpu-class.io/min-mem": "40Gi"}), "patched",
+         ("H200", "H100", "A100"),
+         warnings=("gpu-class: gpu-class.io/min-mem ignored; known: class, count, container, exclude-types, "
+                   "min-memory, group, group-size",)),
+    Case("exclusion-outside-the-class-warned", make_pod({C: "high", "gpu-class.io/exclude-types": "T4,H200"}),
+         "patched", ("H100", "A100"), warnings=("gpu-class: gpu-class.io/exclude-types: T4 ignored: not in class high",)),
+    Case("types-written-by-the-user-warned", make_pod({C: "high", "gpu-class.io/types": "T4"}), "patched",
+         ("H200", "H100", "A100"),
+         warnings=("gpu-class: gpu-class.io/types is written by gpu-class: the Pod's value was replaced",)),
     Case("memory-class", make_pod({C: "big"}), "patched", ("H200", "H100", "A100")),
     Case("count-beyond-every-node", make_pod({C: "high", "gpu-class.io/count": "16"}), "refused",
          message=("16 GPU(s)", "H100 (largest allocatable 8)", "Ask for fewer GPUs")),
@@ -147,6 +176,10 @@ def test_decision(case: Case) -> None:
     assert decision.outcome == case.outcome, decision.message
     for part in case.message:
         assert part in decision.message
+    for part in case.not_in_message:
+        assert part not in decision.message
+    if case.warnings is not None:
+        assert decision.warnings == case.warnings
     if case.warning is not None:
         assert any(case.warning in w for w in decision.warnings), decision.warnings
         assert all(len(w) <= 120 for w in decision.warnings)

@@ -35,7 +35,21 @@ def test_patches_a_gpu_pod(server: Server) -> None:
     assert_valid_pod(patched)
     assert patched["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "2"
     assert patched["metadata"]["annotations"]["gpu-class.io/types"] == "H100,A100"
-    assert response["warnings"] == ["gpu-class: class high: no H200 nodes in the cluster"]
+    assert "warnings" not in response  # the cluster has no H200, the Pod gets the best there is: nothing to say
+
+
+@pytest.mark.parametrize("annotations, warning", [
+    # economy (cost): T4 first, and the cluster's T4 node has 1 GPU
+    pytest.param({"gpu-class.io/class": "economy", "gpu-class.io/count": "2"}, "gpu-class: class economy: not on T4 "
+                 "(too few GPUs: largest allocatable 1, Pod needs 2); best allowed: V100", id="worse-than-the-best-present"),
+    pytest.param({"gpu-class.io/min-mem": "40Gi"}, "gpu-class: gpu-class.io/min-mem ignored; known: class, count, "
+                 "container, exclude-types, min-memory, group, group-size", id="input-ignored"),
+])
+def test_warns_when_the_pod_gets_less_than_the_best_or_input_is_ignored(server: Server, annotations: dict[str, str],
+                                                                         warning: str) -> None:
+    status, body = server.post("/mutate", make_review(make_pod({"gpu-class.io/class": "high", **annotations})))
+    assert status == 200 and body["response"]["allowed"] is True
+    assert body["response"]["warnings"] == [warning]
 
 
 def test_refuses_an_unsatisfiable_pod(server: Server) -> None:

@@ -16,9 +16,9 @@ import pytest
 from builders import make_catalog, make_namespace, make_node, make_pod, make_review
 from fakeapi import FakeApiServer
 from servers import running_server
-from webhook.core.inventory import UnboundGpuPod, pod_gpu_requests, unbound_gpu_pod
+from webhook.core.inventory import Snapshot, UnboundGpuPod, pod_gpu_requests, unbound_gpu_pod
 from webhook.core.planner import plan
-from webhook.cluster.watch import UNFINISHED_PODS, LiveInventory
+from webhook.cluster.watch import UNFINISHED_PODS, LiveInventory, NoObserver
 from webhook.serving.server import keep_listed_from_gc
 
 CATALOG = make_catalog()
@@ -279,8 +279,53 @@ def test_wait_newer_returns_when_the_watch_publishes(api: FakeApiServer) -> None
         inv.stop()
 
 
-def unbound(name: str, devices: int, resource: str = "nvidia.com/gpu", class_name: str | None = None) -> UnboundGpuPod:
-    return UnboundGpuPod(f"uid-{name}", "ml", name, resource, devices, class_name)
+class Binds(NoObserver):
+    """Records each bind the inventory reports, with what the snapshot before it held."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, str, bool, int]] = []  # (Pod, node, still unbound before, GPUs held there before)
+
+    def bound(self, pod: UnboundGpuPod, node: str, before: Snapshot, counted: int) -> None:
+        self.seen.append((pod.name, node, pod.uid in (before.unbound_pods or {}),
+                          before.requested.get((node, "nvidia.com/gpu"), 0)))
+
+
+def test_each_bind_is_reported_once_with_the_inventory_just_before_it(api: FakeApiServer) -> None:
+    api.create(make_namespace("ml"))
+    api.create(make_node("a100-1", "A100-SXM4-40GB", gpus=8))
+    api.create(gpu_pod("running", "a100-1", 1))
+    api.create(gpu_pod("listed-unbound", None, 2, phase="Pending"))
+    binds = Binds()
+    inv = start_inventory(api, watch_pods=True, observer=binds)
+    try:
+        eventually(lambda: inv.readiness()[0], what="sync")
+        api.create(gpu_pod("created-bound", "a100-1", 1))  # never seen unbound: not a bind the watch saw
+        api.create(gpu_pod("waiting", None, 3, phase="Pending"))
+        eventually(lambda: len(inv.snapshot().unbound_pods or {}) == 2, what="the new Pod known")
+        api.update(gpu_pod("waiting", "a100-1", 3, phase="Pending"))
+        api.update(gpu_pod("waiting", "a100-1", 3, phase="Running"))  # bound already: no second report
+        api.update(gpu_pod("listed-unbound", "a100-1", 2, phase="Pending"))
+        eventually(lambda: len(binds.seen) == 2 and inv.snapshot().requested.get(("a100-1", "nvidia.com/gpu")) == 7,
+                   what="both binds")
+        # before each bind: the Pod still unbound there, and only the GPUs of the Pods bound earlier
+        assert binds.seen == [("waiting", "a100-1", True, 2), ("listed-unbound", "a100-1", True, 5)]
+        # bound while the watch was away, and the history gone: the relist shows it bound, but not when
+        api.create(gpu_pod("while-away", None, 1, phase="Pending"))
+        eventually(lambda: len(inv.snapshot().unbound_pods or {}) == 1, what="the Pod known")
+        api.set_available(False)
+        api.update(gpu_pod("while-away", "a100-1", 1, phase="Pending"))
+        api.compact()
+        api.set_available(True)
+        eventually(lambda: inv.snapshot().requested.get(("a100-1", "nvidia.com/gpu")) == 8, what="the relist",
+                   timeout_seconds=30)
+        assert inv.snapshot().unbound_pods == {} and len(binds.seen) == 2
+    finally:
+        inv.stop()
+
+
+def unbound(name: str, devices: int, resource: str = "nvidia.com/gpu", class_name: str | None = None,
+            **placed: Any) -> UnboundGpuPod:
+    return UnboundGpuPod(f"uid-{name}", "ml", name, resource, devices, class_name, **placed)
 
 
 def with_uid(pod: dict[str, Any], **metadata: Any) -> dict[str, Any]:
@@ -292,6 +337,17 @@ def with_uid(pod: dict[str, Any], **metadata: Any) -> dict[str, Any]:
     pytest.param(with_uid(gpu_pod("a", None, 2, phase="Pending")), unbound("a", 2), id="pending"),
     pytest.param(with_uid(gpu_pod("a", None, 1, phase="Pending"), annotations={"gpu-class.io/class": "high"}),
                  unbound("a", 1, class_name="high"), id="with-class"),
+    pytest.param(with_uid(gpu_pod("a", None, 1, phase="Pending"),
+                          annotations={"gpu-class.io/class": "high", "gpu-class.io/types": "H100, A100,H100"},
+                          labels={"gpu-class.io/group": "train"}, creationTimestamp="2025-03-04T05:06:07Z"),
+                 unbound("a", 1, class_name="high", types=("H100", "A100"), created_seconds=1741064767.0,
+                         group=("ml", "train")), id="placed"),
+    pytest.param(with_uid(gpu_pod("a", None, 1, phase="Pending"), creationTimestamp="yesterday",
+                          annotations={"gpu-class.io/types": "H100"}),
+                 unbound("a", 1, types=("H100",)), id="bad-timestamp"),
+    pytest.param(with_uid({**gpu_pod("a", None, 1, phase="Pending"), "spec": {
+        **gpu_pod("a", None, 1)["spec"], "schedulingGates": [{"name": "kueue.x-k8s.io/admission"}]}}),
+        unbound("a", 1, gated=True), id="gated"),
     pytest.param(with_uid(gpu_pod("a", "n1", 2, phase="Pending")), None, id="bound"),
     pytest.param(with_uid(gpu_pod("a", None, 2, phase="Failed")), None, id="finished"),
     pytest.param(with_uid(gpu_pod("a", None, 0, phase="Pending")), None, id="no-gpus"),

@@ -28,6 +28,7 @@ from kubeobjects import (
     GPU_TAINT, TYPES, create_node, delete_if_present, delete_nodes, dry_run_create, expired_restarts, make_pod,
     read_pod, wait_bound, wait_for,
 )
+from test_fidelity_e2e import samples, scrape
 
 H200, H100_NVL = "NVIDIA H200", "NVIDIA H100 NVL"
 GFD_H100_NVL = {"nvidia.com/gpu.product": "NVIDIA-H100-NVL", "nvidia.com/gpu.memory": "95830"}
@@ -137,16 +138,50 @@ def test_a_class_pod_gets_the_best_types_device_on_nodes_with_no_device_plugin(
 
 @pytest.mark.parametrize("scheduler", SCHEDULERS.values(), ids=SCHEDULERS.keys())
 def test_a_stream_fills_the_best_type_then_the_next_device_by_device(
-        core: kubernetes.client.CoreV1Api, resource_api: kubernetes.client.ResourceV1Api, namespace: str,
-        dra_nodes: DraNodes, scheduler: str) -> None:
+        cluster: local_cluster.Cluster, core: kubernetes.client.CoreV1Api,
+        resource_api: kubernetes.client.ResourceV1Api, namespace: str, dra_nodes: DraNodes, scheduler: str) -> None:
     h200 = dra_nodes.add("h200", nvidia_gpus(2, H200, memory="143771Mi"))
     nvl = dra_nodes.add("h100nvl", nvidia_gpus(3, H100_NVL, memory="95830Mi"))
+    before = samples(scrape(cluster), "gpu_class_placements_total")
     got = [placed(core, resource_api, namespace, f"p{i}",
                   make_pod(f"p{i}", gpu_class="high", gpus=None, scheduler=scheduler)) for i in range(5)]
     assert [node for node, _ in got] == [h200, h200, nvl, nvl, nvl]
     assert all(len(devices) == 1 and devices[0][1] == node for node, devices in got)
     held = [devices[0] for _, devices in got]
     assert len(set(held)) == len(held), "a device given twice"
+
+    def added() -> dict[tuple[str, str], float]:
+        after = samples(scrape(cluster), "gpu_class_placements_total")
+        return {k: v - before.get(k, 0.0) for k, v in after.items() if v != before.get(k, 0.0)}
+
+    # judged on DRA devices as on the device plugin's: the best type while it had a free device, then
+    # an honest fallback
+    wait_for("the webhook to count every bind", lambda: added() == {("high", "best"): 2, ("high", "fallback"): 3},
+             seconds=30)
+
+
+def test_balanced_binds_on_dra_devices_are_judged_as_the_scheduler_saw_the_node(
+        cluster: local_cluster.Cluster, core: kubernetes.client.CoreV1Api,
+        resource_api: kubernetes.client.ResourceV1Api, namespace: str, dra_nodes: DraNodes) -> None:
+    """kube-scheduler allocates the claim for the Pod before it binds it, and the webhook's claims watch
+    often sees that first: judged with the Pod's own device still counted, the node it chose would
+    look fuller than the other and a kept promise would count as broken. The strict balanced profile
+    keeps the promise: every bind counts as best."""
+    nodes = {dra_nodes.add(f"l40s-{i}", nvidia_gpus(4, "NVIDIA L40S", memory="46068Mi")) for i in range(2)}
+    # L40S only (the shared fleet's A100 is in class standard too): the promise is about these two nodes
+    only = {"gpu-class.io/exclude-types": "A100-40GB"}
+    before = samples(scrape(cluster), "gpu_class_placements_total")
+    got = [placed(core, resource_api, namespace, f"p{i}",
+                  make_pod(f"p{i}", gpu_class="standard", gpus=None, scheduler=local_cluster.STRICT_SCHEDULER,
+                           annotations=only)) for i in range(4)]
+    assert all(node in nodes and len(devices) == 1 for node, devices in got), got
+    assert sorted(sum(1 for n, _ in got if n == node) for node in nodes) == [2, 2]  # least allocated: spread
+
+    def added() -> dict[tuple[str, str], float]:
+        after = samples(scrape(cluster), "gpu_class_placements_total")
+        return {k: v - before.get(k, 0.0) for k, v in after.items() if v != before.get(k, 0.0)}
+
+    wait_for("the webhook to count every bind", lambda: added() == {("standard", "best"): 4}, seconds=30)
 
 
 @pytest.mark.parametrize("dra_first", [True, False], ids=["dra-type-first", "device-plugin-type-first"])

@@ -105,6 +105,10 @@ class InventoryObserver(Protocol):
 
     def published(self, snapshot: Snapshot) -> None: ...
 
+    def bound(self, pod: UnboundGpuPod, node: str, before: Snapshot, counted: int) -> None:
+        """A GPU Pod seen unbound is now bound to `node`; `before` is the inventory just before the bind,
+        in which `counted` of the Pod's own devices on `node` are already in use (its DRA claim)."""
+
 
 class NoObserver:
     def watching(self, resources: tuple[str, ...], reasons: tuple[str, ...]) -> None:
@@ -117,6 +121,9 @@ class NoObserver:
         pass
 
     def published(self, snapshot: Snapshot) -> None:
+        pass
+
+    def bound(self, pod: UnboundGpuPod, node: str, before: Snapshot, counted: int) -> None:
         pass
 
 
@@ -452,10 +459,19 @@ class LiveInventory:
         node, gpus = (None, {}) if gone else pod_gpu_requests(obj, self.catalog.resources)
         unbound = None if gone else unbound_gpu_pod(obj, self.catalog.resources)
         uid = (obj.get("metadata") or {}).get("uid")
+        bind: tuple[UnboundGpuPod, str, Snapshot, int] | None = None
         with self.state.lock:
+            was = self.state.unbound_pods.get(uid) if isinstance(uid, str) and uid else None
+            if was is not None and node is not None and gpus:
+                # every change so far is published: this snapshot is the inventory the scheduler bound
+                # against, but for the Pod's own DRA claim, which the claims' watch may have delivered first
+                bind = (was, node, self.state.snapshot, self.state.counted_for(obj, node))
             accounted = self.state.set_pod(_pod_key(obj), node, gpus, pod_group(obj))
             known = self.state.set_unbound_pod(uid, unbound) if isinstance(uid, str) and uid else False
             self._publish_if(accounted or known)
+        if bind is not None:
+            # outside the lock: the other watches need not wait while the bind is judged
+            self.observer.bound(*bind)
 
     # --- DRA ----------------------------------------------------------------------------
     def _reduce_slice(self, obj: dict[str, Any]) -> SliceInfo | None:

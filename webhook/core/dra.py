@@ -159,6 +159,14 @@ def claim_from_object(obj: Mapping[str, Any]) -> tuple[str, frozenset[DeviceId]]
         if isinstance(r, Mapping) and all(isinstance(r.get(k), str) for k in ("driver", "pool", "device")))
 
 
+def extended_resource_claim(pod: Mapping[str, Any]) -> str | None:
+    """namespace/name of the claim kube-scheduler made for the Pod's extended resources on DRA devices
+    (status.extendedResourceClaimStatus, written before it binds the Pod); None when it has none."""
+    name = _map(_map(pod.get("status")).get("extendedResourceClaimStatus")).get("resourceClaimName")
+    namespace = _map(pod.get("metadata")).get("namespace")
+    return f"{namespace}/{name}" if isinstance(name, str) and name and isinstance(namespace, str) else None
+
+
 def device_class_from_object(obj: Mapping[str, Any]) -> DeviceClassInfo | None:
     name = _map(obj.get("metadata")).get("name")
     if not isinstance(name, str):
@@ -327,6 +335,11 @@ class DraState:
         self.holders = {}
         for devices in self.claims.values():
             self._hold(devices, 1)
+
+    def held_on(self, claim: str, node: str) -> int:
+        """How many of the node's devices the claim holds."""
+        held = self.claims.get(claim)
+        return len(held & {d for d, _ in self.devices_on(node)}) if held else 0
 
     def is_taken(self, device: DeviceId) -> bool:
         return device in self.holders

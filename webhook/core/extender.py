@@ -20,7 +20,7 @@ from types import MappingProxyType
 from typing import Any, Iterable, Literal, Mapping, Sequence, TypedDict
 
 from .catalog import Catalog
-from .inventory import NodeInfo, Snapshot, UnboundGpuPod, node_info_from_object, pod_gpus
+from .inventory import NodeInfo, Offer, Snapshot, UnboundGpuPod, node_info_from_object, pod_gpus, split_types
 from .planner import CLASS_ANNOTATION, TYPES_ANNOTATION, weights_for
 
 MIN_EXTENDER_PRIORITY = 0
@@ -100,13 +100,17 @@ class NodeVerdict:
 
 
 def share_score(v: NodeVerdict, gpus: int, *, in_use: bool) -> int:
-    """NodeResourcesFit's score of the node once the Pod is placed: the share of its devices in use
+    return share_after(v.allocatable, v.free_gpus, gpus, in_use=in_use)
+
+
+def share_after(allocatable: int, free: int, gpus: int, *, in_use: bool) -> int:
+    """NodeResourcesFit's score of a node once the Pod is placed: the share of its devices in use
     (MostAllocated, `in_use`) or free (LeastAllocated), 0..100 by integer division as kube-scheduler
     computes it, so the extender and the strict profiles (deploy/scheduler) agree to the point."""
-    if v.allocatable <= 0:
+    if allocatable <= 0:
         return 0
-    used_after = min(v.allocatable - v.free_gpus + gpus, v.allocatable)
-    return (used_after if in_use else v.allocatable - used_after) * 100 // v.allocatable
+    used_after = min(allocatable - free + gpus, allocatable)
+    return (used_after if in_use else allocatable - used_after) * 100 // allocatable
 
 
 # --- parsing -------------------------------------------------------------------------------
@@ -196,7 +200,7 @@ def read_pod(pod: Mapping[str, Any], catalog: Catalog) -> PodNeeds | None:
     spec = _object(pod.get("spec"), "spec")
     _containers(spec, "containers")
     _containers(spec, "initContainers")
-    types = tuple(dict.fromkeys(t.strip() for t in listed.split(",") if t.strip()))
+    types = split_types(listed)
     # counted as the inventory counts a bound Pod, so scheduling and accounting agree; the
     # resource is the one the Pod holds, else that of its best type
     held = [r for r in catalog.resources if pod_gpus({"spec": spec}, r) > 0]
@@ -221,8 +225,7 @@ def judge_node(name: str, info: NodeInfo | None, needs: PodNeeds, snapshot: Snap
         return NodeVerdict(name, False, f"gpu-class: {reason}")
     if not info.offers:
         return NodeVerdict(name, False, f"gpu-class: product {info.product} is no GPU type of the catalog")
-    # a node may offer several types (mixed MIG: one per profile); the Pod's best one it offers counts
-    offer = next((o for t in needs.types if (o := info.offer(t)) is not None and o.resource == needs.resource), None)
+    offer = pod_offer(info, needs)
     if offer is None:
         allowed = ",".join(needs.types) or "(none)"
         offered = ",".join(o.type_name for o in info.offers)
@@ -244,6 +247,12 @@ def judge_node(name: str, info: NodeInfo | None, needs: PodNeeds, snapshot: Snap
             resolvable=True, free_gpus=free, type_name=type_name, allocatable=offer.allocatable,
         )
     return NodeVerdict(name, True, free_gpus=free, type_name=type_name, allocatable=offer.allocatable)
+
+
+def pod_offer(info: NodeInfo, needs: PodNeeds) -> Offer | None:
+    """What the node offers the Pod: a node may offer several types (mixed MIG: one per profile); the
+    first of the Pod's types it offers, as the Pod's resource, counts."""
+    return next((o for t in needs.types if (o := info.offer(t)) is not None and o.resource == needs.resource), None)
 
 
 def _candidates(args: ExtenderArgs, snapshot: Snapshot, catalog: Catalog) -> list[tuple[str, NodeInfo | None]]:

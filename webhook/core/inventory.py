@@ -20,14 +20,16 @@ and the reports read one view.
 from __future__ import annotations
 
 import threading
+from collections import Counter
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 from types import MappingProxyType
 from typing import Any, Iterable, Mapping, Sequence
 
 from .catalog import Catalog, GpuType
 from .dra import (
     HOSTNAME_LABEL, DeviceClassInfo, DeviceId, DraState, DraView, SliceInfo, claim_from_object,
-    device_class_from_object, group_problems, node_devices, slice_from_object,
+    device_class_from_object, extended_resource_claim, group_problems, node_devices, slice_from_object,
 )
 
 INJECT_LABEL = "gpu-class.io/inject"
@@ -35,6 +37,7 @@ DEFAULT_CLASS_LABEL = "gpu-class.io/default-class"
 ALLOWED_CLASSES_ANNOTATION = "gpu-class.io/allowed-classes"
 GROUP_LABEL = "gpu-class.io/group"  # written by the webhook on the Pods of a group (groups.py)
 CLASS_ANNOTATION = "gpu-class.io/class"
+TYPES_ANNOTATION = "gpu-class.io/types"  # written by the webhook on every Pod it places, best first
 
 GroupName = tuple[str, str]  # (namespace, gpu-class.io/group): Pods of one namespace share a group
 Holding = tuple[str, Mapping[str, int]]  # (node, devices per resource) of one bound, unfinished Pod
@@ -118,6 +121,20 @@ class ProductGroup:
     free_gpus: int  # over usable nodes: allocatable minus devices of the resource requested by bound Pods
     resource: str = ""
     allocatable_gpus: int = 0  # over usable nodes
+    # (allocatable, free, how many usable nodes have them): which Pods one node has room for, and the
+    # share of its devices in use, without a walk over the nodes (fidelity.py judges each bind on it)
+    room: tuple[tuple[int, int, int], ...] = ()
+
+    def has_room(self, devices: int) -> bool:
+        return any(free >= devices for _, free, _ in self.room)
+
+    def moved(self, allocatable: int, free_before: int, free_after: int) -> ProductGroup:
+        """The group once one usable node's free devices changed."""
+        counts = Counter({(a, f): n for a, f, n in self.room})
+        counts[(allocatable, free_before)] -= 1
+        counts[(allocatable, free_after)] += 1
+        return replace(self, free_gpus=self.free_gpus + free_after - free_before,
+                       room=tuple(sorted((a, f, n) for (a, f), n in counts.items() if n > 0)))
 
     @property
     def max_allocatable(self) -> int:
@@ -134,7 +151,8 @@ class UnboundGpuPod:
     """A GPU Pod the watch has seen that no node holds yet: not bound (no spec.nodeName), not finished.
 
     `resource` is the first of the catalog's resources the Pod requests and `devices` how many of it
-    one node must offer (pod_gpus), as the scheduler extender reads the Pod.
+    one node must offer (pod_gpus), as the scheduler extender reads the Pod. `types` is what the
+    webhook allowed it (gpu-class.io/types, best first; empty: gpu-class did not place it).
     """
 
     uid: str
@@ -143,6 +161,15 @@ class UnboundGpuPod:
     resource: str
     devices: int
     class_name: str | None
+    types: tuple[str, ...] = ()
+    created_seconds: float | None = None  # metadata.creationTimestamp, Unix time
+    group: GroupName | None = None  # the gpu-class.io/group label the webhook wrote
+    gated: bool = False  # spec.schedulingGates: held back (by a queue such as Kueue), not yet asking for a node
+
+    @property
+    def placed(self) -> bool:
+        """gpu-class placed it: it carries the types the webhook wrote."""
+        return bool(self.types)
 
 
 @dataclass(frozen=True)
@@ -354,10 +381,29 @@ def unbound_gpu_pod(obj: Mapping[str, Any], resources: Iterable[str]) -> Unbound
     held = next(((r, n) for r in resources if (n := pod_gpus(obj, r)) > 0), None)
     if not isinstance(uid, str) or not uid or held is None:
         return None
-    class_name = (metadata.get("annotations") or {}).get(CLASS_ANNOTATION)
+    annotations = metadata.get("annotations") or {}
+    class_name = annotations.get(CLASS_ANNOTATION)
     return UnboundGpuPod(uid=uid, namespace=str(metadata.get("namespace") or ""), name=str(metadata.get("name") or ""),
                          resource=held[0], devices=held[1],
-                         class_name=class_name if isinstance(class_name, str) else None)
+                         class_name=class_name if isinstance(class_name, str) else None,
+                         types=split_types(annotations.get(TYPES_ANNOTATION)),
+                         created_seconds=timestamp_seconds(metadata.get("creationTimestamp")), group=pod_group(obj),
+                         gated=bool((obj.get("spec") or {}).get("schedulingGates")))
+
+
+def split_types(value: Any) -> tuple[str, ...]:
+    """gpu-class.io/types as a tuple, best first, without blanks or repeats."""
+    if not isinstance(value, str):
+        return ()
+    return tuple(dict.fromkeys(t.strip() for t in value.split(",") if t.strip()))
+
+
+def timestamp_seconds(value: Any) -> float | None:
+    """An API timestamp ("2025-01-02T03:04:05Z") as Unix time; None when it is not one."""
+    try:
+        return datetime.fromisoformat(value).timestamp() if isinstance(value, str) and value.endswith("Z") else None
+    except ValueError:
+        return None
 
 
 GroupKey = tuple[str | None, str, str]  # (type or None for no type, label key, label value)
@@ -376,6 +422,7 @@ def summarize_group(key: GroupKey, nodes: Iterable[NodeInfo], requested: Mapping
     usable = [(n, o) for n, o in offers if o is not None and _is_usable(n, o)]
     shapes = sorted({Shape(o.allocatable, o.memory_mib, n.gpu_taints) for n, o in usable},
                     key=lambda s: (-s.allocatable, -(s.memory_mib or 0), s.taints))
+    free = [(o.allocatable, _free_on(n, o, requested)) for n, o in usable]
     return ProductGroup(
         label_key=label_key,
         product=value,
@@ -384,9 +431,10 @@ def summarize_group(key: GroupKey, nodes: Iterable[NodeInfo], requested: Mapping
         not_ready=sum(1 for n in members if not n.ready),
         cordoned=sum(1 for n in members if n.ready and n.unschedulable),
         usable=tuple(shapes),
-        free_gpus=sum(_free_on(n, o, requested) for n, o in usable),
+        free_gpus=sum(f for _, f in free),
         resource=usable[0][1].resource if usable else next((o.resource for _, o in offers if o), ""),
         allocatable_gpus=sum(o.allocatable for _, o in usable),
+        room=tuple(sorted((a, f, n) for (a, f), n in Counter(free).items())),
     )
 
 
@@ -575,6 +623,12 @@ class InventoryState:
     def set_claim(self, key: str, devices: frozenset[DeviceId]) -> bool:
         return self._refresh_nodes(self.dra.set_claim(key, devices))
 
+    def counted_for(self, pod: Mapping[str, Any], node: str) -> int:
+        """Devices this state already counts in use on `node` for the Pod itself: those of the claim
+        kube-scheduler made for it on DRA devices, allocated before the bind and possibly seen first."""
+        claim = extended_resource_claim(pod)
+        return self.dra.held_on(claim, node) if claim is not None and self.claims_read else 0
+
     def replace_claims(self, claims: Iterable[tuple[str, frozenset[DeviceId]]], *, read: bool = True) -> None:
         self.dra.replace_claims(claims)
         self.claims_read = read
@@ -667,8 +721,12 @@ class InventoryState:
         """Keep the Pod of `uid` as known unbound, or (None: bound, finished, deleted) forget it."""
         if self.unbound_pods.get(uid) == pod:
             return False
-        others = {k: v for k, v in self.unbound_pods.items() if k != uid}  # copy on write, as for nodes
-        self.unbound_pods = others if pod is None else {**others, uid: pod}
+        pods = dict(self.unbound_pods)  # copy on write, as for nodes
+        if pod is None:
+            pods.pop(uid, None)
+        else:
+            pods[uid] = pod
+        self.unbound_pods = pods
         return True
 
     def replace_unbound_pods(self, pods: Iterable[UnboundGpuPod]) -> None:
@@ -697,9 +755,9 @@ class InventoryState:
             elif offer is not None and _is_usable(node, offer):
                 # only this node's free devices changed: a burst of binds must not walk its whole group
                 # (thousands of nodes of one product) for each bind
-                delta = _free_on(node, offer, self.requested) - _free_on(node, offer, before)
-                if delta:
-                    self.summaries[key] = replace(summary, free_gpus=summary.free_gpus + delta)
+                free_before, free_after = _free_on(node, offer, before), _free_on(node, offer, self.requested)
+                if free_after != free_before:
+                    self.summaries[key] = summary.moved(offer.allocatable, free_before, free_after)
 
     def _held(self, name: str) -> dict[tuple[str, str], int]:
         """A node's devices in use per resource: what claims hold of those it serves from DRA (once
@@ -713,8 +771,11 @@ class InventoryState:
         old = {(name, r): self.requested[(name, r)] for r in self.catalog.resources if (name, r) in self.requested}
         if held == old:
             return False
-        # copy on write, as for nodes
-        self.requested = {**{k: v for k, v in self.requested.items() if k not in old}, **held}
+        requested = dict(self.requested)  # copy on write, as for nodes; dict() copies at C speed: thousands of nodes
+        for key in old:
+            del requested[key]
+        requested.update(held)
+        self.requested = requested
         return True
 
     def _recount_requested(self) -> None:

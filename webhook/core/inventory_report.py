@@ -3,7 +3,8 @@
 build_report() reads a Snapshot (file or one list of the cluster) and the Catalog; render_table()
 and render_json() turn the report into text. The decisions are the webhook's and the extender's own:
 a class's types are the planner's valid types for a one-GPU Pod (planner.class_fit, in its order),
-kept where the extender's node check (extender.judge_node) finds a node with a free GPU now.
+kept where the extender's node check (extender.judge_node) finds a node with a free GPU now; its
+Pending Pods are those the pending gauge counts (fidelity.placed_pending).
 
 The JSON is a stable interface (README.md, "Ask the cluster"): keys are only ever added.
 """
@@ -11,11 +12,13 @@ The JSON is a stable interface (README.md, "Ask the cluster"): keys are only eve
 from __future__ import annotations
 
 import json
+from collections import Counter
 from dataclasses import dataclass
 from typing import Iterable, Literal, Mapping, TypedDict
 
 from .catalog import Catalog
 from .extender import PodNeeds, judge_node
+from .fidelity import placed_pending
 from .inventory import NodeInfo, Snapshot
 from .planner import class_fit
 
@@ -64,6 +67,7 @@ class ClassReport(TypedDict):
     strategy: str
     types: list[str]  # types a one-GPU Pod of the class can be placed on now, best first by its strategy
     maxGpusPerPod: int  # free GPUs of the best node of those types
+    pending: int | None  # Pods gpu-class placed in the class that no node holds yet; None: Pods not read (a file)
 
 
 class DraProblem(TypedDict):
@@ -125,7 +129,8 @@ def _type_report(type_name: str, nodes: list[NodeInfo], snapshot: Snapshot, cata
             "products": products}
 
 
-def _class_report(class_name: str, snapshot: Snapshot, catalog: Catalog, by_type: Mapping[str, list[NodeInfo]]) -> ClassReport:
+def _class_report(class_name: str, snapshot: Snapshot, catalog: Catalog, by_type: Mapping[str, list[NodeInfo]],
+                  pending: Mapping[str, int] | None) -> ClassReport:
     gpu_class = catalog.classes[class_name]
     valid = class_fit(gpu_class, 1, frozenset(), snapshot, catalog).types
     free_by_type: dict[str, int] = {}
@@ -140,6 +145,7 @@ def _class_report(class_name: str, snapshot: Snapshot, catalog: Catalog, by_type
         "strategy": gpu_class.strategy,
         "types": [t for t in valid if t in free_by_type],
         "maxGpusPerPod": max(free_by_type.values(), default=0),
+        "pending": None if pending is None else pending[class_name],
     }
 
 
@@ -150,11 +156,13 @@ def build_report(snapshot: Snapshot, catalog: Catalog) -> InventoryReport:
         for offer in info.offers:  # a mixed-MIG node is listed under each profile it offers
             by_type.setdefault(offer.type_name, []).append(info)
     order = sorted(catalog.types.values(), key=lambda t: (-t.score, -(t.memory_gib or 0), t.name))
+    pending = placed_pending(snapshot, catalog)
+    pending_now = None if pending is None else Counter(p.class_name or "" for p in pending)
     return {
         "types": [_type_report(t.name, by_type[t.name], snapshot, catalog) for t in order if t.name in by_type],
         "unknownProducts": [{"labelKey": g.label_key, "product": g.product, "nodes": g.nodes}
                             for g in snapshot.unknown_groups],
-        "classes": [_class_report(name, snapshot, catalog, by_type) for name in catalog.classes],
+        "classes": [_class_report(name, snapshot, catalog, by_type, pending_now) for name in catalog.classes],
         "dra": {"off": snapshot.dra.off, "devices": snapshot.dra.devices,
                 "notPlaced": [{"driver": p.driver, "product": p.product, "devices": p.devices, "nodes": p.nodes,
                                "reason": p.reason} for p in snapshot.dra.problems]},
@@ -206,9 +214,9 @@ def render_table(report: InventoryReport, *, wide: bool = False) -> str:
         lines += _Table(("DRIVER", "PRODUCT", "DEVICES", "NODES", "WHY"),
                         [(p["driver"], p["product"] or "-", str(p["devices"]), str(p["nodes"]), p["reason"])
                          for p in dra["notPlaced"]]).lines()
-    classes = _Table(("CLASS", "STRATEGY", "MAX-GPUS-PER-POD", "TYPES (placeable now, best first)"),
-                     [(c["name"], c["strategy"], str(c["maxGpusPerPod"]), ", ".join(c["types"]) or "(none)")
-                      for c in report["classes"]])
+    classes = _Table(("CLASS", "STRATEGY", "MAX-GPUS-PER-POD", "PENDING", "TYPES (placeable now, best first)"),
+                     [(c["name"], c["strategy"], str(c["maxGpusPerPod"]), "-" if c["pending"] is None else str(c["pending"]),
+                       ", ".join(c["types"]) or "(none)") for c in report["classes"]])
     return "\n".join([*lines, "", *classes.lines()])
 
 

@@ -14,10 +14,12 @@ from typing import Any, Literal, Mapping, Sequence
 
 from .catalog import PROFILE_SUFFIX, Catalog, GpuClass, Strategy
 from .groups import (
-    GROUP_ANNOTATION, GroupAsk, GroupOutcome, GroupPlan, GroupScope, Room, read_group, room, runs_on,
+    GROUP_ANNOTATION, GROUP_SIZE_ANNOTATION, GroupAsk, GroupOutcome, GroupPlan, GroupScope, Room, read_group, room,
+    runs_on,
 )
-from .inventory import CLASS_ANNOTATION as CLASS_ANNOTATION  # the inventory reads it of unbound Pods too
-from .inventory import GIB_MIB, NamespaceInfo, ProductGroup, Snapshot, Taint, pod_gpus
+from .inventory import CLASS_ANNOTATION as CLASS_ANNOTATION  # the inventory reads both of unbound Pods too
+from .inventory import TYPES_ANNOTATION as TYPES_ANNOTATION
+from .inventory import GIB_MIB, NamespaceInfo, ProductGroup, Snapshot, Taint, pod_gpus, split_types
 from .quantity import quantity_mib
 
 PREFIX = "gpu-class.io/"
@@ -25,7 +27,6 @@ COUNT_ANNOTATION = PREFIX + "count"
 CONTAINER_ANNOTATION = PREFIX + "container"
 EXCLUDE_ANNOTATION = PREFIX + "exclude-types"
 MIN_MEMORY_ANNOTATION = PREFIX + "min-memory"
-TYPES_ANNOTATION = PREFIX + "types"
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 
 WARNING_MAX_CHARS = 120  # the API server asks webhooks to keep warnings this short
@@ -205,11 +206,13 @@ def _plan(pod: Mapping[str, Any], snapshot: Snapshot, catalog: Catalog, namespac
         fit = class_fit(gpu_class, gpus_needed, excluded, snapshot, catalog, min_memory_mib=min_memory, resource=fixed)
     else:
         fit, group = _group_fit(ask, gpu_class, gpus_needed, excluded, snapshot, catalog, namespace, min_memory, fixed)
+    ignored = _ignored_input(annotations, gpu_class, excluded)
     if fit.unsatisfiable is not None:
         # a group that can never fit is the Pod's mistake, not the cluster's state: refused either way
         if catalog.on_unsatisfiable == "admit" and (group is None or group.outcome != "refused"):
             return _from_fit("admitted-unsatisfiable", class_name, fit, fit.unsatisfiable,
-                             warnings=fit.warnings + (_short(fit.unsatisfiable),), group=_ended(group, "unplaced"))
+                             warnings=fit.warnings + (_short(fit.unsatisfiable),) + ignored,
+                             group=_ended(group, "unplaced"))
         return _from_fit("refused", class_name, fit, fit.unsatisfiable, group=_ended(group, "refused"))
     assert fit.resource is not None  # a satisfiable fit has chosen one
     placement = Placement(
@@ -228,7 +231,10 @@ def _plan(pod: Mapping[str, Any], snapshot: Snapshot, catalog: Catalog, namespac
         resource=fit.resource,
         group=group,
     )
-    return _from_fit("patched", class_name, fit, placement=placement, group=group)
+    written = annotations.get(TYPES_ANNOTATION)
+    if written is not None and split_types(written) != fit.types:
+        ignored += (_short(f"gpu-class: {TYPES_ANNOTATION} is written by gpu-class: the Pod's value was replaced"),)
+    return _from_fit("patched", class_name, fit, placement=placement, group=group, warnings=fit.warnings + ignored)
 
 
 def _from_fit(outcome: Outcome, class_name: str, fit: ClassFit, message: str = "", *,
@@ -438,6 +444,26 @@ def _count(annotations: Mapping[str, str], container: Mapping[str, Any], resourc
         )
     count = existing if existing is not None else wanted if wanted is not None else 1
     return count, limit is None
+
+
+# the Pod annotations gpu-class reads (and the one it writes): any other gpu-class.io/ key is a slip
+POD_ANNOTATIONS = (CLASS_ANNOTATION, COUNT_ANNOTATION, CONTAINER_ANNOTATION, EXCLUDE_ANNOTATION, MIN_MEMORY_ANNOTATION,
+                   GROUP_ANNOTATION, GROUP_SIZE_ANNOTATION, TYPES_ANNOTATION)
+
+
+def _ignored_input(annotations: Mapping[str, str], gpu_class: GpuClass, excluded: frozenset[str]) -> tuple[str, ...]:
+    """Warnings for what the user wrote to no effect: a gpu-class.io/ annotation nobody reads (a typo
+    such as gpu-class.io/min-mem would otherwise pass unnoticed), excluded types the class lacks."""
+    warnings = []
+    unknown = sorted(k for k in annotations if k.startswith(PREFIX) and k not in POD_ANNOTATIONS)
+    if unknown:
+        read = ", ".join(k[len(PREFIX):] for k in POD_ANNOTATIONS if k != TYPES_ANNOTATION)
+        warnings.append(_short(f"gpu-class: {_quoted(', '.join(unknown))[1:-1]} ignored; known: {read}"))
+    outside = sorted(excluded - set(gpu_class.types))
+    if outside:
+        warnings.append(_short(f"gpu-class: {EXCLUDE_ANNOTATION}: {', '.join(outside)} ignored: not in class "
+                               f"{gpu_class.name}"))
+    return tuple(warnings)
 
 
 def _excluded(annotations: Mapping[str, str], catalog: Catalog) -> frozenset[str] | str:
@@ -728,11 +754,11 @@ def _class_fit(
             for v in verdicts
         )
     valid = [v for v in verdicts if v.valid]
-    warnings = _absent_warning(gpu_class, verdicts)
     if not valid:
         message = _unsatisfiable_message(gpu_class, gpus_needed, snapshot, catalog, excluded, min_memory_mib, resource)
-        return ClassFit(verdicts, warnings, message, resource=resource, resource_notes=notes)
+        return ClassFit(verdicts, (), message, resource=resource, resource_notes=notes)
     ordered = _order(valid, gpu_class, catalog)
+    warnings = _worse_than_best(gpu_class, verdicts, ordered[0], snapshot, catalog, excluded, scope)
     required: dict[str, set[str]] = {}
     taints: set[Taint] = set()
     preferences: list[Preference] = []
@@ -772,11 +798,26 @@ def _drop_covered(taints: set[Taint]) -> set[Taint]:
     return {t for t in taints if t.effect == "" or t.key not in any_effect}
 
 
-def _absent_warning(gpu_class: GpuClass, verdicts: Sequence[TypeVerdict]) -> tuple[str, ...]:
-    absent = [v.type_name for v in verdicts if v.reason == "no nodes in the cluster"]
-    if not absent:
+def _worse_than_best(gpu_class: GpuClass, verdicts: Sequence[TypeVerdict], best_valid: str, snapshot: Snapshot,
+                     catalog: Catalog, excluded: frozenset[str], scope: GroupScope | None) -> tuple[str, ...]:
+    """A warning when the Pod cannot have the best type of its class that the cluster has.
+
+    performance and cost only: their promise is a type order (balanced and binpack promise a share of
+    GPUs, whatever the type). A type the cluster does not have is no news to the user, one the Pod
+    excluded is its own choice, and one its group does not run on is the group's: none is warned of.
+    """
+    if gpu_class.strategy not in ("performance", "cost"):
         return ()
-    return (_short(f"gpu-class: class {gpu_class.name}: no {', '.join(absent)} nodes in the cluster"),)
+    present = [v for v in verdicts if snapshot.groups(v.type_name) and v.resource == catalog.types[best_valid].resource]
+    order = {name: i for i, name in enumerate(gpu_class.types)}
+    present.sort(key=lambda v: order[v.type_name], reverse=gpu_class.strategy == "cost")
+    best = present[0] if present else None
+    if best is None or best.valid or best.type_name in excluded:
+        return ()
+    if scope is not None and scope.why_not(best.type_name, snapshot, catalog) is not None:
+        return ()
+    return (_short(f"gpu-class: class {gpu_class.name}: not on {best.type_name} ({best.reason}); "
+                   f"best allowed: {best_valid}"),)
 
 
 def _unsatisfiable_message(
@@ -787,8 +828,11 @@ def _unsatisfiable_message(
     memories: list[float] = []
     for type_name in catalog.types:
         groups = snapshot.groups(type_name)
-        if groups:
-            largest = max(g.max_allocatable for g in groups)
+        largest = max((g.max_allocatable for g in groups), default=0)
+        # Types that could matter: the class's own that the cluster has (at 0: none of their nodes is
+        # usable now), and any other with devices, for another class. Not the MIG profiles that a
+        # node's product label also matches while it offers whole GPUs, or none at all.
+        if groups and (largest > 0 or type_name in gpu_class.types):
             present.append(f"{type_name} (largest allocatable {largest})")
             memories.extend(m for g in groups if (m := g.max_memory_mib) is not None)
     types = [t for t in gpu_class.types if resource is None or catalog.types[t].resource == resource]

@@ -92,6 +92,7 @@ def create_app(
 
     @app.get("/metrics")
     def metrics_endpoint() -> Response:
+        metrics.observe_pending(inventory.snapshot(), catalog, time.time())
         body, content_type = metrics.render()
         return Response(body, mimetype=content_type.split(";")[0], content_type=content_type)
 

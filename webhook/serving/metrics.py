@@ -6,13 +6,23 @@ the default in-process registry is used. Label values come from the catalog only
 annotation as written, so a Pod cannot add series.
 
 Every labelled series whose labels are known at start is created at 0 then (admissions by outcome and
-class, preferred types by class, Pods of groups by outcome, watch restarts by resource and reason): a series that first appears
+class, preferred types by class, Pods of groups by outcome, watch restarts by resource and reason,
+placements by class and outcome): a series that first appears
 with its first increment hides that increment from rate() and increase(). In multiprocess mode
 creating the child writes its 0 to the worker's file, so /metrics shows it from the first scrape.
+
+Placements (core/fidelity.py) are judged from the watch, and every worker watches: each sees every
+bind. One worker counts them, the one that holds an exclusive lock (flock) on a file in the
+multiprocess directory; the kernel releases it when that worker exits, and the next worker to see a
+bind takes it. So each bind is counted once, except the few a worker change falls between: binds
+that one of the two workers' streams had reached and the other had not. Pending Pods are set by the
+worker that answers the scrape, from its own inventory, just before it renders (`livemostrecent`).
 """
 
 from __future__ import annotations
 
+import fcntl
+import logging
 import math
 import os
 import threading
@@ -24,10 +34,12 @@ from prometheus_client import multiprocess
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from ..core.catalog import Catalog
+from ..core.fidelity import PLACEMENT_OUTCOMES, judge_bind, pending_by_class
 from ..core.groups import GroupOutcome
-from ..core.inventory import Snapshot
+from ..core.inventory import Snapshot, UnboundGpuPod
 from ..core.planner import Outcome
 from ..core.review import Review
+from . import logs
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 
@@ -70,6 +82,19 @@ CERT_EXPIRY = Gauge(
     multiprocess_mode="livemin",
 )
 
+PLACEMENTS = Counter(
+    "gpu_class_placements_total",
+    "Pods gpu-class placed, counted when bound, by class and how the node compares with the class's promise at "
+    "that moment: best, fallback (every better type full), broken (a better type or node had room)",
+    ["class", "outcome"],
+)
+PENDING = Gauge(
+    "gpu_class_pending_pods",
+    "Pods gpu-class placed that no node holds yet, by class, waiting longer than longer_than since creation",
+    ["class", "longer_than"], multiprocess_mode="livemostrecent",
+)
+
+log = logging.getLogger("gpu_class.placement")
 UNKNOWN = "unknown"
 NO_CLASS = "none"
 REQUEST_FAILURES = ("bad-request", "error")  # answered without a decision, so without a class
@@ -149,8 +174,51 @@ def observe_certificate(not_after_unix: float) -> None:
     CERT_EXPIRY.set(not_after_unix)
 
 
+def observe_pending(snapshot: Snapshot, catalog: Catalog, now_seconds: float) -> None:
+    """The pending gauge from this worker's inventory (before a scrape); nothing when Pods are not watched."""
+    counts = pending_by_class(snapshot, catalog, now_seconds)
+    for class_name, by_bound in (counts or {}).items():
+        for label, n in by_bound.items():
+            _child(PENDING, class_name, label).set(n)
+
+
+LOCK_FILE = "placements.lock"
+
+
+class BindCounting:
+    """Whether this worker counts binds: it holds the lock, or it is the only process (no multiprocess directory)."""
+
+    def __init__(self, directory: str | None) -> None:
+        self._path = None if directory is None else os.path.join(directory, LOCK_FILE)
+        self._fd: int | None = None
+        self.holding = directory is None
+
+    def mine(self) -> bool:
+        if self.holding or self._path is None:
+            return self.holding
+        if self._fd is None:  # opened in the worker: a descriptor inherited from the master would be shared
+            self._fd = os.open(self._path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        self.holding = True
+        return True
+
+
+def observe_bind(pod: UnboundGpuPod, node: str, before: Snapshot, catalog: Catalog, counted: int = 0) -> None:
+    verdict = judge_bind(pod, node, before, catalog, counted=counted)
+    if verdict is None:
+        return
+    _child(PLACEMENTS, verdict.class_name, verdict.outcome).inc()
+    if verdict.outcome != "best" and log.isEnabledFor(logging.INFO):
+        logs.write_record(log.name, "placement", {
+            "namespace": pod.namespace, "pod": pod.name, "class": verdict.class_name, "outcome": verdict.outcome,
+            "node": node, "type": verdict.type_name, "better": verdict.better or None})
+
+
 class InventoryMetrics:
-    """Feeds the inventory gauges and watch counters from the live inventory's callbacks.
+    """Feeds the inventory gauges, watch counters and placements from the live inventory's callbacks.
 
     The gauges follow the published snapshots at most once per `interval_seconds`: the first
     snapshot after a quiet interval at once, the last of a burst when the interval ends. The watch
@@ -167,11 +235,20 @@ class InventoryMetrics:
         self._written_at = -math.inf
         self._pending: Snapshot | None = None
         self._timer: threading.Timer | None = None
+        self.counting = BindCounting(os.environ.get("PROMETHEUS_MULTIPROC_DIR") or None)
 
     def watching(self, resources: tuple[str, ...], reasons: tuple[str, ...]) -> None:
         for resource in resources:
             for reason in reasons:
                 _child(WATCH_RESTARTS, resource, reason)
+        if "pods" in resources:
+            for class_name in self.catalog.classes:
+                for outcome in PLACEMENT_OUTCOMES:
+                    _child(PLACEMENTS, class_name, outcome)
+
+    def bound(self, pod: UnboundGpuPod, node: str, before: Snapshot, counted: int) -> None:
+        if self.counting.mine():
+            observe_bind(pod, node, before, self.catalog, counted)
 
     def restarted(self, resource: str, reason: str) -> None:
         observe_watch_restart(resource, reason)

@@ -1,0 +1,142 @@
+"""Placement fidelity: did a Pod gpu-class placed land where its class promised, and which wait. Pure.
+
+The live inventory sees each GPU Pod go from unbound to bound (watch.py) and keeps the snapshot of
+the moment before. judge_bind() compares the node the scheduler chose with what the class's strategy
+promised in that snapshot, with the definitions the scheduler extender and the strict profiles use
+(extender.type_order, extender.share_after):
+
+- performance, cost: the best type, by the class's order, of the Pod's allowed types
+  (gpu-class.io/types) that had a node with room for it;
+- binpack, balanced: the node with the largest share of its devices in use (binpack) or free
+  (balanced) once the Pod is placed, in whole percent; ties are all right.
+
+Outcomes: `best` (as promised, on the best type the Pod was allowed, or a node of the best share),
+`fallback` (performance, cost: on a later type because every better one was full: an honest
+fallback), `broken` (a better type, or a node with a better share, had room then).
+
+"Room" is what the webhook can know: a ready, uncordoned node offering the Pod's resource with at
+least the Pod's devices free (allocatable minus what bound, unfinished Pods hold), within where the
+Pod's group runs. CPU, memory, other Pods' requests of anything else, taints outside gpuTaintKeys
+and the Pod's own node selector are not seen: a better type whose nodes have free GPUs but no free
+CPU counts as room, and the bind that passes it over as a broken promise.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, get_args
+
+from .catalog import Catalog
+from .extender import PodNeeds, ordering_for, pod_offer, share_after, type_order
+from .groups import GroupScope, runs_on
+from .inventory import Offer, ProductGroup, Snapshot, UnboundGpuPod
+
+PlacementOutcome = Literal["best", "fallback", "broken"]
+PLACEMENT_OUTCOMES: tuple[PlacementOutcome, ...] = get_args(PlacementOutcome)
+
+
+@dataclass(frozen=True)
+class BindVerdict:
+    """How one bind compares with the promise, at the moment it happened."""
+
+    class_name: str
+    outcome: PlacementOutcome
+    type_name: str  # the type the Pod got
+    better: str = ""  # broken: what had room and would have been better, in words
+
+
+def judge_bind(pod: UnboundGpuPod, node: str, before: Snapshot, catalog: Catalog, *,
+               counted: int = 0) -> BindVerdict | None:
+    """The verdict on `pod` bound to `node`, in `before`: the inventory just before the bind.
+
+    `counted`: devices of this Pod that `before` already holds on `node`. On a DRA node the scheduler
+    allocates the Pod's claim before it binds, and the claims' watch may deliver that first; they are
+    given back, so the node is judged as the scheduler saw it.
+
+    None for a Pod gpu-class did not place, of a class the catalog does not have, bound to a node that
+    offers none of its types (a node the inventory does not know, or whose labels changed), or bound
+    before the inventory had read every node.
+    """
+    gpu_class = catalog.classes.get(pod.class_name or "")
+    info = before.nodes.get(node)
+    if gpu_class is None or not pod.placed or info is None or not before.synced:
+        return None
+    needs = PodNeeds(types=pod.types, gpus=pod.devices, class_name=gpu_class.name, resource=pod.resource)
+    offer = pod_offer(info, needs)
+    if offer is None:
+        return None
+    scope = _scope(pod, before)
+    ordering = ordering_for(needs, catalog)
+    if ordering in ("binpack", "balanced"):
+        in_use = ordering == "binpack"
+        seen = before.free(node, offer)
+        free = min(seen + max(counted, 0), offer.allocatable)
+        groups = [(t, _given_back(g, offer, seen, free)) for t, g in _groups(needs, before, scope)]
+        own = share_after(offer.allocatable, free, pod.devices, in_use=in_use)
+        best = max(((share_after(a, f, pod.devices, in_use=in_use), t) for t, g in groups
+                    for a, f, _ in g.room if f >= pod.devices), default=None)
+        if best is None or own >= best[0]:
+            return BindVerdict(gpu_class.name, "best", offer.type_name)
+        share = "in use" if in_use else "free"
+        return BindVerdict(gpu_class.name, "broken", offer.type_name,
+                           f"a node of {best[1]} would have had {best[0]}% of its GPUs {share}, this one {own}%")
+    order = type_order(needs, catalog, ordering)
+    with_room = {t for t, g in _groups(needs, before, scope) if g.has_room(pod.devices)}
+    better = next((t for t in order[:order.index(offer.type_name)] if t in with_room), None)
+    if better is not None:
+        return BindVerdict(gpu_class.name, "broken", offer.type_name, f"{better} had room")
+    return BindVerdict(gpu_class.name, "best" if offer.type_name == order[0] else "fallback", offer.type_name)
+
+
+def _scope(pod: UnboundGpuPod, before: Snapshot) -> GroupScope | None:
+    """Where a Pod of a running group may go: its group's products (the scheduler's Pod affinity)."""
+    running = runs_on(before, pod.group, pod.resource) if pod.group is not None else None
+    return None if running is None else GroupScope(running.label_key, frozenset(running.products))
+
+
+def _given_back(group: ProductGroup, offer: Offer, seen: int, free: int) -> ProductGroup:
+    """The group with the bound node's free devices as the scheduler saw them, where it counts the node."""
+    if free == seen or (group.type_name, group.label_key, group.product) != (offer.type_name, offer.label_key,
+                                                                             offer.value):
+        return group
+    if not any((a, f) == (offer.allocatable, seen) for a, f, _ in group.room):
+        return group  # the node is not usable (not ready, cordoned): not counted in the group's room
+    return group.moved(offer.allocatable, seen, free)
+
+
+def _groups(needs: PodNeeds, snapshot: Snapshot, scope: GroupScope | None) -> list[tuple[str, ProductGroup]]:
+    """The product groups of the Pod's types that offer its resource, within the scope."""
+    return [(t, g) for t in needs.types for g in snapshot.groups(t)
+            if g.resource == needs.resource and (scope is None or scope.admits(g))]
+
+
+# --- Pods still waiting ------------------------------------------------------------------------
+
+# how long a Pod has waited, as the pending gauge counts it: those waiting longer than each bound
+PENDING_BOUNDS: tuple[tuple[str, float], ...] = (("0s", 0.0), ("1m", 60.0), ("5m", 300.0), ("15m", 900.0),
+                                                  ("1h", 3600.0))
+
+
+def placed_pending(snapshot: Snapshot, catalog: Catalog) -> list[UnboundGpuPod] | None:
+    """The Pods gpu-class placed, of a class of the catalog, that wait for a node: not bound, not
+    finished, not held by scheduling gates (a queue's, not the scheduler's, to let go). None when the
+    inventory does not see Pods (a file)."""
+    if snapshot.unbound_pods is None:
+        return None
+    return [p for p in snapshot.unbound_pods.values()
+            if p.placed and not p.gated and (p.class_name or "") in catalog.classes]
+
+
+def pending_by_class(snapshot: Snapshot, catalog: Catalog, now_seconds: float) -> dict[str, dict[str, int]] | None:
+    """Per class of the catalog, its placed Pods waiting for a node longer than each of PENDING_BOUNDS
+    (since their creation); None when the inventory does not see Pods."""
+    pending = placed_pending(snapshot, catalog)
+    if pending is None:
+        return None
+    counts = {c: dict.fromkeys((label for label, _ in PENDING_BOUNDS), 0) for c in catalog.classes}
+    for pod in pending:
+        waited = now_seconds - pod.created_seconds if pod.created_seconds is not None else 0.0
+        for label, seconds in PENDING_BOUNDS:
+            if seconds == 0.0 or waited > seconds:
+                counts[pod.class_name or ""][label] += 1
+    return counts
