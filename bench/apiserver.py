@@ -274,9 +274,21 @@ class Scenario:
     def added(self, arm: str, q: float) -> float:
         return _percentile(self.samples[arm], q) - _percentile(self.samples["none"], q)
 
-    def ratio(self, q: float, over: str = "no-op") -> float:
+    def ratio(self, q: float, over: str = "no-op") -> float | None:
+        """gpu-class's added latency over that of `over`; None where `over` added nothing measurable
+        (its percentile at or below no webhook's: noise, no ratio to judge)."""
         base = self.added(over, q)
-        return self.added("gpu-class", q) / base if base > 0 else float("inf")
+        return self.added("gpu-class", q) / base if base > 0 else None
+
+
+def _times(ratio: float | None) -> str:
+    return "-" if ratio is None else f"{ratio:.2f}x"
+
+
+def _verdict(p50: float | None, p99: float | None) -> str:
+    if p50 is None or p99 is None:
+        return "no verdict (a no-op added nothing measurable)"
+    return "PASS" if p50 <= TARGET_P50 and p99 <= TARGET_P99 else "FAIL"
 
 
 @dataclass
@@ -497,9 +509,9 @@ def render(scenarios: Sequence[Scenario], node_ms: list[float], wall_seconds: fl
                   f"no-op) {mutation:+.2f} ms, with a one-operation patch "
                   f"{sc.added('no-op + 1-op patch', 0.5) - sc.added('no-op', 0.5):+.2f} ms; gpu-class's own (less "
                   f"no-op + patch) {sc.added('gpu-class', 0.5) - sc.added('no-op + patch', 0.5):+.2f} ms. "
-                  f"gpu-class's added latency over the no-op's: {sc.ratio(0.5):.2f}x at p50, {sc.ratio(0.99):.2f}x "
-                  f"at p99; over the no-op answering with the same patch: {sc.ratio(0.5, 'no-op + patch'):.2f}x, "
-                  f"{sc.ratio(0.99, 'no-op + patch'):.2f}x (the patch: {sc.patch_bytes:,} bytes); "
+                  f"gpu-class's added latency over the no-op's: {_times(sc.ratio(0.5))} at p50, {_times(sc.ratio(0.99))} "
+                  f"at p99; over the no-op answering with the same patch: {_times(sc.ratio(0.5, 'no-op + patch'))}, "
+                  f"{_times(sc.ratio(0.99, 'no-op + patch'))} (the patch: {sc.patch_bytes:,} bytes); "
                   f"{sc.seconds:.0f} s of creates."]
         verdicts.append(sc)
     lines += ["", "Why a patch costs the API server what it does, whatever the patch: for any webhook answer with a "
@@ -516,7 +528,7 @@ def render(scenarios: Sequence[Scenario], node_ms: list[float], wall_seconds: fl
         row = [sc.name]
         for over in ("no-op", "no-op + patch"):
             p50, p99 = sc.ratio(0.5, over), sc.ratio(0.99, over)
-            row += [f"{p50:.2f}x", f"{p99:.2f}x", "PASS" if p50 <= TARGET_P50 and p99 <= TARGET_P99 else "FAIL"]
+            row += [_times(p50), _times(p99), _verdict(p50, p99)]
         lines.append("| " + " | ".join(row) + " |")
     lines += [
         "",

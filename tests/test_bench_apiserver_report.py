@@ -1,0 +1,33 @@
+"""How `python -m bench apiserver` judges gpu-class's added latency against a no-op's."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.apiserver import Scenario, _verdict
+
+
+def scenario(none: float, noop: float, gpu_class: float) -> Scenario:
+    # one sample an arm: every percentile is that sample
+    return Scenario("s", {"none": [none], "no-op": [noop], "gpu-class": [gpu_class]}, {}, 0)
+
+
+@pytest.mark.parametrize("none, noop, gpu_class, expected", [
+    pytest.param(10.0, 12.0, 12.5, 1.25, id="within"),
+    pytest.param(10.0, 12.0, 16.0, 3.0, id="three-times"),
+    pytest.param(10.0, 10.0, 12.0, None, id="no-op-added-nothing"),
+    pytest.param(10.0, 9.0, 12.0, None, id="no-op-faster-than-none"),
+])
+def test_ratio_is_none_where_the_no_op_added_nothing(none: float, noop: float, gpu_class: float,
+                                                     expected: float | None) -> None:
+    assert scenario(none, noop, gpu_class).ratio(0.5) == expected
+
+
+@pytest.mark.parametrize("p50, p99, expected", [
+    pytest.param(1.25, 1.5, "PASS", id="at-the-targets"),
+    pytest.param(1.26, 1.0, "FAIL", id="p50-over"),
+    pytest.param(1.0, 1.51, "FAIL", id="p99-over"),
+    pytest.param(None, 1.0, "no verdict (a no-op added nothing measurable)", id="no-ratio"),
+])
+def test_verdict(p50: float | None, p99: float | None, expected: str) -> None:
+    assert _verdict(p50, p99) == expected
