@@ -32,6 +32,7 @@ from cryptography.hazmat.primitives import serialization
 import test_deploy as deploy
 from test_deploy import CertificateFiles, Obj, all_of, copy_deploy, kustomize, name_of, one_of
 from tools import gotools
+from webhook.core.catalog import MIG_RESOURCE_PREFIX, SLICES_SUFFIX, STRICT_SCHEDULER
 
 CHART = deploy.DEPLOY / "chart" / "gpu-class"
 VALUES_DIR = deploy.REPO / "tests" / "fixtures" / "chart"
@@ -322,9 +323,17 @@ def test_catalog_resources_reach_the_expressions_and_the_scheduler(tmp_path: Pat
     config = yaml.safe_load(one_of(objects, "ConfigMap", "gpu-class-scheduler-config", NAMESPACE)["data"]["config.yaml"])
     (extender,) = config["extenders"]
     assert extender["managedResources"] == [{"name": r, "ignoredByScheduler": False} for r in resources]
-    for profile in config["profiles"]:  # every profile scores the share of each of them
+    # every resource is scored by the profiles of its kind (whole GPUs or MIG slices), three of each kind the
+    # catalog has, and only there
+    kinds = {suffix: [r for r in resources if r.startswith(MIG_RESOURCE_PREFIX) == (suffix == SLICES_SUFFIX)]
+             for suffix in ("", SLICES_SUFFIX)}
+    names = [p["schedulerName"] for p in config["profiles"]]
+    assert sorted(names) == sorted(STRICT_SCHEDULER + s + kind for kind, of_kind in kinds.items() if of_kind
+                                   for s in ("", "-binpack", "-balanced"))
+    for profile in config["profiles"]:
         (fit,) = [c["args"] for c in profile["pluginConfig"] if c["name"] == "NodeResourcesFit"]
-        assert fit["scoringStrategy"]["resources"] == [{"name": r, "weight": 1} for r in resources]
+        kind = SLICES_SUFFIX if profile["schedulerName"].endswith(SLICES_SUFFIX) else ""
+        assert fit["scoringStrategy"]["resources"] == [{"name": r, "weight": 1} for r in kinds[kind]]
 
 
 def test_shipped_catalog_is_deploys() -> None:

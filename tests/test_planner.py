@@ -14,10 +14,10 @@ import pytest
 from builders import (
     GPU_TAINT, assert_valid_pod, make_catalog, make_namespace, make_node, make_pod,
 )
-from webhook.core.catalog import Catalog
+from webhook.core.catalog import Catalog, Strategy
 from webhook.core.inventory import InventoryState, Snapshot, Taint, build_snapshot, node_info_from_object
 from webhook.core.patch import build_patch
-from webhook.core.planner import Decision, plan, rank_gap, weights_for
+from webhook.core.planner import Decision, plan, rank_gap, route_scheduler, weights_for
 
 CATALOG = make_catalog()
 
@@ -399,6 +399,21 @@ def test_scheduler_routing(catalog_text: str, class_name: str, pod_scheduler: st
     snapshot = snapshot_of(CLUSTER, catalog)
     patched = check_patch(pod, plan(pod, snapshot, catalog), snapshot, catalog)
     assert patched["spec"].get("schedulerName", "default-scheduler") == expected
+
+
+@pytest.mark.parametrize("pod_scheduler, strategy, resource, expected", [
+    pytest.param("gpu-class-scheduler", "performance", "nvidia.com/gpu", "gpu-class-scheduler", id="whole-gpus"),
+    pytest.param("gpu-class-scheduler", "cost", "nvidia.com/mig-1g.10gb", "gpu-class-scheduler-slices",
+                 id="mig-slices"),
+    pytest.param("gpu-class-scheduler", "binpack", "nvidia.com/mig-3g.40gb", "gpu-class-scheduler-binpack-slices",
+                 id="binpack-mig-slices"),
+    pytest.param("gpu-class-scheduler", "balanced", "amd.com/gpu", "gpu-class-scheduler-balanced", id="amd"),
+    pytest.param("gpu-class-scheduler-slices", "performance", "nvidia.com/gpu", "gpu-class-scheduler",
+                 id="slices-profile-named-for-whole-gpus-corrected"),
+])
+def test_route_by_strategy_and_kind_of_resource(pod_scheduler: str, strategy: Strategy, resource: str,
+                                                 expected: str) -> None:
+    assert route_scheduler(pod_scheduler, make_catalog(""), strategy, resource) == expected
 
 
 @pytest.mark.parametrize("n, expected", [

@@ -25,7 +25,9 @@ from test_deploy import (CERT_MANAGER, CLIENT_SECRET, DEPLOY, EXTENDER, SELF_MAN
                          WITHOUT_STRICT, Obj, Renders, all_of, make_test_certificates, objects_of, one_of, port_number,
                          renders, webhook_container, webhook_deployment)
 from test_extender import make_app
-from webhook.core.catalog import PROFILE_SUFFIX, STRATEGIES, STRICT_SCHEDULER, load_catalog_file
+from webhook.core.catalog import (
+    MIG_RESOURCE_PREFIX, PROFILE_SUFFIX, SLICES_SUFFIX, STRATEGIES, STRICT_SCHEDULER, load_catalog_file, profile_suffixes,
+)
 from webhook.core.planner import rank_gap, route_scheduler, weights_for
 
 __all__ = ["renders"]  # the fixture, shared with test_deploy.py
@@ -113,19 +115,31 @@ def smallest_rank_gap(n: int) -> int:
 # --- the proof ------------------------------------------------------------------------------
 
 
+WHOLE_GPUS = [r for r in SHIPPED.resources if not r.startswith(MIG_RESOURCE_PREFIX)]
+GPU_SLICES = [r for r in SHIPPED.resources if r.startswith(MIG_RESOURCE_PREFIX)]
+
+
 @pytest.mark.parametrize("strategy", STRATEGIES)
-def test_each_strategy_has_a_profile_that_scores_it_first(profiles_config: dict[str, Any], strategy: str) -> None:
+@pytest.mark.parametrize("resource, suffix, scored_on", [
+    pytest.param("nvidia.com/gpu", "", WHOLE_GPUS, id="whole-gpus"),
+    pytest.param("amd.com/gpu", "", WHOLE_GPUS, id="amd"),
+    pytest.param("nvidia.com/mig-1g.10gb", SLICES_SUFFIX, GPU_SLICES, id="mig-slices"),
+])
+def test_each_strategy_has_a_profile_that_scores_it_first(profiles_config: dict[str, Any], strategy: str,
+                                                          resource: str, suffix: str, scored_on: list[str]) -> None:
     """The profile the webhook routes a class's Pods to is there, and its dominant score is the strategy's."""
-    name = route_scheduler(STRICT_SCHEDULER, SHIPPED, strategy)  # type: ignore[arg-type]
-    assert name == STRICT_SCHEDULER + PROFILE_SUFFIX[strategy]  # type: ignore[index]
+    name = route_scheduler(STRICT_SCHEDULER, SHIPPED, strategy, resource)  # type: ignore[arg-type]
+    assert name == STRICT_SCHEDULER + PROFILE_SUFFIX[strategy] + suffix  # type: ignore[index]
     p = profile(profiles_config, name)
     dominant, scoring = DOMINANT[PROFILE_SUFFIX[strategy]]  # type: ignore[index]
     weights = score_weights(p)
     assert max(weights, key=weights.__getitem__) == dominant
     fit = plugin_args(p, "NodeResourcesFit")["scoringStrategy"]
     assert fit["type"] == scoring
-    # scored on the GPU resources only, all of them: a Pod scores on the one it requests
-    assert [r["name"] for r in fit["resources"]] == list(SHIPPED.resources)
+    # scored on GPU resources only, the Pod's among them: every resource of the built-in catalog of its
+    # kind (whole GPUs or MIG slices), and no other, since each one listed costs every node's score
+    assert resource in scored_on
+    assert [r["name"] for r in fit["resources"]] == scored_on
     assert {r["weight"] for r in fit["resources"]} == {1}
 
 
@@ -134,6 +148,7 @@ def test_type_order_outweighs_every_other_score(profiles_config: dict[str, Any])
     rank_gap (NodeAffinity scales the best feasible node to 100), times NodeAffinity's weight; every
     other plugin together cannot make that up, for any number of ranks the webhook writes."""
     weights = score_weights(profile(profiles_config, STRICT_SCHEDULER))
+    assert score_weights(profile(profiles_config, STRICT_SCHEDULER + SLICES_SUFFIX)) == weights
     rest = worst_case_rest(weights, "NodeAffinity")
     for n in range(2, MAX_RANKS + 1):
         assert weights["NodeAffinity"] * smallest_rank_gap(n) > rest, f"{n} ranks"
@@ -143,7 +158,7 @@ def test_type_order_outweighs_every_other_score(profiles_config: dict[str, Any])
     assert largest <= MAX_RANKS
 
 
-@pytest.mark.parametrize("suffix", ["-binpack", "-balanced"])
+@pytest.mark.parametrize("suffix", ["-binpack", "-balanced", "-binpack" + SLICES_SUFFIX, "-balanced" + SLICES_SUFFIX])
 def test_share_of_gpus_outweighs_every_other_score(profiles_config: dict[str, Any], suffix: str) -> None:
     """binpack and balanced: NodeResourcesFit's score is a whole number of percent, so two nodes it
     tells apart differ by at least 1 point, times its weight: more than all the rest can add."""
@@ -180,7 +195,7 @@ def test_every_node_is_scored_and_no_default_spreading(profiles_config: dict[str
         assert plugin_args(p, "PodTopologySpread") | {"apiVersion": None} == {
             "apiVersion": None, "kind": "PodTopologySpreadArgs", "defaultingType": "List"}, p["schedulerName"]
     assert sorted(p["schedulerName"] for p in config["profiles"]) == sorted(
-        STRICT_SCHEDULER + s for s in set(PROFILE_SUFFIX.values()))
+        STRICT_SCHEDULER + s for s in profile_suffixes())
 
 
 def test_the_extender_configuration_is_the_profiles_and_the_extender(profiles_config: dict[str, Any],

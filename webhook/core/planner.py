@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Literal, Mapping, Sequence
 
-from .catalog import PROFILE_SUFFIX, Catalog, GpuClass, Strategy
+from .catalog import Catalog, GpuClass, Strategy, profile_suffix
 from .groups import (
     GROUP_ANNOTATION, GROUP_SIZE_ANNOTATION, GroupAsk, GroupOutcome, GroupPlan, GroupScope, Room, read_group, room,
     runs_on,
@@ -226,7 +226,7 @@ def _plan(pod: Mapping[str, Any], snapshot: Snapshot, catalog: Catalog, namespac
         preferences=fit.preferences,
         tolerations=fit.tolerations,
         scheduler_name=route_scheduler(_mapping(pod.get("spec"), "spec").get("schedulerName"), catalog,
-                                       gpu_class.strategy),
+                                       gpu_class.strategy, fit.resource),
         record_class=from_default,
         resource=fit.resource,
         group=group,
@@ -250,20 +250,20 @@ def _ended(group: GroupPlan | None, outcome: GroupOutcome) -> GroupPlan | None:
     return None if group is None else dataclasses.replace(group, outcome=outcome, topology_key="")
 
 
-def route_scheduler(pod_scheduler: str | None, catalog: Catalog, strategy: Strategy) -> str | None:
+def route_scheduler(pod_scheduler: str | None, catalog: Catalog, strategy: Strategy, resource: str) -> str | None:
     """The schedulerName a placed Pod gets; None leaves the Pod's as it is.
 
     A Pod that names no scheduler of its own (the API server has written `default-scheduler` before
     admission) gets the catalog's schedulerName. A Pod headed for a strict scheduler, by its own
-    choice or the catalog's, goes to the profile that scores as its class's strategy: the user
-    writes `gpu-class-scheduler` whatever the class.
+    choice or the catalog's, goes to the profile that scores as its class's strategy, on the kind of
+    resource it requests: the user writes `gpu-class-scheduler` whatever the class.
     """
     own = pod_scheduler if pod_scheduler not in (None, "", "default-scheduler") else None
     target = own or catalog.scheduler_name
     if target is None:
         return None
     strict = catalog.strict_scheduler_of(target)
-    return target if strict is None else strict + PROFILE_SUFFIX[strategy]
+    return target if strict is None else strict + profile_suffix(strategy, resource)
 
 
 # --- reading the Pod ----------------------------------------------------------------------

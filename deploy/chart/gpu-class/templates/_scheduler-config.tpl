@@ -25,6 +25,19 @@ leaderElection:
 # once it has found max(100, 50% - nodes/125) of the nodes feasible (10% at
 # 5,000 nodes) and the best type's few nodes are often not among them.
 percentageOfNodesToScore: 100
+{{- $whole := list }}
+{{- $slices := list }}
+{{- range include "gpu-class.catalogResources" . | fromJsonArray }}
+{{- if hasPrefix "nvidia.com/mig-" . }}
+{{- $slices = append $slices . }}
+{{- else }}
+{{- $whole = append $whole . }}
+{{- end }}
+{{- end }}
+{{- if not $whole }}
+{{- /* a catalog of MIG slices only: the whole-GPU profiles score them too, and no Pod is sent there */}}
+{{- $whole = $slices }}
+{{- end }}
 profiles:
   # performance and cost: the type order is the Pod's preferred node affinity,
   # which the webhook writes best first (weights planner.weights_for). Within
@@ -36,7 +49,7 @@ profiles:
       score:
         disabled:
           - name: "*"
-        enabled:
+        enabled: &order-scores
           - name: NodeAffinity
             weight: 2000
           - name: NodeResourcesFit
@@ -52,10 +65,13 @@ profiles:
         args:
           scoringStrategy:
             type: MostAllocated
-            # Only the GPU resources: a Pod is scored on the one it requests.
-            # Every resource a type of the built-in catalog is requested as.
-            resources: &gpu-resources
-              {{- range include "gpu-class.catalogResources" . | fromJsonArray }}
+            # Only GPU resources: a Pod is scored on the one it requests. Every
+            # whole-GPU resource a type of the built-in catalog is requested
+            # as; MIG slices have profiles of their own (-slices, below), since
+            # each resource listed costs every node's score a few microseconds,
+            # requested or not.
+            resources: &whole-gpus
+              {{- range $whole }}
               - {name: {{ . }}, weight: 1}
               {{- end }}
       # The Pod's own soft spread constraints count (within a type); the
@@ -89,7 +105,7 @@ profiles:
         args:
           scoringStrategy:
             type: MostAllocated
-            resources: *gpu-resources
+            resources: *whole-gpus
       - name: PodTopologySpread
         args: *no-default-spread
   # balanced: the node with the largest share of its GPUs free once the Pod is
@@ -106,9 +122,61 @@ profiles:
         args:
           scoringStrategy:
             type: LeastAllocated
-            resources: *gpu-resources
+            resources: *whole-gpus
       - name: PodTopologySpread
         args: *no-default-spread
+{{- if $slices }}
+  # The same three for Pods that request a MIG slice: scored on every slice
+  # resource a type of the built-in catalog is requested as.
+  - schedulerName: gpu-class-scheduler-slices
+    percentageOfNodesToScore: 100
+    plugins:
+      score:
+        disabled:
+          - name: "*"
+        enabled: *order-scores
+    pluginConfig:
+      - name: NodeResourcesFit
+        args:
+          scoringStrategy:
+            type: MostAllocated
+            resources: &gpu-slices
+              {{- range $slices }}
+              - {name: {{ . }}, weight: 1}
+              {{- end }}
+      - name: PodTopologySpread
+        args: *no-default-spread
+  - schedulerName: gpu-class-scheduler-binpack-slices
+    percentageOfNodesToScore: 100
+    plugins:
+      score:
+        disabled:
+          - name: "*"
+        enabled: *share-scores
+    pluginConfig:
+      - name: NodeResourcesFit
+        args:
+          scoringStrategy:
+            type: MostAllocated
+            resources: *gpu-slices
+      - name: PodTopologySpread
+        args: *no-default-spread
+  - schedulerName: gpu-class-scheduler-balanced-slices
+    percentageOfNodesToScore: 100
+    plugins:
+      score:
+        disabled:
+          - name: "*"
+        enabled: *share-scores
+    pluginConfig:
+      - name: NodeResourcesFit
+        args:
+          scoringStrategy:
+            type: LeastAllocated
+            resources: *gpu-slices
+      - name: PodTopologySpread
+        args: *no-default-spread
+{{- end }}
 {{- if .Values.scheduler.extender }}
 extenders:
   # The extender's own port on the webhook's Service: it serves the verbs only
@@ -157,3 +225,4 @@ extenders:
     ignorable: true
 {{- end }}
 {{- end -}}
+
