@@ -55,6 +55,8 @@ COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-schedul
 # kube-controller-manager now.
 CONTROLLERS_OFF = ("node-lifecycle-controller", "node-ipam-controller")
 WEBHOOK_NAMESPACE = "gpu-class-system"
+# In the environment of every process a cluster starts: its directory. `down` finds them by it.
+MARKER = "GPUCLASS_LOCAL_CLUSTER"
 READY_SECONDS = 120.0
 
 
@@ -302,6 +304,10 @@ class Cluster:
         return f"https://127.0.0.1:{self.ports.extender}"
 
     @property
+    def audit_log(self) -> Path:
+        return self.logs / "audit.log"
+
+    @property
     def etcd_url(self) -> str:
         assert self.ports
         return f"http://127.0.0.1:{self.ports.etcd_client}"
@@ -314,9 +320,11 @@ class Cluster:
             return
         with open(self.logs / f"{name}.log", "ab") as log:
             # A session of its own: `down` (or a test) signals the whole group,
-            # and nothing here outlives it by inheriting our terminal.
+            # and nothing here outlives it by inheriting our terminal. The
+            # marker in its environment (inherited by whatever it starts) lets
+            # `down` find it when the pidfile is gone.
             proc = subprocess.Popen(list(argv), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    start_new_session=True, cwd=self.dir)
+                                    start_new_session=True, cwd=self.dir, env={**os.environ, MARKER: str(self.dir)})
         self.pidfile(name).write_text(f"{proc.pid}\n")
         (self.dir / "run" / f"{name}.argv").write_text(json.dumps(list(argv)))
 
@@ -328,55 +336,19 @@ class Cluster:
 
     def is_running(self, name: str) -> bool:
         pid = self.pid(name)
-        if pid is None:
-            return False
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        # A zombie (our own child, exited) counts as stopped.
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                return f.read().split(") ")[-1][0] != "Z"
-        except FileNotFoundError:
-            return False
+        return pid is not None and _alive(pid) and self._is_ours(pid)
+
+    def _is_ours(self, pid: int) -> bool:
+        """The process a pidfile names is still the one we started, not another that got its pid."""
+        return pid in marked_processes(self.dir)
 
     def stop(self, name: str, grace_seconds: float = 15.0) -> None:
         pid = self.pid(name)
-        if pid is None:
-            return
-        for sig, wait in ((signal.SIGTERM, grace_seconds), (signal.SIGKILL, 5.0)):
-            try:
-                os.killpg(pid, sig)
-            except ProcessLookupError:
-                break
-            deadline = time.monotonic() + wait
-            while time.monotonic() < deadline and self._group_alive(pid):
-                _reap(pid)
-                time.sleep(0.1)
-            if not self._group_alive(pid):
-                break
-        _reap(pid)
+        if pid is not None and self._is_ours(pid):
+            _terminate([pid], grace_seconds, group=True)
+        if pid is not None:
+            _reap(pid)
         self.pidfile(name).unlink(missing_ok=True)
-
-    @staticmethod
-    def _group_alive(pgid: int) -> bool:
-        try:
-            os.killpg(pgid, 0)
-        except ProcessLookupError:
-            return False
-        # Only zombies left (children of ours not yet reaped) is as good as gone.
-        for entry in Path("/proc").iterdir():
-            if not entry.name.isdigit():
-                continue
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            fields = stat.rsplit(") ", 1)[-1].split()
-            if int(fields[2]) == pgid and fields[0] != "Z":
-                return True
-        return False
 
     def restart(self, name: str) -> None:
         argv = json.loads((self.dir / "run" / f"{name}.argv").read_text())
@@ -459,7 +431,63 @@ class Cluster:
         return proc
 
 
+def marked_processes(directory: Path) -> list[int]:
+    """The live processes a cluster in `directory` started, and theirs: those whose environment carries
+    its marker. Found this way they need no pidfile, nor the directory itself."""
+    wanted = f"{MARKER}={Path(directory).resolve()}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            # a zombie's environment reads empty: it is as good as gone
+            if wanted in (entry / "environ").read_bytes().split(b"\0"):
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(") ", 1)[-1][0] != "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+
+
+def _pgid(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except ProcessLookupError:
+        return None
+
+
+def _terminate(pids: Sequence[int], grace_seconds: float, *, group: bool) -> None:
+    """SIGTERM, and SIGKILL what is left after `grace_seconds`: each process, or (group) each one's
+    process group, which `start` made its own."""
+    members = set(pids)
+    for sig, wait in ((signal.SIGTERM, grace_seconds), (signal.SIGKILL, 5.0)):
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, sig) if group else os.kill(pid, sig)
+        deadline = time.monotonic() + wait
+        while True:
+            for pid in pids:
+                _reap(pid)
+            if group:
+                # the members of the groups, found again each time: a process started meanwhile counts too
+                members = {int(e.name) for e in Path("/proc").iterdir() if e.name.isdigit()
+                           and _pgid(int(e.name)) in pids}
+            if not any(_alive(pid) for pid in members) or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        if not any(_alive(pid) for pid in members):
+            return
+
+
 def _reap(pid: int) -> None:
+    """Collect the exit status of a child of ours, so it does not stay a zombie."""
     try:
         os.waitpid(pid, os.WNOHANG)
     except ChildProcessError:
@@ -585,9 +613,36 @@ def webhook_catalog(cluster: Cluster) -> Path:
     return path
 
 
+# Every Pod create, with the Pod as stored or the refusal, and the annotations admission adds: which
+# webhooks mutated it, which failed open. The load-and-fault suite counts from it (bench/faults.py).
+AUDIT_POLICY = {
+    "apiVersion": "audit.k8s.io/v1", "kind": "Policy",
+    "omitStages": ["RequestReceived", "ResponseStarted"], "omitManagedFields": True,
+    "rules": [{"level": "RequestResponse", "verbs": ["create"], "resources": [{"group": "", "resources": ["pods"]}]},
+              {"level": "None"}],
+}
+
+
+def write_audit_policy(cluster: Cluster) -> Path:
+    path = cluster.dir / "audit-policy.yaml"
+    path.write_text(yaml.safe_dump(AUDIT_POLICY))
+    return path
+
+
 # --- up and down --------------------------------------------------------------
 
 def up(directory: Path, log: Callable[[str], None] = print, webhook_args: Sequence[str] = ()) -> Cluster:
+    """Start the cluster in `directory` (or what of it is not running), or, when any step fails or is
+    interrupted, stop all of it again and raise."""
+    try:
+        return _start_all(directory, log, webhook_args)
+    except BaseException:
+        log(f"local-cluster up in {directory} failed: stopping what it started")
+        down(directory)
+        raise
+
+
+def _start_all(directory: Path, log: Callable[[str], None], webhook_args: Sequence[str]) -> Cluster:
     started = time.monotonic()
     bins = build(log)
     directory.mkdir(parents=True, exist_ok=True)
@@ -631,6 +686,9 @@ def up(directory: Path, log: Callable[[str], None] = print, webhook_args: Sequen
         # The tests compact etcd themselves (a forced 410 Gone); the API
         # server's own compaction every 5 minutes would come at random.
         "--etcd-compaction-interval=0", f"--cert-dir={pki}",
+        f"--audit-policy-file={write_audit_policy(cluster)}", f"--audit-log-path={cluster.audit_log}",
+        # one file for the cluster's life: readers keep their place in it by offset
+        "--audit-log-maxsize=0",
     ])
     cluster.wait_ready("kube-apiserver", cluster.apiserver_ready)
 
@@ -743,12 +801,27 @@ def wait_webhook_called(cluster: Cluster, seconds: float = 60.0) -> None:
                        + cluster.log_tail("gpuclass"))
 
 
-def down(directory: Path) -> None:
+# Clients before the API server, the API server before etcd; what else a cluster ran (started by a
+# test or a benchmark) goes first.
+STOP_ORDER = (EXTENDER_SCHEDULER, STRICT_SCHEDULER, "gpuclass", "kube-scheduler", "kube-controller-manager",
+              "kube-apiserver", "etcd")
+
+
+def down(directory: Path, grace_seconds: float = 15.0) -> None:
+    """Stop everything the cluster in `directory` started: by its pidfiles, in order, then whatever
+    still carries its marker (pidfiles removed, the directory gone, a process that left its group)."""
     cluster = Cluster(directory)
-    # Reverse order: clients before the API server, the API server before etcd.
-    for name in (EXTENDER_SCHEDULER, STRICT_SCHEDULER, "gpuclass", "kube-scheduler", "kube-controller-manager",
-                 "kube-apiserver", "etcd"):
-        cluster.stop(name)
+    others = sorted(p.stem for p in (cluster.dir / "run").glob("*.pid") if p.stem not in STOP_ORDER)
+    for name in (*others, *STOP_ORDER):
+        cluster.stop(name, grace_seconds)
+    for _ in range(3):  # a parent stopped first may have started another child meanwhile
+        left = marked_processes(cluster.dir)
+        if not left:
+            return
+        _terminate(left, grace_seconds, group=False)
+    left = marked_processes(cluster.dir)
+    if left:
+        raise ClusterError(f"processes of the cluster in {cluster.dir} would not stop: {left}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -760,6 +833,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         p.add_argument("dir", type=Path)
     sub.add_parser("build", help="only build the components into the cache")
     args = parser.parse_args(argv)
+    # A stopped `up` stops what it started, like a failed one (SystemExit unwinds through it).
+    signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(128 + signum))
     try:
         if args.command == "build":
             print(build())
@@ -770,6 +845,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ClusterError as e:
         print(f"local-cluster: {e}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        print("local-cluster: interrupted", file=sys.stderr)
+        return 128 + signal.SIGINT
     return 0
 
 
