@@ -170,12 +170,12 @@ def go_build(go: str, module_dir: Path, packages: Sequence[str], out: Path, *, l
 
 # --- certificates -----------------------------------------------------------
 
-def _pem_key(key: Any) -> bytes:
+def pem_key(key: Any) -> bytes:
     return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                              serialization.NoEncryption())
 
 
-def _issue(subject: x509.Name, key: Any, issuer: tuple[x509.Certificate, Any] | None, *,
+def issue_certificate(subject: x509.Name, key: Any, issuer: tuple[x509.Certificate, Any] | None, *,
            ca: bool = False, server_names: Sequence[str] = (), client: bool = False) -> x509.Certificate:
     now = datetime.datetime.now(datetime.timezone.utc)
     builder = (
@@ -207,7 +207,7 @@ def _issue(subject: x509.Name, key: Any, issuer: tuple[x509.Certificate, Any] | 
     return builder.sign(issuer[1] if issuer else key, hashes.SHA256())
 
 
-def _name(cn: str, org: str | None = None) -> x509.Name:
+def x509_name(cn: str, org: str | None = None) -> x509.Name:
     attrs = [x509.NameAttribute(NameOID.COMMON_NAME, cn)]
     if org:
         attrs.append(x509.NameAttribute(NameOID.ORGANIZATION_NAME, org))
@@ -218,24 +218,24 @@ def make_pki(pki: Path) -> None:
     """The cluster CA, the API server's serving pair, the service-account key, and client pairs."""
     pki.mkdir(parents=True, exist_ok=True)
     ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca = _issue(_name("gpu-class-e2e-ca"), ca_key, None, ca=True)
+    ca = issue_certificate(x509_name("gpu-class-e2e-ca"), ca_key, None, ca=True)
     (pki / "ca.crt").write_bytes(ca.public_bytes(serialization.Encoding.PEM))
-    (pki / "ca.key").write_bytes(_pem_key(ca_key))
+    (pki / "ca.key").write_bytes(pem_key(ca_key))
     pairs = {
-        "apiserver": (_name("kube-apiserver"), ("127.0.0.1", "localhost", "kubernetes", "kubernetes.default",
+        "apiserver": (x509_name("kube-apiserver"), ("127.0.0.1", "localhost", "kubernetes", "kubernetes.default",
                                                  "kubernetes.default.svc", "10.0.0.1"), False),
-        "admin": (_name("e2e-admin", "system:masters"), (), True),
-        "kube-controller-manager": (_name("system:kube-controller-manager"), (), True),
-        "kube-scheduler": (_name("system:kube-scheduler"), (), True),
+        "admin": (x509_name("e2e-admin", "system:masters"), (), True),
+        "kube-controller-manager": (x509_name("system:kube-controller-manager"), (), True),
+        "kube-scheduler": (x509_name("system:kube-scheduler"), (), True),
     }
     for name, (subject, sans, client) in pairs.items():
         key = ec.generate_private_key(ec.SECP256R1())
-        cert = _issue(subject, key, (ca, ca_key), server_names=sans, client=client)
+        cert = issue_certificate(subject, key, (ca, ca_key), server_names=sans, client=client)
         (pki / f"{name}.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-        (pki / f"{name}.key").write_bytes(_pem_key(key))
+        (pki / f"{name}.key").write_bytes(pem_key(key))
     # Service-account tokens are signed with RSA: the API server's default.
     sa = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    (pki / "sa.key").write_bytes(_pem_key(sa))
+    (pki / "sa.key").write_bytes(pem_key(sa))
     (pki / "sa.pub").write_bytes(sa.public_key().public_bytes(
         serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
 
