@@ -74,12 +74,16 @@ def test_down_twice_and_on_a_directory_that_never_was(tmp_path: Path) -> None:
     assert local_cluster.marked_processes(directory) == []
 
 
-def test_down_spares_a_process_that_took_a_stale_pidfiles_pid(tmp_path: Path) -> None:
+@pytest.mark.parametrize("pidfile", [
+    pytest.param("{pid} 12\n", id="another-start-time"),
+    pytest.param("{pid}\n", id="no-start-time-no-marker"),
+])
+def test_down_spares_a_process_that_took_a_stale_pidfiles_pid(tmp_path: Path, pidfile: str) -> None:
     directory = tmp_path / "cluster"
     (directory / "run").mkdir(parents=True)
     stranger = subprocess.Popen(["sleep", "300"], start_new_session=True)
     try:
-        (directory / "run" / "kube-apiserver.pid").write_text(f"{stranger.pid}\n")
+        (directory / "run" / "kube-apiserver.pid").write_text(pidfile.format(pid=stranger.pid))
         assert not local_cluster.Cluster(directory).is_running("kube-apiserver")
         local_cluster.down(directory, grace_seconds=0.5)
         assert stranger.poll() is None

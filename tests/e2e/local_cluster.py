@@ -325,26 +325,33 @@ class Cluster:
             # `down` find it when the pidfile is gone.
             proc = subprocess.Popen(list(argv), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     start_new_session=True, cwd=self.dir, env={**os.environ, MARKER: str(self.dir)})
-        self.pidfile(name).write_text(f"{proc.pid}\n")
+        # with its start time: a pid alone may name another process once ours has exited
+        self.pidfile(name).write_text(f"{proc.pid} {_start_time(proc.pid)}\n")
         (self.dir / "run" / f"{name}.argv").write_text(json.dumps(list(argv)))
 
     def pid(self, name: str) -> int | None:
         try:
-            return int(self.pidfile(name).read_text())
-        except (FileNotFoundError, ValueError):
+            return int(self.pidfile(name).read_text().split()[0])
+        except (FileNotFoundError, ValueError, IndexError):
             return None
 
     def is_running(self, name: str) -> bool:
         pid = self.pid(name)
-        return pid is not None and _alive(pid) and self._is_ours(pid)
+        return pid is not None and _alive(pid) and self._is_ours(name, pid)
 
-    def _is_ours(self, pid: int) -> bool:
-        """The process a pidfile names is still the one we started, not another that got its pid."""
-        return pid in marked_processes(self.dir)
+    def _is_ours(self, name: str, pid: int) -> bool:
+        """The process the pidfile names is still the one we started, not another that got its pid
+        since: same start time. (Not by its marker: right after exec, its environment reads empty for
+        a moment.)"""
+        try:
+            recorded = int(self.pidfile(name).read_text().split()[1])
+        except (FileNotFoundError, ValueError, IndexError):
+            return pid in marked_processes(self.dir)  # a pidfile of a version that wrote no start time
+        return _start_time(pid) == recorded
 
     def stop(self, name: str, grace_seconds: float = 15.0) -> None:
         pid = self.pid(name)
-        if pid is not None and self._is_ours(pid):
+        if pid is not None and self._is_ours(name, pid):
             _terminate([pid], grace_seconds, group=True)
         if pid is not None:
             _reap(pid)
@@ -454,6 +461,15 @@ def _alive(pid: int) -> bool:
             return f.read().rsplit(") ", 1)[-1][0] != "Z"
     except (FileNotFoundError, ProcessLookupError):
         return False
+
+
+def _start_time(pid: int) -> int | None:
+    """When the process started, in clock ticks since boot (field 22 of /proc/PID/stat)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(") ", 1)[-1].split()[19])
+    except (FileNotFoundError, ProcessLookupError):
+        return None
 
 
 def _pgid(pid: int) -> int | None:
