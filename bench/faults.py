@@ -549,7 +549,7 @@ def render_capacity(results: Sequence[Result], command: str) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench faults", description=__doc__.split("\n\n")[0])
-    p.add_argument("--rate", type=float, default=4.0, help="Pod creations per second in each of the three namespaces")
+    p.add_argument("--rate", type=float, default=2.0, help="Pod creations per second in each of the three namespaces")
     p.add_argument("--steady-seconds", type=float, default=60.0)
     p.add_argument("--settle-seconds", type=float, default=30.0, help="load after each fault")
     p.add_argument("--faults", default=",".join(FAULTS), help=f"comma-separated, in order (default: {','.join(FAULTS)})")
