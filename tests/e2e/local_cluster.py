@@ -357,9 +357,11 @@ class Cluster:
             _reap(pid)
         self.pidfile(name).unlink(missing_ok=True)
 
-    def restart(self, name: str) -> None:
+    def restart(self, name: str, while_stopped: Callable[[], object] | None = None) -> None:
         argv = json.loads((self.dir / "run" / f"{name}.argv").read_text())
         self.stop(name)
+        if while_stopped:
+            while_stopped()
         self.start(name, argv)
 
     # health
@@ -392,17 +394,21 @@ class Cluster:
             request = urllib.request.Request(self.etcd_url + path, data=json.dumps(body).encode(), method="POST")
             with urllib.request.urlopen(request, timeout=10) as r:
                 return json.loads(r.read())
-        revision = int(call("/v3/kv/range", {"key": "AA=="})["header"]["revision"])  # key "\0": any read
+        # A write first: the compacted revision is then newer than any a client of the API server has seen
+        # (compaction keeps the revision it is made at, and a watch from it would still be served).
+        revision = int(call("/v3/kv/put", {"key": base64.b64encode(b"/gpu-class-e2e/compacted").decode(),
+                                           "value": ""})["header"]["revision"])
         call("/v3/kv/compaction", {"revision": revision, "physical": True})
         return revision
 
-    def restart_apiserver(self) -> None:
-        """Restart the API server, then what exited because of it, as a kubelet restarts static Pods.
+    def restart_apiserver(self, while_stopped: Callable[[], object] | None = None) -> None:
+        """Restart the API server (calling `while_stopped` while it is down), then what exited because
+        of it, as a kubelet restarts static Pods.
 
         kube-scheduler with leader election exits when it cannot renew its lease ("leaderelection
         lost"): those are the strict schedulers, whose deploy/scheduler configuration elects a leader.
         """
-        self.restart("kube-apiserver")
+        self.restart("kube-apiserver", while_stopped)
         self.wait_ready("kube-apiserver", self.apiserver_ready)
         deadline = time.monotonic() + 12  # a lease is lost within its renew deadline (10 s)
         while time.monotonic() < deadline:
