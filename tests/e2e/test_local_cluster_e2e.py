@@ -55,8 +55,10 @@ def test_a_failed_up_stops_what_it_started(tmp_path: Path, taken: str, failing: 
 
 def _up_until_controller_manager(directory: Path) -> subprocess.Popen[str]:
     """`local-cluster up` in a process of its own, once it has started the controller manager."""
+    # SIGINT at its default, as for a command in a terminal's foreground: run from a shell's background
+    # job (as CI may run the suite) it would inherit SIGINT ignored, and Ctrl-C could not reach it
     proc = subprocess.Popen([str(SCRIPT), "up", str(directory)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)
+                            text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 120
     while not (directory / "run" / "kube-controller-manager.pid").exists():
         if proc.poll() is not None or time.monotonic() > deadline:
