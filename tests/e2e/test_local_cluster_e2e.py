@@ -77,6 +77,7 @@ def test_an_interrupted_up_stops_what_it_started(tmp_path: Path, sig: signal.Sig
         output = proc.communicate(timeout=120)[0]
     finally:
         proc.kill()
+        local_cluster.down(directory)  # whatever went wrong, no cluster outlives the test
     assert proc.returncode == 128 + sig, output
     assert "stopping what it started" in output
     assert {"etcd", "kube-apiserver", "kube-controller-manager"} <= _started(directory)
