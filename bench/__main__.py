@@ -1,8 +1,9 @@
 """`python -m bench`: run the benchmark suite (options: `python -m bench --help`).
 
-`python -m bench apiserver`, `python -m bench placement`, `python -m bench groups` and `python -m bench dra`
-measure on the real control plane instead (bench/apiserver.py, bench/placement.py, bench/groups.py, bench/dra.py);
-`python -m bench binds` times the watch's judgment of binds in-process (bench/binds.py).
+`python -m bench apiserver`, `python -m bench placement`, `python -m bench groups`, `python -m bench dra` and
+`python -m bench faults` measure on the real control plane instead (bench/apiserver.py, bench/placement.py,
+bench/groups.py, bench/dra.py, bench/faults.py); `python -m bench binds` times the watch's judgment of binds
+in-process (bench/binds.py).
 """
 
 import sys
@@ -19,6 +20,10 @@ if sys.argv[1:2] == ["binds"]:
     from bench.binds import main as binds_main
 
     sys.exit(binds_main(sys.argv[2:]))
+if sys.argv[1:2] == ["faults"]:
+    from bench.faults import main as faults_main
+
+    sys.exit(faults_main(sys.argv[2:]))
 if sys.argv[1:2] == ["groups"]:
     from bench.groups import main as groups_main
 

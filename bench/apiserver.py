@@ -41,7 +41,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Sequence
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -50,6 +50,7 @@ sys.path.insert(0, str(REPO_ROOT / "tests" / "e2e"))
 
 import local_cluster  # noqa: E402  (tests/e2e is not a package)
 
+from bench.kubeapi import Api  # noqa: E402
 from bench.procs import ServerProcess, free_port, start_server, variant_command  # noqa: E402
 from bench.sections import write_section  # noqa: E402
 from bench.workload import make_cluster_pod, make_deployment_pod, make_fleet  # noqa: E402
@@ -73,40 +74,6 @@ class Arm:
     name: str
     namespace: str
     webhook: str | None  # the webhook's name, as the API server's metrics label it
-
-
-class Api:
-    """The API server as its admin, over one kept-alive HTTPS connection: a lean client keeps its own
-    time (and the GIL) out of the figures."""
-
-    def __init__(self, cluster: local_cluster.Cluster) -> None:
-        self.host, port = cluster.server.removeprefix("https://").rsplit(":", 1)
-        self.port = int(port)
-        self.context = ssl.create_default_context(cafile=str(cluster.pki / "ca.crt"))
-        self.context.load_cert_chain(str(cluster.pki / "admin.crt"), str(cluster.pki / "admin.key"))
-        self.conn = self._connect()
-
-    def _connect(self) -> http.client.HTTPSConnection:
-        return http.client.HTTPSConnection(self.host, self.port, context=self.context, timeout=60)
-
-    def call(self, method: str, path: str, body: Any = None, *, expect: Iterable[int] = (200, 201)) -> Any:
-        status, data = self.raw(method, path, body if body is None or isinstance(body, bytes) else json.dumps(body).encode())
-        if status not in expect:
-            raise RuntimeError(f"{method} {path}: HTTP {status}: {data[:300]!r}")
-        return json.loads(data) if data.startswith(b"{") else data.decode()
-
-    def raw(self, method: str, path: str, body: bytes | None = None) -> tuple[int, bytes]:
-        for attempt in (1, 2):
-            try:
-                self.conn.request(method, path, body=body, headers={"Content-Type": "application/json"})
-                response = self.conn.getresponse()
-                return response.status, response.read()
-            except (OSError, http.client.HTTPException):
-                self.conn.close()
-                self.conn = self._connect()
-                if attempt == 2:
-                    raise
-        raise AssertionError("unreachable")
 
 
 def measured_pod() -> bytes:

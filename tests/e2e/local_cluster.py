@@ -55,6 +55,8 @@ COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-schedul
 # kube-controller-manager now.
 CONTROLLERS_OFF = ("node-lifecycle-controller", "node-ipam-controller")
 WEBHOOK_NAMESPACE = "gpu-class-system"
+# In the environment of every process a cluster starts: its directory. `down` finds them by it.
+MARKER = "GPUCLASS_LOCAL_CLUSTER"
 READY_SECONDS = 120.0
 
 
@@ -168,12 +170,12 @@ def go_build(go: str, module_dir: Path, packages: Sequence[str], out: Path, *, l
 
 # --- certificates -----------------------------------------------------------
 
-def _pem_key(key: Any) -> bytes:
+def pem_key(key: Any) -> bytes:
     return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                              serialization.NoEncryption())
 
 
-def _issue(subject: x509.Name, key: Any, issuer: tuple[x509.Certificate, Any] | None, *,
+def issue_certificate(subject: x509.Name, key: Any, issuer: tuple[x509.Certificate, Any] | None, *,
            ca: bool = False, server_names: Sequence[str] = (), client: bool = False) -> x509.Certificate:
     now = datetime.datetime.now(datetime.timezone.utc)
     builder = (
@@ -205,7 +207,7 @@ def _issue(subject: x509.Name, key: Any, issuer: tuple[x509.Certificate, Any] | 
     return builder.sign(issuer[1] if issuer else key, hashes.SHA256())
 
 
-def _name(cn: str, org: str | None = None) -> x509.Name:
+def x509_name(cn: str, org: str | None = None) -> x509.Name:
     attrs = [x509.NameAttribute(NameOID.COMMON_NAME, cn)]
     if org:
         attrs.append(x509.NameAttribute(NameOID.ORGANIZATION_NAME, org))
@@ -216,24 +218,24 @@ def make_pki(pki: Path) -> None:
     """The cluster CA, the API server's serving pair, the service-account key, and client pairs."""
     pki.mkdir(parents=True, exist_ok=True)
     ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca = _issue(_name("gpu-class-e2e-ca"), ca_key, None, ca=True)
+    ca = issue_certificate(x509_name("gpu-class-e2e-ca"), ca_key, None, ca=True)
     (pki / "ca.crt").write_bytes(ca.public_bytes(serialization.Encoding.PEM))
-    (pki / "ca.key").write_bytes(_pem_key(ca_key))
+    (pki / "ca.key").write_bytes(pem_key(ca_key))
     pairs = {
-        "apiserver": (_name("kube-apiserver"), ("127.0.0.1", "localhost", "kubernetes", "kubernetes.default",
+        "apiserver": (x509_name("kube-apiserver"), ("127.0.0.1", "localhost", "kubernetes", "kubernetes.default",
                                                  "kubernetes.default.svc", "10.0.0.1"), False),
-        "admin": (_name("e2e-admin", "system:masters"), (), True),
-        "kube-controller-manager": (_name("system:kube-controller-manager"), (), True),
-        "kube-scheduler": (_name("system:kube-scheduler"), (), True),
+        "admin": (x509_name("e2e-admin", "system:masters"), (), True),
+        "kube-controller-manager": (x509_name("system:kube-controller-manager"), (), True),
+        "kube-scheduler": (x509_name("system:kube-scheduler"), (), True),
     }
     for name, (subject, sans, client) in pairs.items():
         key = ec.generate_private_key(ec.SECP256R1())
-        cert = _issue(subject, key, (ca, ca_key), server_names=sans, client=client)
+        cert = issue_certificate(subject, key, (ca, ca_key), server_names=sans, client=client)
         (pki / f"{name}.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-        (pki / f"{name}.key").write_bytes(_pem_key(key))
+        (pki / f"{name}.key").write_bytes(pem_key(key))
     # Service-account tokens are signed with RSA: the API server's default.
     sa = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    (pki / "sa.key").write_bytes(_pem_key(sa))
+    (pki / "sa.key").write_bytes(pem_key(sa))
     (pki / "sa.pub").write_bytes(sa.public_key().public_bytes(
         serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
 
@@ -302,6 +304,10 @@ class Cluster:
         return f"https://127.0.0.1:{self.ports.extender}"
 
     @property
+    def audit_log(self) -> Path:
+        return self.logs / "audit.log"
+
+    @property
     def etcd_url(self) -> str:
         assert self.ports
         return f"http://127.0.0.1:{self.ports.etcd_client}"
@@ -314,73 +320,48 @@ class Cluster:
             return
         with open(self.logs / f"{name}.log", "ab") as log:
             # A session of its own: `down` (or a test) signals the whole group,
-            # and nothing here outlives it by inheriting our terminal.
+            # and nothing here outlives it by inheriting our terminal. The
+            # marker in its environment (inherited by whatever it starts) lets
+            # `down` find it when the pidfile is gone.
             proc = subprocess.Popen(list(argv), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    start_new_session=True, cwd=self.dir)
-        self.pidfile(name).write_text(f"{proc.pid}\n")
+                                    start_new_session=True, cwd=self.dir, env={**os.environ, MARKER: str(self.dir)})
+        # with its start time: a pid alone may name another process once ours has exited
+        self.pidfile(name).write_text(f"{proc.pid} {_start_time(proc.pid)}\n")
         (self.dir / "run" / f"{name}.argv").write_text(json.dumps(list(argv)))
 
     def pid(self, name: str) -> int | None:
         try:
-            return int(self.pidfile(name).read_text())
-        except (FileNotFoundError, ValueError):
+            return int(self.pidfile(name).read_text().split()[0])
+        except (FileNotFoundError, ValueError, IndexError):
             return None
 
     def is_running(self, name: str) -> bool:
         pid = self.pid(name)
-        if pid is None:
-            return False
+        return pid is not None and _alive(pid) and self._is_ours(name, pid)
+
+    def _is_ours(self, name: str, pid: int) -> bool:
+        """The process the pidfile names is still the one we started, not another that got its pid
+        since: same start time. (Not by its marker: right after exec, its environment reads empty for
+        a moment.)"""
         try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        # A zombie (our own child, exited) counts as stopped.
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                return f.read().split(") ")[-1][0] != "Z"
-        except FileNotFoundError:
-            return False
+            recorded = int(self.pidfile(name).read_text().split()[1])
+        except (FileNotFoundError, ValueError, IndexError):
+            return pid in marked_processes(self.dir)  # a pidfile of a version that wrote no start time
+        return _start_time(pid) == recorded
 
     def stop(self, name: str, grace_seconds: float = 15.0) -> None:
         pid = self.pid(name)
-        if pid is None:
-            return
-        for sig, wait in ((signal.SIGTERM, grace_seconds), (signal.SIGKILL, 5.0)):
-            try:
-                os.killpg(pid, sig)
-            except ProcessLookupError:
-                break
-            deadline = time.monotonic() + wait
-            while time.monotonic() < deadline and self._group_alive(pid):
-                _reap(pid)
-                time.sleep(0.1)
-            if not self._group_alive(pid):
-                break
-        _reap(pid)
+        if pid is not None and self._is_ours(name, pid):
+            _terminate([pid], grace_seconds, group=True)
+        if pid is not None:
+            _reap(pid)
         self.pidfile(name).unlink(missing_ok=True)
 
-    @staticmethod
-    def _group_alive(pgid: int) -> bool:
-        try:
-            os.killpg(pgid, 0)
-        except ProcessLookupError:
-            return False
-        # Only zombies left (children of ours not yet reaped) is as good as gone.
-        for entry in Path("/proc").iterdir():
-            if not entry.name.isdigit():
-                continue
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            fields = stat.rsplit(") ", 1)[-1].split()
-            if int(fields[2]) == pgid and fields[0] != "Z":
-                return True
-        return False
-
-    def restart(self, name: str) -> None:
+    def restart(self, name: str, while_stopped: Callable[[], object] | None = None) -> None:
         argv = json.loads((self.dir / "run" / f"{name}.argv").read_text())
         self.stop(name)
+        if while_stopped:
+            while_stopped()
         self.start(name, argv)
 
     # health
@@ -413,17 +394,21 @@ class Cluster:
             request = urllib.request.Request(self.etcd_url + path, data=json.dumps(body).encode(), method="POST")
             with urllib.request.urlopen(request, timeout=10) as r:
                 return json.loads(r.read())
-        revision = int(call("/v3/kv/range", {"key": "AA=="})["header"]["revision"])  # key "\0": any read
+        # A write first: the compacted revision is then newer than any a client of the API server has seen
+        # (compaction keeps the revision it is made at, and a watch from it would still be served).
+        revision = int(call("/v3/kv/put", {"key": base64.b64encode(b"/gpu-class-e2e/compacted").decode(),
+                                           "value": ""})["header"]["revision"])
         call("/v3/kv/compaction", {"revision": revision, "physical": True})
         return revision
 
-    def restart_apiserver(self) -> None:
-        """Restart the API server, then what exited because of it, as a kubelet restarts static Pods.
+    def restart_apiserver(self, while_stopped: Callable[[], object] | None = None) -> None:
+        """Restart the API server (calling `while_stopped` while it is down), then what exited because
+        of it, as a kubelet restarts static Pods.
 
         kube-scheduler with leader election exits when it cannot renew its lease ("leaderelection
         lost"): those are the strict schedulers, whose deploy/scheduler configuration elects a leader.
         """
-        self.restart("kube-apiserver")
+        self.restart("kube-apiserver", while_stopped)
         self.wait_ready("kube-apiserver", self.apiserver_ready)
         deadline = time.monotonic() + 12  # a lease is lost within its renew deadline (10 s)
         while time.monotonic() < deadline:
@@ -459,7 +444,72 @@ class Cluster:
         return proc
 
 
+def marked_processes(directory: Path) -> list[int]:
+    """The live processes a cluster in `directory` started, and theirs: those whose environment carries
+    its marker. Found this way they need no pidfile, nor the directory itself."""
+    wanted = f"{MARKER}={Path(directory).resolve()}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            # a zombie's environment reads empty: it is as good as gone
+            if wanted in (entry / "environ").read_bytes().split(b"\0"):
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(") ", 1)[-1][0] != "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+
+
+def _start_time(pid: int) -> int | None:
+    """When the process started, in clock ticks since boot (field 22 of /proc/PID/stat)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(") ", 1)[-1].split()[19])
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+
+
+def _pgid(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except ProcessLookupError:
+        return None
+
+
+def _terminate(pids: Sequence[int], grace_seconds: float, *, group: bool) -> None:
+    """SIGTERM, and SIGKILL what is left after `grace_seconds`: each process, or (group) each one's
+    process group, which `start` made its own."""
+    members = set(pids)
+    for sig, wait in ((signal.SIGTERM, grace_seconds), (signal.SIGKILL, 5.0)):
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, sig) if group else os.kill(pid, sig)
+        deadline = time.monotonic() + wait
+        while True:
+            for pid in pids:
+                _reap(pid)
+            if group:
+                # the members of the groups, found again each time: a process started meanwhile counts too
+                members = {int(e.name) for e in Path("/proc").iterdir() if e.name.isdigit()
+                           and _pgid(int(e.name)) in pids}
+            if not any(_alive(pid) for pid in members) or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        if not any(_alive(pid) for pid in members):
+            return
+
+
 def _reap(pid: int) -> None:
+    """Collect the exit status of a child of ours, so it does not stay a zombie."""
     try:
         os.waitpid(pid, os.WNOHANG)
     except ChildProcessError:
@@ -585,9 +635,36 @@ def webhook_catalog(cluster: Cluster) -> Path:
     return path
 
 
+# Every Pod create, with the Pod as stored or the refusal, and the annotations admission adds: which
+# webhooks mutated it, which failed open. The load-and-fault suite counts from it (bench/faults.py).
+AUDIT_POLICY = {
+    "apiVersion": "audit.k8s.io/v1", "kind": "Policy",
+    "omitStages": ["RequestReceived", "ResponseStarted"], "omitManagedFields": True,
+    "rules": [{"level": "RequestResponse", "verbs": ["create"], "resources": [{"group": "", "resources": ["pods"]}]},
+              {"level": "None"}],
+}
+
+
+def write_audit_policy(cluster: Cluster) -> Path:
+    path = cluster.dir / "audit-policy.yaml"
+    path.write_text(yaml.safe_dump(AUDIT_POLICY))
+    return path
+
+
 # --- up and down --------------------------------------------------------------
 
 def up(directory: Path, log: Callable[[str], None] = print, webhook_args: Sequence[str] = ()) -> Cluster:
+    """Start the cluster in `directory` (or what of it is not running), or, when any step fails or is
+    interrupted, stop all of it again and raise."""
+    try:
+        return _start_all(directory, log, webhook_args)
+    except BaseException:
+        log(f"local-cluster up in {directory} failed: stopping what it started")
+        down(directory)
+        raise
+
+
+def _start_all(directory: Path, log: Callable[[str], None], webhook_args: Sequence[str]) -> Cluster:
     started = time.monotonic()
     bins = build(log)
     directory.mkdir(parents=True, exist_ok=True)
@@ -631,6 +708,9 @@ def up(directory: Path, log: Callable[[str], None] = print, webhook_args: Sequen
         # The tests compact etcd themselves (a forced 410 Gone); the API
         # server's own compaction every 5 minutes would come at random.
         "--etcd-compaction-interval=0", f"--cert-dir={pki}",
+        f"--audit-policy-file={write_audit_policy(cluster)}", f"--audit-log-path={cluster.audit_log}",
+        # one file for the cluster's life: readers keep their place in it by offset
+        "--audit-log-maxsize=0",
     ])
     cluster.wait_ready("kube-apiserver", cluster.apiserver_ready)
 
@@ -743,12 +823,27 @@ def wait_webhook_called(cluster: Cluster, seconds: float = 60.0) -> None:
                        + cluster.log_tail("gpuclass"))
 
 
-def down(directory: Path) -> None:
+# Clients before the API server, the API server before etcd; what else a cluster ran (started by a
+# test or a benchmark) goes first.
+STOP_ORDER = (EXTENDER_SCHEDULER, STRICT_SCHEDULER, "gpuclass", "kube-scheduler", "kube-controller-manager",
+              "kube-apiserver", "etcd")
+
+
+def down(directory: Path, grace_seconds: float = 15.0) -> None:
+    """Stop everything the cluster in `directory` started: by its pidfiles, in order, then whatever
+    still carries its marker (pidfiles removed, the directory gone, a process that left its group)."""
     cluster = Cluster(directory)
-    # Reverse order: clients before the API server, the API server before etcd.
-    for name in (EXTENDER_SCHEDULER, STRICT_SCHEDULER, "gpuclass", "kube-scheduler", "kube-controller-manager",
-                 "kube-apiserver", "etcd"):
-        cluster.stop(name)
+    others = sorted(p.stem for p in (cluster.dir / "run").glob("*.pid") if p.stem not in STOP_ORDER)
+    for name in (*others, *STOP_ORDER):
+        cluster.stop(name, grace_seconds)
+    for _ in range(3):  # a parent stopped first may have started another child meanwhile
+        left = marked_processes(cluster.dir)
+        if not left:
+            return
+        _terminate(left, grace_seconds, group=False)
+    left = marked_processes(cluster.dir)
+    if left:
+        raise ClusterError(f"processes of the cluster in {cluster.dir} would not stop: {left}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -760,6 +855,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         p.add_argument("dir", type=Path)
     sub.add_parser("build", help="only build the components into the cache")
     args = parser.parse_args(argv)
+    # A stopped `up` stops what it started, like a failed one (SystemExit unwinds through it).
+    signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(128 + signum))
     try:
         if args.command == "build":
             print(build())
@@ -770,6 +867,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ClusterError as e:
         print(f"local-cluster: {e}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        print("local-cluster: interrupted", file=sys.stderr)
+        return 128 + signal.SIGINT
     return 0
 
 

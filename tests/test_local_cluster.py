@@ -1,0 +1,105 @@
+"""tests/e2e/local-cluster's `down`: it finds what a cluster started by the marker in its environment,
+without pidfiles or the directory, and leaves other processes alone. Plain processes stand in for the
+components here; tests/e2e/test_local_cluster_e2e.py makes a real `up` fail."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+import local_cluster
+
+# a child that calls setsid has left the process group `down` signals through the pidfile
+ESCAPES_ITS_GROUP = ["sh", "-c", "setsid sleep 300 & exec sleep 300"]
+IGNORES_SIGTERM = ["sh", "-c", "trap '' TERM; sleep 300 & wait"]
+
+
+def _remove_run(directory: Path) -> None:
+    shutil.rmtree(directory / "run")
+
+
+def _remove_all(directory: Path) -> None:
+    shutil.rmtree(directory)
+
+
+def _nothing(directory: Path) -> None:
+    pass
+
+
+def _wait_marked(directory: Path, count: int) -> list[int]:
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        found = local_cluster.marked_processes(directory)
+        if len(found) >= count:
+            return found
+        time.sleep(0.05)
+    pytest.fail(f"expected {count} processes marked with {directory}, found {local_cluster.marked_processes(directory)}")
+
+
+@pytest.mark.parametrize("argv, processes, before_down", [
+    pytest.param(["sleep", "300"], 1, _nothing, id="by-pidfile"),
+    pytest.param(["sleep", "300"], 1, _remove_run, id="pidfiles-gone"),
+    pytest.param(["sleep", "300"], 1, _remove_all, id="directory-gone"),
+    pytest.param(ESCAPES_ITS_GROUP, 2, _nothing, id="child-left-the-group"),
+    pytest.param(ESCAPES_ITS_GROUP, 2, _remove_all, id="child-left-the-group-directory-gone"),
+    pytest.param(IGNORES_SIGTERM, 2, _remove_run, id="ignores-sigterm"),
+])
+def test_down_stops_every_process_the_cluster_started(tmp_path: Path, argv: list[str], processes: int,
+                                                      before_down: Callable[[Path], None]) -> None:
+    directory = tmp_path / "cluster"
+    cluster = local_cluster.Cluster(directory)
+    cluster.start("etcd", argv)
+    cluster.start("gpuclass-extra", ["sleep", "300"])
+    started = _wait_marked(directory, processes + 1)
+    before_down(directory)
+
+    local_cluster.down(directory, grace_seconds=0.5)
+
+    assert local_cluster.marked_processes(directory) == []
+    assert not any(local_cluster._alive(pid) for pid in started)
+
+
+def test_down_twice_and_on_a_directory_that_never_was(tmp_path: Path) -> None:
+    directory = tmp_path / "cluster"
+    local_cluster.Cluster(directory).start("etcd", ["sleep", "300"])
+    _wait_marked(directory, 1)
+    local_cluster.down(directory, grace_seconds=0.5)
+    local_cluster.down(directory, grace_seconds=0.5)
+    local_cluster.down(tmp_path / "never-made", grace_seconds=0.5)
+    assert local_cluster.marked_processes(directory) == []
+
+
+@pytest.mark.parametrize("pidfile", [
+    pytest.param("{pid} 12\n", id="another-start-time"),
+    pytest.param("{pid}\n", id="no-start-time-no-marker"),
+])
+def test_down_spares_a_process_that_took_a_stale_pidfiles_pid(tmp_path: Path, pidfile: str) -> None:
+    directory = tmp_path / "cluster"
+    (directory / "run").mkdir(parents=True)
+    stranger = subprocess.Popen(["sleep", "300"], start_new_session=True)
+    try:
+        (directory / "run" / "kube-apiserver.pid").write_text(pidfile.format(pid=stranger.pid))
+        assert not local_cluster.Cluster(directory).is_running("kube-apiserver")
+        local_cluster.down(directory, grace_seconds=0.5)
+        assert stranger.poll() is None
+        assert not (directory / "run" / "kube-apiserver.pid").exists()
+    finally:
+        stranger.kill()
+        stranger.wait()
+
+
+def test_markers_of_another_cluster_are_not_ours(tmp_path: Path) -> None:
+    # /tmp/x/cluster and /tmp/x/cluster2: the marker is the whole path, not a prefix
+    ours, theirs = tmp_path / "cluster", tmp_path / "cluster2"
+    local_cluster.Cluster(theirs).start("etcd", ["sleep", "300"])
+    try:
+        [pid] = _wait_marked(theirs, 1)
+        local_cluster.down(ours, grace_seconds=0.5)
+        assert local_cluster._alive(pid)
+    finally:
+        local_cluster.down(theirs, grace_seconds=0.5)
