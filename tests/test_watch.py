@@ -101,16 +101,21 @@ def test_starts_before_the_api_is_reachable(tmp_path: Path) -> None:
         api.stop()
 
 
-def test_relist_after_410_converges(api: FakeApiServer, inventory: LiveInventory) -> None:
-    nodes = inventory.reflectors[0]
-    relists = nodes.relists
+def swap_nodes_unseen(api: FakeApiServer) -> None:
+    """Node h100-a replaced by t4-a in changes the watch will not replay: the history is compacted
+    and the watch cut, so only a relist (after 410) sees them."""
     assert api.wait_for_watches(2)
-    # changes the watch will not replay: the history is compacted and the watch cut
     api.set_available(False)
     api.delete("Node", "h100-a")
     api.create(make_node("t4-a", "Tesla-T4", gpus=1))
     api.compact()
     api.set_available(True)
+
+
+def test_relist_after_410_converges(api: FakeApiServer, inventory: LiveInventory) -> None:
+    nodes = inventory.reflectors[0]
+    relists = nodes.relists
+    swap_nodes_unseen(api)
     eventually(lambda: nodes.relists > relists, timeout_seconds=40, what="relist after 410")
     eventually(lambda: set(inventory.state.nodes) == {"t4-a"}, what="converged inventory")
     assert types_for(inventory, {"gpu-class.io/class": "economy"}) == ("T4", "V100")
@@ -127,12 +132,7 @@ def test_after_list_runs_once_each_full_list_is_in_the_state(api: FakeApiServer)
         listed = [r for r in inv.reflectors if r.off is None]
         eventually(lambda: len(seen) == len(listed), what="a call per first list")
         assert frozenset({"h100-a"}) in seen
-        assert api.wait_for_watches(2)
-        api.set_available(False)
-        api.delete("Node", "h100-a")
-        api.create(make_node("t4-a", "Tesla-T4", gpus=1))
-        api.compact()
-        api.set_available(True)
+        swap_nodes_unseen(api)
         # a relist calls it again, with the new list already in the state
         eventually(lambda: frozenset({"t4-a"}) in seen, timeout_seconds=40, what="a call after the relist")
     finally:
