@@ -62,7 +62,10 @@ def test_every_scenario_measured_every_arm(report: str) -> None:
 
 
 def test_the_targets_are_judged_per_scenario(report: str) -> None:
-    verdicts = re.findall(r"^\| (.+?) \| [-\w.]+x \| [-\w.]+x \| (PASS|FAIL) \| [-\w.]+x \| [-\w.]+x \| (PASS|FAIL) \|$",
+    # a ratio is absent ("-", no verdict) where a no-op's percentile came out at or below no webhook's,
+    # which tiny samples on a shared machine can give
+    ratio, verdict = r"(?:-?[\w.]+x|-)", r"(PASS|FAIL|no verdict \(a no-op added nothing measurable\))"
+    verdicts = re.findall(rf"^\| (.+?) \| {ratio} \| {ratio} \| {verdict} \| {ratio} \| {ratio} \| {verdict} \|$",
                           report, re.M)
     assert len(verdicts) == 3, report[-2000:]
     assert "Node change to the first admission that sees it, 2 changes" in report
