@@ -202,7 +202,9 @@ def test_binds_are_counted_once_across_workers_and_worker_deaths(tmp_path: Path)
                 expected = {("high", o): float(round_ + 1) for o in ("best", "fallback", "broken")}
                 deadline = time.monotonic() + 20
                 while {k: v for k, v in series(scrape(server), "gpu_class_placements_total").items() if v} != expected:
-                    assert time.monotonic() < deadline, series(scrape(server), "gpu_class_placements_total")
+                    assert time.monotonic() < deadline, (round_, series(scrape(server), "gpu_class_placements_total"),
+                                                         [line for line in server.log().splitlines()
+                                                          if '"level":"info"' not in line][-20:])
                     time.sleep(0.1)
                 assert series(scrape(server), "gpu_class_pending_pods")[("high", "0s")] == 0
                 for name in ("p1", "p2", "p3", "fill"):
