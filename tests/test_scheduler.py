@@ -26,7 +26,7 @@ from test_deploy import (CERT_MANAGER, CLIENT_SECRET, DEPLOY, EXTENDER, SELF_MAN
                          renders, webhook_container, webhook_deployment)
 from test_extender import make_app
 from webhook.core.catalog import (
-    MIG_RESOURCE_PREFIX, PROFILE_SUFFIX, SLICES_SUFFIX, STRATEGIES, STRICT_SCHEDULER, load_catalog_file, profile_suffixes,
+    MIG_RESOURCE_PREFIX, PROFILE_SUFFIX, SLICES_SUFFIX, STRATEGIES, STRICT_SCHEDULER, load_catalog_file, PROFILE_SUFFIXES,
 )
 from webhook.core.planner import rank_gap, route_scheduler, weights_for
 
@@ -195,7 +195,7 @@ def test_every_node_is_scored_and_no_default_spreading(profiles_config: dict[str
         assert plugin_args(p, "PodTopologySpread") | {"apiVersion": None} == {
             "apiVersion": None, "kind": "PodTopologySpreadArgs", "defaultingType": "List"}, p["schedulerName"]
     assert sorted(p["schedulerName"] for p in config["profiles"]) == sorted(
-        STRICT_SCHEDULER + s for s in profile_suffixes())
+        STRICT_SCHEDULER + s for s in PROFILE_SUFFIXES)
 
 
 def test_the_extender_configuration_is_the_profiles_and_the_extender(profiles_config: dict[str, Any],

@@ -38,14 +38,16 @@ GLOB_CHARS = frozenset("*?[")
 MIG_INVALID_SUFFIX = "-MIG-INVALID"
 MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
 
+
 def profile_suffix(strategy: Strategy, resource: str) -> str:
     """The suffix of the strict profile that scores a Pod of `strategy` requesting `resource`."""
     return PROFILE_SUFFIX[strategy] + (SLICES_SUFFIX if resource.startswith(MIG_RESOURCE_PREFIX) else "")
 
 
-def profile_suffixes() -> tuple[str, ...]:
-    """Every strict profile's suffix: a strict scheduler runs a profile of each."""
-    return tuple(s + r for s in dict.fromkeys(PROFILE_SUFFIX.values()) for r in ("", SLICES_SUFFIX))
+# Every strict profile's suffix: a strict scheduler runs a profile of each (computed once: the
+# admission path asks on every Pod)
+PROFILE_SUFFIXES: tuple[str, ...] = tuple(
+    s + r for s in dict.fromkeys(PROFILE_SUFFIX.values()) for r in ("", SLICES_SUFFIX))
 
 
 _DNS_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
@@ -185,7 +187,7 @@ class Catalog:
     def strict_scheduler_of(self, scheduler_name: str) -> str | None:
         """The strict scheduler `scheduler_name` is one of the profiles of, or None."""
         for base in self.strict_schedulers:
-            if scheduler_name in (base + suffix for suffix in profile_suffixes()):
+            if scheduler_name in (base + suffix for suffix in PROFILE_SUFFIXES):
                 return base
         return None
 
