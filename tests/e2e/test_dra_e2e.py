@@ -6,8 +6,11 @@ amd.com/gpu) limit and names the nodes of the types it allows; kube-scheduler se
 DRA devices through the DeviceClass's extendedResourceName, allocates them in a ResourceClaim it
 makes for the Pod, and the tests read that claim's status.allocation.
 
-The types used here (H200, H100-NVL; AMD's MI300X) are on no other test's nodes, so the shared
-fleet's device-plugin GPUs, when present, rank below them in class `high` and never take their place.
+The types used here (H200, H100-NVL; AMD's MI300X) are on no other test's nodes. The shared fleet's
+device-plugin GPUs, when present, are of the same classes; a Pod that must land on a test's own nodes
+excludes the other types of its class (`only`). kube-scheduler learns of a new slice or DeviceClass
+from its own watch, a moment after the webhook may have: without the exclusion, a Pod created in that
+moment goes, rightly for what the scheduler knew, to a fleet node of a lesser type.
 """
 
 from __future__ import annotations
@@ -30,11 +33,18 @@ from kubeobjects import (
 )
 from test_fidelity_e2e import samples, scrape
 from webhook.core.catalog import load_default_catalog
+from webhook.core.planner import EXCLUDE_ANNOTATION as EXCLUDE_TYPES
 
 H200, H100_NVL = "NVIDIA H200", "NVIDIA H100 NVL"
 GFD_H100_NVL = {"nvidia.com/gpu.product": "NVIDIA-H100-NVL", "nvidia.com/gpu.memory": "95830"}
 AMD_TAINT = {"key": "amd.com/gpu", "value": "present", "effect": "NoSchedule"}
 SCHEDULERS = {"strict-profiles": local_cluster.STRICT_SCHEDULER, "with-extender": local_cluster.EXTENDER_SCHEDULER}
+
+
+def only(gpu_class: str, *types: str) -> dict[str, str]:
+    """The annotation that leaves a Pod of `gpu_class` nothing but `types`, in the class's order."""
+    others = [t for t in load_default_catalog().classes[gpu_class].types if t not in types]
+    return {EXCLUDE_TYPES: ",".join(others)}
 
 
 @pytest.fixture(scope="module")
@@ -120,10 +130,11 @@ def test_a_class_pod_gets_the_best_types_device_on_nodes_with_no_device_plugin(
     admitted, named to both nodes, and allocated the best type's device."""
     bare = dra_nodes.add("h200", nvidia_gpus(2, H200, memory="143771Mi"))
     labelled = dra_nodes.add("h100nvl", nvidia_gpus(2, H100_NVL, memory="95830Mi"), labels=GFD_H100_NVL)
-    pod = make_pod("train", gpu_class="high", gpus=None, scheduler=local_cluster.STRICT_SCHEDULER)
+    pod = make_pod("train", gpu_class="high", gpus=None, scheduler=local_cluster.STRICT_SCHEDULER,
+                   annotations=only("high", "H200", "H100-NVL"))
 
     admitted = dry_run_create(core, namespace, pod)
-    assert admitted["metadata"]["annotations"][TYPES].startswith("H200,H100-NVL")
+    assert admitted["metadata"]["annotations"][TYPES] == "H200,H100-NVL"
     assert admitted["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "1"}
     terms = admitted["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
         "nodeSelectorTerms"]
@@ -145,7 +156,8 @@ def test_a_stream_fills_the_best_type_then_the_next_device_by_device(
     nvl = dra_nodes.add("h100nvl", nvidia_gpus(3, H100_NVL, memory="95830Mi"))
     before = samples(scrape(cluster), "gpu_class_placements_total")
     got = [placed(core, resource_api, namespace, f"p{i}",
-                  make_pod(f"p{i}", gpu_class="high", gpus=None, scheduler=scheduler)) for i in range(5)]
+                  make_pod(f"p{i}", gpu_class="high", gpus=None, scheduler=scheduler,
+                           annotations=only("high", "H200", "H100-NVL"))) for i in range(5)]
     assert [node for node, _ in got] == [h200, h200, nvl, nvl, nvl]
     assert all(len(devices) == 1 and devices[0][1] == node for node, devices in got)
     held = [devices[0] for _, devices in got]
@@ -171,12 +183,10 @@ def test_balanced_binds_on_dra_devices_are_judged_as_the_scheduler_saw_the_node(
     nodes = {dra_nodes.add(f"l40s-{i}", nvidia_gpus(4, "NVIDIA L40S", memory="46068Mi")) for i in range(2)}
     # L40S only (the shared fleet's A100 and V100 are in class standard too, and a balanced Pod may go to
     # either when its share of GPUs free is the largest): the promise is about these two nodes
-    others = [t for t in load_default_catalog().classes["standard"].types if t != "L40S"]
-    only = {"gpu-class.io/exclude-types": ",".join(others)}
     before = samples(scrape(cluster), "gpu_class_placements_total")
     got = [placed(core, resource_api, namespace, f"p{i}",
                   make_pod(f"p{i}", gpu_class="standard", gpus=None, scheduler=local_cluster.STRICT_SCHEDULER,
-                           annotations=only)) for i in range(4)]
+                           annotations=only("standard", "L40S"))) for i in range(4)]
     assert all(node in nodes and len(devices) == 1 for node, devices in got), got
     assert sorted(sum(1 for n, _ in got if n == node) for node in nodes) == [2, 2]  # least allocated: spread
 
@@ -200,8 +210,8 @@ def test_a_mixed_cluster_keeps_one_order(core: kubernetes.client.CoreV1Api,
         best = dra_nodes.add("h200-plugin", labels={"nvidia.com/gpu.product": "NVIDIA-H200"}, device_plugin_gpus=2)
         second = dra_nodes.add("h100nvl", nvidia_gpus(2, H100_NVL, memory="95830Mi"))
     got = [placed(core, resource_api, namespace, f"p{i}",
-                  make_pod(f"p{i}", gpu_class="high", gpus=None, scheduler=local_cluster.STRICT_SCHEDULER))
-           for i in range(4)]
+                  make_pod(f"p{i}", gpu_class="high", gpus=None, scheduler=local_cluster.STRICT_SCHEDULER,
+                           annotations=only("high", "H200", "H100-NVL"))) for i in range(4)]
     assert [node for node, _ in got] == [best, best, second, second]
     dra_node = best if dra_first else second
     assert [bool(devices) for node, devices in got] == [node == dra_node for node, _ in got]
