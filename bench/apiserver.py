@@ -51,6 +51,7 @@ sys.path.insert(0, str(REPO_ROOT / "tests" / "e2e"))
 import local_cluster  # noqa: E402  (tests/e2e is not a package)
 
 from bench.kubeapi import Api  # noqa: E402
+from bench.measure import rounded_rank_percentile  # noqa: E402
 from bench.procs import ServerProcess, free_port, start_server, variant_command  # noqa: E402
 from bench.sections import write_section  # noqa: E402
 from bench.workload import make_cluster_pod, make_deployment_pod, make_fleet  # noqa: E402
@@ -86,11 +87,6 @@ def measured_pod() -> bytes:
     pod["spec"]["serviceAccountName"] = "default"  # the one every namespace has
     pod["spec"].pop("serviceAccount", None)
     return json.dumps(pod).encode()
-
-
-def _percentile(values: Sequence[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
 
 
 def _wait(what: str, probe: Callable[[], bool], seconds: float = 60.0) -> None:
@@ -239,7 +235,7 @@ class Scenario:
     seconds: float = 0.0
 
     def added(self, arm: str, q: float) -> float:
-        return _percentile(self.samples[arm], q) - _percentile(self.samples["none"], q)
+        return rounded_rank_percentile(self.samples[arm], q) - rounded_rank_percentile(self.samples["none"], q)
 
     def ratio(self, q: float, over: str = "no-op") -> float | None:
         """gpu-class's added latency over that of `over`; None where `over` added nothing measurable
@@ -468,7 +464,7 @@ def render(scenarios: Sequence[Scenario], node_ms: list[float], wall_seconds: fl
         for arm, values in sc.samples.items():
             call = sc.call_ms.get(arm)
             added = "-" if arm == "none" else f"{sc.added(arm, 0.5):+.2f} | {sc.added(arm, 0.99):+.2f}"
-            lines.append(f"| {arm} | {len(values)} | {_percentile(values, 0.5):.2f} | {_percentile(values, 0.99):.2f} | "
+            lines.append(f"| {arm} | {len(values)} | {rounded_rank_percentile(values, 0.5):.2f} | {rounded_rank_percentile(values, 0.99):.2f} | "
                          + (added if arm != "none" else "- | -") + f" | {'-' if call is None else f'{call:.2f}'} |")
         mutation = sc.added("no-op + patch", 0.5) - sc.added("no-op", 0.5)
         lines += ["", f"Where gpu-class's added p50 goes: the webhook call itself (the no-op) "
@@ -500,7 +496,7 @@ def render(scenarios: Sequence[Scenario], node_ms: list[float], wall_seconds: fl
     lines += [
         "",
         f"Node change to the first admission that sees it, {len(node_ms)} changes (create and delete of a GPU "
-        f"node, dry-run creates back to back): p50 {_percentile(node_ms, 0.5):.1f} ms, "
+        f"node, dry-run creates back to back): p50 {rounded_rank_percentile(node_ms, 0.5):.1f} ms, "
         f"max {max(node_ms):.1f} ms. This includes one dry-run round trip (the first probe after the change "
         "usually already sees it).",
     ]

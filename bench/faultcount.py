@@ -19,6 +19,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Iterable, Literal, Mapping, Sequence
 
+from bench.measure import rounded_rank_percentile
+
 TYPES_ANNOTATION = "gpu-class.io/types"
 FAILED_OPEN_PREFIX = "failed-open.mutation.webhook.admission.k8s.io/"
 WEBHOOK_LATENCY = "apiserver.latency.k8s.io/mutating-webhook"
@@ -119,14 +121,6 @@ def failed_calls(log_text: str, webhook: str) -> list[CallError]:
     return found
 
 
-def percentile(values: Sequence[float], q: float) -> float:
-    """The value at quantile q (nearest rank); 0 for no values."""
-    if not values:
-        return 0.0
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
-
-
 @dataclass(frozen=True)
 class Tally:
     """The creates of one arm over one stretch of time."""
@@ -145,11 +139,11 @@ class Tally:
 
     @property
     def p50_ms(self) -> float:
-        return percentile(self.seconds, 0.5) * 1000
+        return rounded_rank_percentile(self.seconds, 0.5) * 1000
 
     @property
     def p99_ms(self) -> float:
-        return percentile(self.seconds, 0.99) * 1000
+        return rounded_rank_percentile(self.seconds, 0.99) * 1000
 
 
 def tally(creates: Iterable[Create], webhook: str | None, timeout_seconds: float,

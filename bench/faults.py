@@ -58,9 +58,10 @@ from typing import Any, Callable, Mapping, Sequence
 from cryptography import x509
 from prometheus_client.parser import text_string_to_metric_families
 
-from bench.faultcount import Tally, failed_calls, parse_audit, percentile, tally
+from bench.faultcount import Tally, failed_calls, parse_audit, tally
 from bench.faultload import Load, Settled, Stream, create_nodes, delete_nodes
 from bench.kubeapi import Api
+from bench.measure import rounded_rank_percentile
 from bench.replicas import Backend, Balancer, CertAuthority, CertVolume, Replicas, ensure_haproxy, served_certificate
 from bench.sections import write_section
 
@@ -515,8 +516,8 @@ def render(results: Sequence[Result], command: str) -> str:
                   "| arm | creates | p50 ms | p99 ms |", "|---|---|---|---|"]
         for arm in ARMS:
             seconds = [s for w in steady for s in w.tallies[arm].seconds]
-            lines.append(f"| {arm} | {len(seconds)} | {percentile(seconds, 0.5) * 1000:.1f} "
-                         f"| {percentile(seconds, 0.99) * 1000:.1f} |")
+            lines.append(f"| {arm} | {len(seconds)} | {rounded_rank_percentile(seconds, 0.5) * 1000:.1f} "
+                         f"| {rounded_rank_percentile(seconds, 0.99) * 1000:.1f} |")
     return "\n".join(lines) + "\n"
 
 

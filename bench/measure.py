@@ -132,6 +132,17 @@ def percentile(sorted_values: Sequence[float], fraction: float) -> float:
     return sorted_values[rank - 1]
 
 
+def rounded_rank_percentile(values: Sequence[float], q: float) -> float:
+    """The value at quantile q of `values` in any order, its rank (q of the last) rounded; 0 for none.
+
+    The rank python -m bench apiserver and bench faults report their p50 and p99 by.
+    """
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+
+
 CORES = os.cpu_count() or 1
 
 
