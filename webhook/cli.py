@@ -1,4 +1,4 @@
-"""The `gpuclass` command: serve, certs, inventory, explain, review, demo, catalog, label-node; the one argument parser.
+"""The `gpuclass` command: serve, certs, inventory, explain, review, demo, catalog, kueue, label-node; the one argument parser.
 
 Installed twice: as `gpuclass`, and as `kubectl-gpu_class` so that kubectl runs it as `kubectl gpu-class`.
 
@@ -102,6 +102,12 @@ def build_parser(prog: str = "gpuclass") -> argparse.ArgumentParser:
     d.add_argument("--log-level", default="info", choices=logs.LEVELS)
 
     sub.add_parser("catalog", help="print the built-in catalog (a starting point for --config)")
+
+    k = sub.add_parser("kueue", help="print Kueue's ResourceFlavors for the catalog's products and a ClusterQueue per "
+                                     "class that tries them in the class's order")
+    k.add_argument("--config", dest="catalog_file", help="catalog YAML (default: the built-in catalog)")
+    k.add_argument("--quota", type=int, default=0, metavar="GPUS",
+                   help="nominalQuota of every flavor and GPU resource (default 0: admits nothing until you set it)")
 
     ln = sub.add_parser("label-node", help="label this node's GPU type from nvidia-smi")
     ln.add_argument("--node", default=os.environ.get("NODE_NAME"), help="node name (default: $NODE_NAME)")
@@ -344,6 +350,22 @@ def cmd_catalog(_args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_kueue(args: argparse.Namespace) -> int:
+    import yaml
+
+    from .cluster.loading import InputError
+    from .core.kueue import kueue_objects
+
+    if args.quota < 0:
+        raise InputError("--quota must be 0 or more GPUs")
+    objects, notes = kueue_objects(_catalog(args), args.quota)
+    header = ["# Kueue objects for gpu-class (README, \"With Kueue\"): a ResourceFlavor per GPU product, a ClusterQueue",
+              "# per class trying them in the class's order. Add your LocalQueues, and a resource group for cpu and",
+              "# memory if your Pods request them.", *(f"# not here: {n}" for n in notes)]
+    sys.stdout.write("\n".join(header) + "\n" + yaml.safe_dump_all(objects, sort_keys=False))
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from .cluster.loading import InputError
     from .serving.config import ServeConfig
@@ -389,6 +411,7 @@ COMMANDS = {
     "explain": cmd_explain,
     "review": cmd_review,
     "demo": cmd_demo,
+    "kueue": cmd_kueue,
     "catalog": cmd_catalog,
     "label-node": cmd_label_node,
 }

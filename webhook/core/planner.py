@@ -20,6 +20,7 @@ from .groups import (
 from .inventory import CLASS_ANNOTATION as CLASS_ANNOTATION  # the inventory reads both of unbound Pods too
 from .inventory import TYPES_ANNOTATION as TYPES_ANNOTATION
 from .inventory import GIB_MIB, NamespaceInfo, ProductGroup, Snapshot, Taint, pod_gpus, split_types
+from .kueue import flavor_disagreement, started_by_kueue, uncounted_gpus_message
 from .quantity import quantity_mib
 
 PREFIX = "gpu-class.io/"
@@ -126,6 +127,12 @@ def _plan(pod: Mapping[str, Any], snapshot: Snapshot, catalog: Catalog, namespac
     ns_info = snapshot.namespace(namespace)
     if ns_info is not None and not ns_info.inject:
         return Decision("out-of-scope", f"namespace {namespace} is not opted in")
+    labels = _string_map(_mapping(pod.get("metadata"), "metadata").get("labels"), "metadata.labels")
+    kueue_started = started_by_kueue(labels)
+    if kueue_started and TYPES_ANNOTATION in annotations:
+        # its Job's template was decided where Kueue counted it (workload.py): deciding again could
+        # disagree with the flavor Kueue chose since
+        return Decision("out-of-scope", "decided with its workload, which Kueue started")
 
     class_name = annotations.get(CLASS_ANNOTATION)
     from_default = class_name is None
@@ -188,6 +195,8 @@ def _plan(pod: Mapping[str, Any], snapshot: Snapshot, catalog: Catalog, namespac
     if isinstance(count, str):
         return Decision("refused", count, class_name=class_name)
     count_value, set_limit = count
+    if kueue_started and set_limit:
+        return Decision("refused", uncounted_gpus_message(resource, count_value), class_name=class_name)
     excluded = _excluded(annotations, catalog)
     if isinstance(excluded, str):
         return Decision("refused", excluded, class_name=class_name)
@@ -231,6 +240,11 @@ def _plan(pod: Mapping[str, Any], snapshot: Snapshot, catalog: Catalog, namespac
         resource=fit.resource,
         group=group,
     )
+    if kueue_started:
+        node_selector = _mapping(_mapping(pod.get("spec"), "spec").get("nodeSelector"), "spec.nodeSelector")
+        disagreement = flavor_disagreement(node_selector, fit.required, class_name)
+        if disagreement is not None:
+            return _from_fit("refused", class_name, fit, disagreement)
     written = annotations.get(TYPES_ANNOTATION)
     if written is not None and split_types(written) != fit.types:
         ignored += (_short(f"gpu-class: {TYPES_ANNOTATION} is written by gpu-class: the Pod's value was replaced"),)

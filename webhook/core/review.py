@@ -17,6 +17,7 @@ from .catalog import Catalog
 from .inventory import Snapshot
 from .patch import PatchOp, build_patch, build_unplaced_patch
 from .planner import Decision, plan
+from .workload import is_job_create, plan_job
 
 # the standard encoder every answer is written as; json.dumps with options builds a new one per call
 COMPACT = json.JSONEncoder(separators=(",", ":"))
@@ -188,10 +189,21 @@ class Review:
     patch: list[PatchOp]
 
 
+def review_request(request: Request, snapshot: Snapshot, catalog: Catalog) -> Review:
+    """A Pod, or a Job Kueue queues (decided at the Job: workload.py)."""
+    if is_job_create(request.kind, request.group, request.operation, request.sub_resource):
+        return Review(*plan_job(request.object, snapshot, catalog, _namespace(request)))
+    return review_pod(request, snapshot, catalog)
+
+
+def _namespace(request: Request) -> str:
+    return request.namespace or str((request.object.get("metadata") or {}).get("namespace") or "")
+
+
 def review_pod(request: Request, snapshot: Snapshot, catalog: Catalog) -> Review:
     if not is_pod_create(request):
-        return Review(Decision("out-of-scope", "not a Pod CREATE"), [])
-    namespace = request.namespace or str((request.object.get("metadata") or {}).get("namespace") or "")
+        return Review(Decision("out-of-scope", "not a Pod or Job CREATE"), [])
+    namespace = _namespace(request)
     decision = plan(request.object, snapshot, catalog, namespace=namespace)
     if decision.outcome == "admitted-unsatisfiable":
         return Review(decision, build_unplaced_patch(request.object))
