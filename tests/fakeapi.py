@@ -86,6 +86,7 @@ class Resource:
 
 
 DRA_API = "resource.k8s.io/v1"
+KARPENTER_API = "karpenter.sh/v1"
 RESOURCES: dict[str, Resource] = {r.plural: r for r in (
     Resource("Node", "nodes", False, frozenset({"metadata.name", "spec.unschedulable"}),
              frozenset({"spec.unschedulable"})),
@@ -99,6 +100,7 @@ RESOURCES: dict[str, Resource] = {r.plural: r for r in (
     Resource("DeviceClass", "deviceclasses", False, frozenset({"metadata.name"}), api_version=DRA_API),
     Resource("ResourceClaim", "resourceclaims", True, frozenset({"metadata.name", "metadata.namespace"}),
              api_version=DRA_API),
+    Resource("NodePool", "nodepools", False, frozenset({"metadata.name"}), api_version=KARPENTER_API),
 )}
 _BY_KIND = {r.kind.lower(): r for r in RESOURCES.values()}
 _REASONS = {400: "BadRequest", 401: "Unauthorized", 403: "Forbidden", 404: "NotFound",
@@ -318,9 +320,11 @@ def _now() -> str:
 class FakeApiServer:
     """Loopback kube-apiserver stand-in; every public method is thread-safe."""
 
-    def __init__(self, *, bookmark_interval_seconds: float = 1.0, port: int = 0, serve_dra: bool = False) -> None:
+    def __init__(self, *, bookmark_interval_seconds: float = 1.0, port: int = 0, serve_dra: bool = False,
+                 serve_karpenter: bool = False) -> None:
         self.bookmark_interval_seconds = bookmark_interval_seconds
         self.serve_dra = serve_dra  # False: resource.k8s.io is 404, as on a server without DRA
+        self.serve_karpenter = serve_karpenter  # False: karpenter.sh is 404, as on a server without Karpenter
         self.server_errors: list[str] = []  # unexpected handler exceptions; tests assert none
         self._port = port
         self._cond = threading.Condition(threading.RLock())
@@ -573,7 +577,8 @@ class FakeApiServer:
         try:
             if rule is not None:
                 raise ApiError(rule.code, f"injected failure ({rule.code})")
-            res, namespace, name = _route(url.path, dra=self.serve_dra)
+            served = {"v1", *([DRA_API] if self.serve_dra else []), *([KARPENTER_API] if self.serve_karpenter else [])}
+            res, namespace, name = _route(url.path, served=frozenset(served))
             query = Query(res, namespace, parse_label_selector(params.get("labelSelector", "")),
                           parse_field_selector(params.get("fieldSelector", ""), res))
             if name is None and h.command == "GET" and params.get("watch", "") in _TRUE:
@@ -730,11 +735,12 @@ def _translate(ev: StoredEvent, q: Query) -> WatchEvent | None:
     return {"type": "DELETED", "object": gone}
 
 
-def _route(path: str, *, dra: bool = True) -> tuple[Resource, str | None, str | None]:
-    """(resource, namespace, name) of /api/v1/[namespaces/NS/]PLURAL[/NAME] (or /apis/GROUP/VERSION/...)."""
+def _route(path: str, *, served: frozenset[str]) -> tuple[Resource, str | None, str | None]:
+    """(resource, namespace, name) of /api/v1/[namespaces/NS/]PLURAL[/NAME] (or /apis/GROUP/VERSION/...),
+    of the API versions `served`."""
     parts = [p for p in path.split("/") if p]
     for res in RESOURCES.values():
-        if res.api_version != "v1" and not dra:
+        if res.api_version not in served:
             continue
         prefix = res.prefix
         rest = parts[len(prefix):] if tuple(parts[:len(prefix)]) == prefix else []

@@ -92,10 +92,11 @@ def test_inventory_reads_the_cluster_once_and_never_watches(api: FakeApiServer, 
     assert main(["inventory", "--kubeconfig", str(kubeconfig)]) == 0
     calls = api.request_log
     assert not any(r.is_watch for r in calls)
-    # the DRA resources too (this API server does not serve them: DRA is off, said in the report)
+    # the DRA resources and NodePools too (this API server serves neither: both are off, said in the report)
     assert {r.path for r in calls} == {"/api/v1/nodes", "/api/v1/namespaces", "/api/v1/pods",
                                        *(f"/apis/resource.k8s.io/v1/{r}" for r in ("resourceslices", "deviceclasses",
-                                                                                    "resourceclaims"))}
+                                                                                    "resourceclaims")),
+                                       "/apis/karpenter.sh/v1/nodepools"}
     pods_call = next(r for r in calls if r.path == "/api/v1/pods")
     assert pods_call.query["fieldSelector"] == "status.phase!=Succeeded,status.phase!=Failed"  # as the watch lists
     assert capsys.readouterr().out.startswith("TYPE ")

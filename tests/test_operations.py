@@ -151,7 +151,7 @@ def test_watch_restart_series_are_exported_at_zero(tmp_path: Path) -> None:
             restarts = series(scrape(server), "gpu_class_watch_restarts_total")
             assert restarts == {(resource, reason): 0.0
                                 for resource in ("nodes", "namespaces", "pods", "deviceclasses", "resourceslices",
-                                                 "resourceclaims")
+                                                 "resourceclaims", "nodepools")
                                 for reason in ("timeout", "expired", "error")}
             api.drop_watches()
             deadline = time.monotonic() + 10

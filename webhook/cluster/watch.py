@@ -1,5 +1,6 @@
-"""The live inventory: list, then watch, Nodes, Namespaces and GPU Pods, and the ResourceSlices,
-DeviceClasses and ResourceClaims of Dynamic Resource Allocation, and keep InventoryState current.
+"""The live inventory: list, then watch, Nodes, Namespaces and GPU Pods, the ResourceSlices,
+DeviceClasses and ResourceClaims of Dynamic Resource Allocation, and Karpenter's NodePools, and keep
+InventoryState current.
 
 I/O only; what an object means is decided in inventory.py. Each gunicorn worker runs its own
 reflectors (threads do not survive fork, and a worker must never serve from a view nobody updates).
@@ -15,7 +16,7 @@ What real API servers do, and what the reflector does about it:
 - unreachable or failing (at start or for minutes): retry with capped, jittered backoff, forever,
   serving meanwhile from the last known inventory;
 - a resource it does not serve (404: no resource.k8s.io/v1) or will not let us list from the start
-  (403: no RBAC for it): for the DRA resources only, that resource is off (empty) and logged once,
+  (403: no RBAC for it): for the DRA resources and NodePools only, that resource is off (empty) and logged once,
   and is tried again every minute; Nodes, Namespaces and Pods work as they always have. A 403 after
   a successful list is retried as an error: an API server that restarts refuses until its RBAC
   cache is warm, and the devices last seen are better than none.
@@ -42,8 +43,9 @@ from .loading import InputError
 from ..core.dra import (
     DeviceClassInfo, DeviceId, DeviceProblem, SliceInfo, claim_from_object, device_class_from_object, slice_from_object,
 )
+from ..core.pools import NODEPOOL_API, pools_from_object
 from ..core.inventory import (
-    GroupName, InventoryState, NamespaceInfo, NodeInfo, Snapshot, UnboundGpuPod, namespace_info_from_object,
+    GroupName, InventoryState, NamespaceInfo, NodeInfo, Pool, Snapshot, UnboundGpuPod, namespace_info_from_object,
     node_info_from_object, pod_gpu_requests, pod_group, unbound_gpu_pod,
 )
 
@@ -150,6 +152,7 @@ class Reflector:
     on_off: Callable[[str, str | None], None] | None = None
     off: str | None = None  # why the resource is off; None: it is read
     after_list: Callable[[], None] | None = None  # once a full list is in the state
+    group: str = DRA_GROUP  # an optional resource's API group and version, for what on_off is told
     _backoff: float = field(default=BACKOFF_SECONDS[0], repr=False)
 
     def run(self) -> None:
@@ -228,9 +231,9 @@ class Reflector:
         """Not served (404) or not allowed (403): off, with what to do about it, until a list works."""
         assert self.on_off is not None
         if exc.status == 404:
-            reason = f"the API server does not serve {self.name}.{DRA_GROUP.split('/')[0]} ({DRA_GROUP})"
+            reason = f"the API server does not serve {self.name}.{self.group.split('/')[0]} ({self.group})"
         else:
-            reason = (f"not allowed to list {self.name}.{DRA_GROUP.split('/')[0]} ({_brief(exc)}): grant the "
+            reason = (f"not allowed to list {self.name}.{self.group.split('/')[0]} ({_brief(exc)}): grant the "
                       "webhook's ServiceAccount get, list and watch on it (deploy/base/rbac.yaml)")
         first = self.off is None
         self.off = reason
@@ -339,6 +342,15 @@ class LiveInventory:
             self.reflectors.append(self._reflector(
                 "resourceclaims", resource.list_resource_claim_for_all_namespaces, claim_from_object,
                 self._replace_claims, self._apply_claim, optional=True))
+        # Karpenter's NodePools: GPU nodes that can appear (pools.py). Off, and said so once, where
+        # Karpenter is not installed or we may not read them
+        self.state.node_pools = {}
+        group, version = NODEPOOL_API.split("/")
+        list_pools = functools.partial(kubernetes.client.CustomObjectsApi(api.api_client).list_cluster_custom_object,
+                                       group, version, "nodepools")
+        self.reflectors.append(Reflector("nodepools", list_pools, self._reduce_pools, self._replace_pools,
+                                         self._apply_pools, self.stop_event, observer=self.observer,
+                                         on_off=self._pools_turned, after_list=self.after_list, group=NODEPOOL_API))
         self._threads: list[threading.Thread] = []
 
     def _reflector(self, name: str, list_call: Callable[..., Any], reduce: Callable[[dict[str, Any]], Any],
@@ -509,6 +521,30 @@ class LiveInventory:
         key, devices = claim_from_object(obj)
         with self.state.lock:
             self._publish_if(self.state.set_claim(key, frozenset() if kind == "DELETED" else devices))
+
+    # --- node pools ------------------------------------------------------------------
+    def _reduce_pools(self, obj: dict[str, Any]) -> tuple[str, tuple[Pool, ...]]:
+        return str((obj.get("metadata") or {}).get("name")), pools_from_object(obj, self.catalog)
+
+    def _replace_pools(self, pools: list[tuple[str, tuple[Pool, ...]]]) -> None:
+        with self.state.lock:
+            self.state.replace_pools(pools)
+            self._mark_synced("nodepools")
+
+    def _apply_pools(self, kind: str, obj: dict[str, Any]) -> None:
+        name, pools = self._reduce_pools(obj)
+        with self.state.lock:
+            self._publish_if(self.state.set_pools(name, () if kind == "DELETED" else pools))
+
+    def _pools_turned(self, name: str, reason: str | None) -> None:
+        """NodePools went off (not served: no Karpenter; not allowed) or came back."""
+        with self.state.lock:
+            self.state.pools_off = reason
+            if reason is not None:
+                self.state.node_pools = None
+            self._mark_synced(name)
+        if self._logging:
+            log.info("Karpenter's NodePools are %s", f"not read: {reason}" if reason else "read")
 
     def _turned(self, name: str, reason: str | None) -> None:
         """A DRA resource went off (not served, not allowed) or came back: say so once, and forget

@@ -132,7 +132,7 @@ class Room:
     type_name: str
     label_key: str
     now: int  # on ready, uncordoned nodes, with the devices free now: the sum of free // the Pod's devices
-    most: int | None  # on all its nodes when empty; None for a scalable pool, which can grow
+    most: int | None  # on all its nodes when empty; None for a pool that can grow
 
 
 def _offers_of(snapshot: Snapshot, type_name: str) -> tuple[tuple[NodeInfo, Offer], ...]:
@@ -166,7 +166,9 @@ def room(snapshot: Snapshot, catalog: Catalog, type_name: str, label_key: str, g
         by_value[value] = (now + free, most + offer.allocatable // gpus)
     now = max((n for n, _ in by_value.values()), default=0)
     most = max((m for _, m in by_value.values()), default=0)
-    return Room(type_name, label_key, now, None if catalog.types[type_name].scalable else most)
+    can_grow = catalog.types[type_name].scalable or any(
+        p.label_key == label_key and p.holds(gpus) for p in snapshot.pools(type_name))
+    return Room(type_name, label_key, now, None if can_grow else most)
 
 
 @dataclass(frozen=True)
@@ -189,7 +191,9 @@ class GroupScope:
             runs = any(self.admits(g) for g in snapshot.groups(type_name))
             return None if runs else f"the group runs on {self.label_key}={', '.join(sorted(self.products))}"
         groups = snapshot.groups(type_name)
-        keys = ({g.label_key for g in groups} if groups else  # a scalable pool at zero: the keys it will have
+        pools = snapshot.pools(type_name)
+        keys = ({g.label_key for g in groups} | {p.label_key for p in pools} if groups or pools else
+                # a scalable pool at zero: the keys it will have
                 {k for k, _ in catalog.types[type_name].exact_values(catalog.product_labels)})
         if self.label_key in keys:
             return None

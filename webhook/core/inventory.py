@@ -50,6 +50,23 @@ class Taint:
 
 
 @dataclass(frozen=True)
+class Pool:
+    """One type an autoscaler's node pool can create nodes of (pools.py reads Karpenter's NodePools)."""
+
+    name: str  # the NodePool's
+    type_name: str
+    label_key: str
+    values: tuple[str, ...]  # what the pool's nodes carry under label_key, all naming type_name
+    taints: tuple[Taint, ...]
+    resource: str  # the type's
+    left: int | None  # devices of `resource` its limits leave; None: no limit on it
+    weight: int = 0
+
+    def holds(self, gpus: int) -> bool:
+        return self.left is None or self.left >= gpus
+
+
+@dataclass(frozen=True)
 class Offer:
     """One type a node is, with the label that says so and its devices of the type's resource."""
 
@@ -189,11 +206,17 @@ class Snapshot:
     # None: Pods are not watched (a file inventory)
     unbound_pods: Mapping[str, UnboundGpuPod] | None = None
     dra: DraView = field(default_factory=DraView)
+    # node pools that can create nodes of each type (Karpenter's NodePools); None: not read
+    pools_by_type: Mapping[str, tuple[Pool, ...]] | None = None
+    pools_off: str | None = None  # why NodePools are not read, where they were asked for
     # answers worked out from this snapshot (the planner's), dropped with it; the only mutable part
     memo: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def groups(self, type_name: str) -> tuple[ProductGroup, ...]:
         return self.groups_by_type.get(type_name, ())
+
+    def pools(self, type_name: str) -> tuple[Pool, ...]:
+        return () if self.pools_by_type is None else self.pools_by_type.get(type_name, ())
 
     def namespace(self, name: str) -> NamespaceInfo | None:
         return None if self.namespaces is None else self.namespaces.get(name)
@@ -484,6 +507,9 @@ class InventoryState:
     synced: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock)
     snapshot: Snapshot = EMPTY_SNAPSHOT
+    # what each NodePool can create, by NodePool name; None: NodePools are not read
+    node_pools: dict[str, tuple[Pool, ...]] | None = None
+    pools_off: str | None = None
 
     # --- nodes -------------------------------------------------------------------------
     def upsert_node(self, info: NodeInfo) -> bool:
@@ -783,6 +809,18 @@ class InventoryState:
         self.requested = {k: v for name in names for k, v in self._held(name).items()}
 
     # --- publishing ----------------------------------------------------------------------
+    # --- node pools ------------------------------------------------------------------
+    def set_pools(self, name: str, pools: tuple[Pool, ...]) -> bool:
+        """Store what NodePool `name` can create (() when deleted or naming no type); whether it changed."""
+        current = self.node_pools or {}
+        if current.get(name, ()) == pools and self.node_pools is not None:
+            return False
+        self.node_pools = {**current, name: pools} if pools else {k: v for k, v in current.items() if k != name}
+        return True
+
+    def replace_pools(self, pools: Iterable[tuple[str, tuple[Pool, ...]]]) -> None:
+        self.node_pools = {name: found for name, found in pools if found}
+
     def publish(self) -> Snapshot:
         by_type: dict[str, list[ProductGroup]] = {}
         unknown: list[ProductGroup] = []
@@ -802,8 +840,19 @@ class InventoryState:
             pod_groups=MappingProxyType(self.pod_groups),
             unbound_pods=MappingProxyType(self.unbound_pods) if self.watch_pods else None,
             dra=DraView(self.dra_off, sum(self.dra_devices.values()), problems, self.claims_read),
+            pools_by_type=None if self.node_pools is None else _pools_by_type(self.node_pools),
+            pools_off=self.pools_off,
         )
         return self.snapshot
+
+
+def _pools_by_type(node_pools: Mapping[str, tuple[Pool, ...]]) -> Mapping[str, tuple[Pool, ...]]:
+    """Each type's pools, the heaviest NodePool first (Karpenter's own choice among pools), then by name."""
+    by_type: dict[str, list[Pool]] = {}
+    for found in node_pools.values():
+        for pool in found:
+            by_type.setdefault(pool.type_name, []).append(pool)
+    return MappingProxyType({t: tuple(sorted(p, key=lambda p: (-p.weight, p.name))) for t, p in by_type.items()})
 
 
 def _put(index: dict[str, Any], name: str, value: Any) -> bool:

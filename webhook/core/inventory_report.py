@@ -84,11 +84,27 @@ class DraReport(TypedDict):
     notPlaced: list[DraProblem]  # devices gpu-class does not place on, and why
 
 
+class PoolReport(TypedDict):
+    name: str  # the NodePool's
+    type: str
+    labelKey: str
+    values: list[str]  # what its nodes will carry under labelKey
+    taints: list[str]  # key=value:effect
+    resource: str
+    left: int | None  # devices of resource its limits leave; null: no limit
+
+
+class PoolsReport(TypedDict):
+    off: str | None  # why NodePools are not read (no Karpenter: not served); null when they are
+    pools: list[PoolReport]
+
+
 class InventoryReport(TypedDict):
     types: list[TypeReport]
     unknownProducts: list[UnknownProduct]
     classes: list[ClassReport]
     dra: DraReport
+    nodePools: PoolsReport
 
 
 UNKNOWN_PRODUCT_HINT = "no type claims them; add a whole-GPU product to a type's `products` (--config; see `gpuclass catalog`)"
@@ -150,7 +166,8 @@ def _class_report(class_name: str, snapshot: Snapshot, catalog: Catalog, by_type
 
 
 def build_report(snapshot: Snapshot, catalog: Catalog) -> InventoryReport:
-    """Types with at least one node (fastest first), products no type claims, and each class's reach now."""
+    """Types with at least one node (fastest first), products no type claims, node pools, and each class's
+    reach now."""
     by_type: dict[str, list[NodeInfo]] = {}
     for info in snapshot.nodes.values():
         for offer in info.offers:  # a mixed-MIG node is listed under each profile it offers
@@ -166,6 +183,10 @@ def build_report(snapshot: Snapshot, catalog: Catalog) -> InventoryReport:
         "dra": {"off": snapshot.dra.off, "devices": snapshot.dra.devices,
                 "notPlaced": [{"driver": p.driver, "product": p.product, "devices": p.devices, "nodes": p.nodes,
                                "reason": p.reason} for p in snapshot.dra.problems]},
+        "nodePools": {"off": snapshot.pools_off, "pools": [
+            {"name": p.name, "type": p.type_name, "labelKey": p.label_key, "values": list(p.values),
+             "taints": [f"{t.key}={t.value}:{t.effect}" for t in p.taints], "resource": p.resource, "left": p.left}
+            for t in order for p in snapshot.pools(t.name)]},
     }
 
 
@@ -214,6 +235,12 @@ def render_table(report: InventoryReport, *, wide: bool = False) -> str:
         lines += _Table(("DRIVER", "PRODUCT", "DEVICES", "NODES", "WHY"),
                         [(p["driver"], p["product"] or "-", str(p["devices"]), str(p["nodes"]), p["reason"])
                          for p in dra["notPlaced"]]).lines()
+    pools = report["nodePools"]["pools"]
+    if pools:
+        lines += ["", "Node pools that can create GPU nodes (Karpenter NodePools):"]
+        lines += _Table(("NODEPOOL", "TYPE", "VALUES", "GPUS-LEFT", "TAINTS"),
+                        [(p["name"], p["type"], ", ".join(p["values"]), "no limit" if p["left"] is None else
+                          f"{p['left']} {p['resource']}", ", ".join(p["taints"]) or "-") for p in pools]).lines()
     classes = _Table(("CLASS", "STRATEGY", "MAX-GPUS-PER-POD", "PENDING", "TYPES (placeable now, best first)"),
                      [(c["name"], c["strategy"], str(c["maxGpusPerPod"]), "-" if c["pending"] is None else str(c["pending"]),
                        ", ".join(c["types"]) or "(none)") for c in report["classes"]])

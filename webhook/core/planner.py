@@ -10,7 +10,7 @@ import dataclasses
 import functools
 import re
 from dataclasses import dataclass
-from typing import Any, Literal, Mapping, Sequence
+from typing import Any, Callable, Literal, Mapping, Sequence
 
 from .catalog import Catalog, GpuClass, Strategy, profile_suffix
 from .groups import (
@@ -19,7 +19,7 @@ from .groups import (
 )
 from .inventory import CLASS_ANNOTATION as CLASS_ANNOTATION  # the inventory reads both of unbound Pods too
 from .inventory import TYPES_ANNOTATION as TYPES_ANNOTATION
-from .inventory import GIB_MIB, NamespaceInfo, ProductGroup, Snapshot, Taint, pod_gpus, split_types
+from .inventory import GIB_MIB, NamespaceInfo, Pool, ProductGroup, Snapshot, Taint, pod_gpus, split_types
 from .kueue import flavor_disagreement, started_by_kueue, uncounted_gpus_message
 from .quantity import quantity_mib
 
@@ -508,7 +508,7 @@ def _fits(shape_allocatable: int, shape_memory: float | None, gpus_needed: int, 
 
 def _verdict(
     type_name: str, groups: Sequence[ProductGroup], gpus_needed: int, excluded: frozenset[str], catalog: Catalog,
-    min_memory_mib: float | None,
+    min_memory_mib: float | None, pools: Sequence[Pool] = (),
 ) -> TypeVerdict:
     gpu_type = catalog.types[type_name]
     max_alloc = max((g.max_allocatable for g in groups), default=0)
@@ -525,6 +525,9 @@ def _verdict(
 
     if type_name in excluded:
         return verdict(False, "excluded by the Pod")
+    fits_now = any(_fits(s.allocatable, s.memory_mib, gpus_needed, min_memory_mib) for g in groups for s in g.usable)
+    if pools and not fits_now:
+        return _pool_verdict(gpu_type.memory_gib, pools, gpus_needed, min_memory_mib, verdict)
     if not groups:
         if gpu_type.scalable:
             memory = None if gpu_type.memory_gib is None else gpu_type.memory_gib * GIB_MIB
@@ -532,7 +535,7 @@ def _verdict(
                 return verdict(True, "no nodes now; scalable pool", memory=memory)
             return verdict(False, "scalable pool with too little memory per device", memory=memory)
         return verdict(False, "no nodes in the cluster")
-    if any(_fits(s.allocatable, s.memory_mib, gpus_needed, min_memory_mib) for g in groups for s in g.usable):
+    if fits_now:
         return verdict(True, "ok")
     if not any(g.usable for g in groups):
         nodes = sum(g.nodes for g in groups)
@@ -734,6 +737,25 @@ def _choose_resource(
     return chosen, tuple(notes)
 
 
+def _pool_verdict(memory_gib: float | None, pools: Sequence[Pool], gpus_needed: int, min_memory_mib: float | None,
+                  verdict: Callable[..., TypeVerdict]) -> TypeVerdict:
+    """A type no node of which can take the Pod now, but that node pools can create nodes of."""
+    memory = None if memory_gib is None else memory_gib * GIB_MIB
+    if not _fits(gpus_needed, memory, gpus_needed, min_memory_mib):
+        return verdict(False, "node pool with too little memory per device", memory=memory)
+    growing = [p for p in pools if p.holds(gpus_needed)]
+    if growing:
+        return verdict(True, f"no node can take it now; NodePool {growing[0].name} can create one", memory=memory)
+    capped = ", ".join(f"{p.name} ({p.left} {p.resource} left)" for p in pools)
+    return verdict(False, f"no node can take it now, and its NodePools are at their limits: {capped}", memory=memory)
+
+
+def _pools_in(snapshot: Snapshot, type_name: str, scope: GroupScope | None) -> tuple[Pool, ...]:
+    pools = snapshot.pools(type_name)
+    return pools if scope is None else tuple(
+        p for p in pools if p.label_key == scope.label_key and (scope.products is None or scope.products & set(p.values)))
+
+
 def _groups_in(snapshot: Snapshot, type_name: str, scope: GroupScope | None) -> tuple[ProductGroup, ...]:
     groups = snapshot.groups(type_name)
     return groups if scope is None else tuple(g for g in groups if scope.admits(g))
@@ -744,7 +766,7 @@ def _scoped_verdict(
     min_memory_mib: float | None, scope: GroupScope | None,
 ) -> TypeVerdict:
     scoped = _groups_in(snapshot, type_name, scope)
-    v = _verdict(type_name, scoped, gpus_needed, excluded, catalog, min_memory_mib)
+    v = _verdict(type_name, scoped, gpus_needed, excluded, catalog, min_memory_mib, _pools_in(snapshot, type_name, scope))
     # the scope has its say where the type is valid, or where it took all of the type's nodes away
     if scope is None or type_name in excluded or not (v.valid or (snapshot.groups(type_name) and not scoped)):
         return v
@@ -785,7 +807,12 @@ def _class_fit(
                 per_key.setdefault(g.label_key, set()).add(g.product)
                 for node_taints in fitting:
                     taints.update(node_taints)
-        if not groups:  # a scalable pool at zero: its configured values, any GPU taint
+        # node pools that can grow: the values and taints their nodes will have, exactly
+        growing = [p for p in _pools_in(snapshot, type_name, scope) if p.holds(gpus_needed)]
+        for p in growing:
+            per_key.setdefault(p.label_key, set()).update(p.values)
+            taints.update(p.taints)
+        if not groups and not growing:  # a scalable pool at zero: its configured values, any GPU taint
             for key, values in catalog.types[type_name].exact_values(catalog.product_labels):
                 if scope is None or key == scope.label_key:
                     per_key.setdefault(key, set()).update(values)

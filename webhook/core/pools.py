@@ -1,0 +1,72 @@
+"""Karpenter's NodePools as inventory: GPU nodes that can appear. Pure.
+
+A NodePool (karpenter.sh/v1) whose template fixes a catalog type's node label, by
+`spec.template.metadata.labels` or an `In` requirement of `spec.template.spec.requirements`, is a
+pool of that type: Karpenter creates its nodes for Pods the scheduler marked Unschedulable. So the
+type stays valid at zero nodes, the affinity names exactly the values the pool's nodes will carry,
+and the tolerations are exactly the pool's taints. A pool whose `spec.limits` leave fewer devices
+of the type's resource than a Pod needs (`status.resources` counts what its nodes already hold) is
+not offered: Karpenter would not grow it, and the next type's pool must.
+
+Karpenter makes the heaviest preferred node-affinity term a requirement and relaxes one term at a
+time when it cannot (karpenter pkg/controllers/provisioning/scheduling/preferences.go), so the
+class's preference weights are also the order in which pools grow.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from .catalog import Catalog
+from .inventory import Pool, Taint, parse_gpu_count
+
+NODEPOOL_API = "karpenter.sh/v1"
+
+
+def _object(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _labels_named(template: Mapping[str, Any], label_keys: tuple[str, ...]) -> list[tuple[str, str]]:
+    """(key, value) of each label of `label_keys` the pool's nodes are sure to carry: the template's
+    labels, else the values of an `In` requirement on the key (Karpenter picks one of them)."""
+    labels = _object(_object(template.get("metadata")).get("labels"))
+    fixed = [(k, v) for k, v in labels.items() if k in label_keys and isinstance(v, str)]
+    requirements = _object(template.get("spec")).get("requirements")
+    for r in requirements if isinstance(requirements, list) else []:
+        if (isinstance(r, dict) and r.get("operator") == "In" and r.get("key") in label_keys
+                and r["key"] not in labels):
+            fixed += [(r["key"], v) for v in r.get("values") or [] if isinstance(v, str)]
+    return fixed
+
+
+def pools_from_object(obj: Mapping[str, Any], catalog: Catalog) -> tuple[Pool, ...]:
+    """The types a NodePool can create nodes of; () when it names none of the catalog's."""
+    spec = _object(obj.get("spec"))
+    template = _object(spec.get("template"))
+    label_keys = tuple(dict.fromkeys((*catalog.product_labels,
+                                      *(k for t in catalog.types.values() for k, _ in t.match))))
+    limits = _object(spec.get("limits"))
+    used = _object(_object(obj.get("status")).get("resources"))
+    taints = tuple(sorted(Taint(str(t.get("key") or ""), str(t.get("value") or ""), str(t.get("effect") or ""))
+                          for t in _object(template.get("spec")).get("taints") or [] if isinstance(t, dict)))
+    limited_gpus = [r for r in catalog.resources if r in limits]
+    values: dict[tuple[str, str], list[str]] = {}
+    for key, value in _labels_named(template, label_keys):
+        for type_name, match_key, _ in catalog.matches_of_labels({key: value}):
+            gpu_type = catalog.types[type_name]
+            # a pool's nodes offer the resource its limits name; without one, whole GPUs (a MIG
+            # profile's resource exists only on nodes partitioned for it)
+            if gpu_type.resource in limited_gpus or (not limited_gpus and gpu_type.mig_profile is None):
+                values.setdefault((type_name, match_key), []).append(value)
+    weight = spec.get("weight")
+    name = str(_object(obj.get("metadata")).get("name") or "")
+    pools = []
+    for (type_name, key), named in values.items():
+        resource = catalog.types[type_name].resource
+        left = None
+        if resource in limits:
+            left = max(parse_gpu_count(limits[resource]) - parse_gpu_count(used.get(resource, "0")), 0)
+        pools.append(Pool(name, type_name, key, tuple(dict.fromkeys(named)), taints, resource, left,
+                          weight if isinstance(weight, int) else 0))
+    return tuple(pools)
