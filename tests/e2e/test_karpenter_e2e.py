@@ -1,0 +1,251 @@
+"""gpu-class with a real Karpenter (tests/e2e/karpenter.py, KWOK provider) on the local control plane: GPU
+pools at zero nodes grow in the class's order (README, "GPU pools that scale to zero").
+
+The `karpenter` fixture starts Karpenter once for the module. The first test keeps gpu-class out (its
+namespace carries no opt-in label) and writes its Pod by hand: it proves that Karpenter, given a GPU
+pool per product, creates a node of the pool the Pod's product asks for, that the kubelet stand-in
+makes the node Ready, and that the scheduler binds the Pod there. The others run Pods that carry only
+the class.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Iterator
+
+import kubernetes
+import pytest
+
+import local_cluster
+from karpenter import (A100, H100, INSTANCE_TYPE_LABEL, ISOLATION_TAINT, NODEPOOL_LABEL, PRODUCT_LABEL, T4,
+                       Karpenter, has_condition, node_pool, running_karpenter)
+from kubeobjects import (CLASS, GPU_TAINT, TYPES, dry_run_create, force_delete_pods, make_namespace, make_pod,
+                         node_label, read_pod, wait_bound, wait_for)
+from webhook.core.catalog import load_default_catalog
+
+
+@pytest.fixture(scope="module")
+def karpenter(cluster: local_cluster.Cluster) -> Iterator[Karpenter]:
+    with running_karpenter(cluster) as running:
+        yield running
+
+
+@pytest.fixture
+def plain_namespace(core: kubernetes.client.CoreV1Api) -> Iterator[str]:
+    """A namespace without gpu-class's opt-in label: its webhook leaves the Pods there alone."""
+    name = make_namespace(core, "e2e-karpenter")
+    yield name
+    force_delete_pods(core, name)
+    core.delete_namespace(name)
+
+
+def gpu_pod(name: str, *, product: str, pools: list[str]) -> dict[str, Any]:
+    """One GPU for the default scheduler, on a node of `product` from one of `pools` (not on a session
+    node of the same product), tolerating the pools' taints."""
+    return {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+        "spec": {
+            "restartPolicy": "Never", "terminationGracePeriodSeconds": 0,
+            "tolerations": [
+                {"key": GPU_TAINT["key"], "operator": "Exists", "effect": "NoSchedule"},
+                {"key": ISOLATION_TAINT["key"], "operator": "Equal", "value": ISOLATION_TAINT["value"],
+                 "effect": "NoSchedule"},
+            ],
+            "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                {"matchExpressions": [{"key": PRODUCT_LABEL, "operator": "In", "values": [product]},
+                                      {"key": NODEPOOL_LABEL, "operator": "In", "values": pools}]}]}}},
+            # Nothing runs (no kubelets): the image is only a name.
+            "containers": [{"name": "main", "image": "registry.example/cuda:12",
+                            "resources": {"limits": {"nvidia.com/gpu": "1"}, "requests": {"cpu": "1"}}}],
+        },
+    }
+
+
+def test_pending_gpu_pod_gets_a_node_from_the_pool_of_its_product(
+        karpenter: Karpenter, core: kubernetes.client.CoreV1Api, plain_namespace: str) -> None:
+    ns = plain_namespace
+    h100_pool, a100_pool = f"{ns}-h100", f"{ns}-a100"
+    karpenter.apply_node_pools(node_pool(h100_pool, H100, limits={"nvidia.com/gpu": 16}),
+                               node_pool(a100_pool, A100, limits={"nvidia.com/gpu": 16}))
+    try:
+        assert karpenter.nodes(h100_pool) == [] and karpenter.nodes(a100_pool) == []
+
+        pod = gpu_pod("trainer", product=H100, pools=[h100_pool, a100_pool])
+        core.create_namespaced_pod(ns, pod)  # type: ignore[arg-type]  # (it takes the JSON form too)
+        node = wait_bound(core, ns, "trainer", seconds=120)
+
+        # The scheduler binds once the Node is Ready and untainted; Karpenter records it a moment later.
+        claim = wait_for(f"the NodeClaim of {h100_pool} initialized",
+                         lambda: next((c for c in karpenter.node_claims(h100_pool) if has_condition(c, "Initialized")),
+                                      None))
+        assert len(karpenter.node_claims(h100_pool)) == 1
+        assert claim["status"]["nodeName"] == node
+        assert claim["metadata"]["labels"][PRODUCT_LABEL] == H100
+        assert claim["metadata"]["labels"][INSTANCE_TYPE_LABEL] == "p5.48xlarge"
+        assert node_label(core, node, PRODUCT_LABEL) == H100
+        assert karpenter.node_claims(a100_pool) == []
+        wait_for(f"NodePool {h100_pool} counting the node's 8 GPUs",
+                 lambda: karpenter.pool_resources(h100_pool).get("nvidia.com/gpu") == "8")
+    finally:
+        force_delete_pods(core, ns)
+        karpenter.delete_node_pools(h100_pool, a100_pool)
+    assert karpenter.nodes() == [] and karpenter.node_claims() == []
+
+
+# --- gpu-class with Karpenter -----------------------------------------------------------------------
+# Pods of class `high` as users write them (the class, a count, the strict scheduler) in an opted-in
+# namespace; NodePools of the harness (H100 and A100, in class high, and T4, outside it) at zero nodes.
+# The session's shared GPU nodes are cordoned for the module, so no node exists that could take a Pod:
+# every bind goes through a node Karpenter creates.
+
+STRICT = "gpu-class-scheduler"
+
+
+@pytest.fixture(scope="module")
+def no_schedulable_gpu_nodes(core: kubernetes.client.CoreV1Api, karpenter: Karpenter) -> Iterator[None]:
+    cordoned = [n.metadata.name for n in core.list_node().items
+                if PRODUCT_LABEL in (n.metadata.labels or {}) and not (n.spec and n.spec.unschedulable)]
+    for name in cordoned:
+        core.patch_node(name, {"spec": {"unschedulable": True}})
+    yield
+    for name in cordoned:
+        core.patch_node(name, {"spec": {"unschedulable": False}})
+
+
+@pytest.fixture
+def class_namespace(core: kubernetes.client.CoreV1Api, apps: kubernetes.client.AppsV1Api,
+                    batch: kubernetes.client.BatchV1Api, no_schedulable_gpu_nodes: None) -> Iterator[str]:
+    name = make_namespace(core, "e2e-kp", labels={"gpu-class.io/inject": "enabled"})
+    yield name
+    apps.delete_collection_namespaced_deployment(name)
+    batch.delete_collection_namespaced_job(name, propagation_policy="Background")
+    force_delete_pods(core, name)
+    core.delete_namespace(name)
+
+
+@pytest.fixture(scope="module")
+def apps(api_client: kubernetes.client.ApiClient) -> kubernetes.client.AppsV1Api:
+    return kubernetes.client.AppsV1Api(api_client)
+
+
+@pytest.fixture(scope="module")
+def batch(api_client: kubernetes.client.ApiClient) -> kubernetes.client.BatchV1Api:
+    return kubernetes.client.BatchV1Api(api_client)
+
+
+def placed_types(core: kubernetes.client.CoreV1Api, namespace: str, gpus: int = 1) -> str:
+    """gpu-class.io/types of a class `high` Pod as gpu-class would place it now, or its refusal."""
+    try:
+        pod = dry_run_create(core, namespace, make_pod("probe", gpu_class="high", gpus=gpus, scheduler=STRICT))
+    except kubernetes.client.exceptions.ApiException as e:
+        return f"refused: {e.body}"
+    return str((pod["metadata"].get("annotations") or {}).get(TYPES))
+
+
+def sees_pools(core: kubernetes.client.CoreV1Api, namespace: str, types: str) -> None:
+    """Until every gunicorn worker of gpu-class has read the pools (a worker that found no Karpenter API at its
+    start looks again every minute): a few answers in a row, since each call may reach another worker."""
+    wait_for(f"gpu-class to place class high on {types}",
+             lambda: all(placed_types(core, namespace) == types for _ in range(4)), seconds=90, interval=1.0)
+
+
+def template(name: str, *, gpus: int, group: str | None = None) -> dict[str, Any]:
+    annotations = {CLASS: "high", "gpu-class.io/count": str(gpus), **({"gpu-class.io/group": group} if group else {})}
+    return {"metadata": {"labels": {"app": name}, "annotations": annotations},
+            "spec": {"schedulerName": STRICT, "terminationGracePeriodSeconds": 0,
+                     "containers": [{"name": "main", "image": "registry.example/cuda:12"}]}}
+
+
+def bound_pods(core: kubernetes.client.CoreV1Api, namespace: str) -> dict[str, str]:
+    return {p.metadata.name: p.spec.node_name for p in core.list_namespaced_pod(namespace).items
+            if p.spec.node_name and p.metadata.deletion_timestamp is None}
+
+
+def test_class_pods_at_zero_nodes_grow_the_best_types_pool_and_bind_there(
+        karpenter: Karpenter, core: kubernetes.client.CoreV1Api, apps: kubernetes.client.AppsV1Api,
+        batch: kubernetes.client.BatchV1Api, class_namespace: str) -> None:
+    ns = class_namespace
+    pools = {t: f"{ns}-{t}" for t in ("h100", "a100", "t4")}
+    assert not any(t.scalable for t in load_default_catalog().types.values()), "no type needs the flag"
+    karpenter.apply_node_pools(node_pool(pools["h100"], H100, limits={"nvidia.com/gpu": 16}),
+                               node_pool(pools["a100"], A100, limits={"nvidia.com/gpu": 16}),
+                               node_pool(pools["t4"], T4, instance_types=["g4dn.12xlarge"]))
+    try:
+        sees_pools(core, ns, "H100,A100-40GB")
+        created = time.monotonic()
+        core.create_namespaced_pod(ns, make_pod("single", gpu_class="high", scheduler=STRICT))
+        pod = read_pod(core, ns, "single")
+        # exactly the pools' values and taints
+        terms = pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+        assert terms["nodeSelectorTerms"] == [{"matchExpressions": [
+            {"key": PRODUCT_LABEL, "operator": "In", "values": sorted([A100, H100])}]}]
+        # (the API server's DefaultTolerationSeconds adds the node.kubernetes.io/ ones to every Pod)
+        gpu_class_tolerations = [t for t in pod["spec"]["tolerations"] if not t["key"].startswith("node.kubernetes.io/")]
+        assert sorted(gpu_class_tolerations, key=str) == sorted(
+            [{"key": t["key"], "operator": "Exists", "effect": t["effect"]} for t in (GPU_TAINT, ISOLATION_TAINT)],
+            key=str)
+        node = wait_bound(core, ns, "single", seconds=180)
+        print(f"\nclass high Pod at zero nodes, create to bind through a new H100 node: "
+              f"{time.monotonic() - created:.1f} s ({STRICT})")
+        apps.create_namespaced_deployment(ns, {"metadata": {"name": "serve"}, "spec": {
+            "replicas": 2, "selector": {"matchLabels": {"app": "serve"}}, "template": template("serve", gpus=1)}})
+        batch.create_namespaced_job(ns, {"metadata": {"name": "train"}, "spec": {
+            "completions": 3, "parallelism": 3, "completionMode": "Indexed",
+            "template": {**template("train", gpus=2, group="train"),
+                         "spec": {**template("train", gpus=2)["spec"], "restartPolicy": "Never"}}}})
+        bound = wait_for("the Deployment's and the Job's 5 Pods bound",
+                         lambda: b if len(b := bound_pods(core, ns)) == 6 else None, seconds=180)
+        h100_nodes = {n["metadata"]["name"] for n in karpenter.nodes(pools["h100"])}
+        assert node in h100_nodes and set(bound.values()) <= h100_nodes, (bound, h100_nodes)
+        assert karpenter.node_claims(pools["a100"]) == [] and karpenter.node_claims(pools["t4"]) == []
+    finally:
+        force_delete_pods(core, ns)
+        apps.delete_collection_namespaced_deployment(ns)
+        batch.delete_collection_namespaced_job(ns, propagation_policy="Background")
+        force_delete_pods(core, ns)
+        karpenter.delete_node_pools(*pools.values())
+
+
+def test_with_the_best_pool_at_its_limit_the_next_types_pool_grows(
+        karpenter: Karpenter, core: kubernetes.client.CoreV1Api, class_namespace: str) -> None:
+    ns = class_namespace
+    pools = {t: f"{ns}-{t}" for t in ("h100", "a100")}
+    karpenter.apply_node_pools(node_pool(pools["h100"], H100, limits={"nvidia.com/gpu": 8}),
+                               node_pool(pools["a100"], A100, limits={"nvidia.com/gpu": 16}))
+    try:
+        sees_pools(core, ns, "H100,A100-40GB")
+        core.create_namespaced_pod(ns, make_pod("first", gpu_class="high", gpus=8, scheduler=STRICT))
+        first = wait_bound(core, ns, "first", seconds=180)
+        assert node_label(core, first, NODEPOOL_LABEL) == pools["h100"]
+        wait_for("the H100 pool at its limit", lambda: karpenter.pool_resources(pools["h100"]).get(
+            "nvidia.com/gpu") == "8")
+        created = time.monotonic()
+        core.create_namespaced_pod(ns, make_pod("second", gpu_class="high", gpus=8, scheduler=STRICT))
+        second = wait_bound(core, ns, "second", seconds=180)
+        print(f"\nclass high Pod, best pool at its limit, create to bind through a new A100 node: "
+              f"{time.monotonic() - created:.1f} s ({STRICT})")
+        assert node_label(core, second, NODEPOOL_LABEL) == pools["a100"]
+        assert node_label(core, second, PRODUCT_LABEL) == A100
+        assert len(karpenter.node_claims(pools["h100"])) == 1
+    finally:
+        force_delete_pods(core, ns)
+        karpenter.delete_node_pools(*pools.values())
+
+
+def test_a_pool_capped_or_deleted_is_gone_at_the_next_admission(
+        karpenter: Karpenter, core: kubernetes.client.CoreV1Api, class_namespace: str) -> None:
+    ns = class_namespace
+    pools = {t: f"{ns}-{t}" for t in ("h100", "a100")}
+    karpenter.apply_node_pools(node_pool(pools["h100"], H100, limits={"nvidia.com/gpu": 16}),
+                               node_pool(pools["a100"], A100))
+    try:
+        sees_pools(core, ns, "H100,A100-40GB")
+        karpenter.apply_node_pools(node_pool(pools["h100"], H100, limits={"nvidia.com/gpu": 0}))
+        wait_for("the capped H100 pool left out", lambda: placed_types(core, ns) == "A100-40GB", seconds=30)
+        karpenter.delete_node_pools(pools["a100"])
+        refusal = wait_for("no pool left: refused",
+                           lambda: t if (t := placed_types(core, ns)).startswith("refused") else None, seconds=30)
+        assert "no ready, schedulable node offers 1 GPU(s) of class high" in refusal
+        assert karpenter.nodes() == []
+    finally:
+        karpenter.delete_node_pools(*pools.values())
