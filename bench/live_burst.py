@@ -46,12 +46,13 @@ class NodeSpec:
     gpus: int
 
 
-def layout(size: int) -> list[NodeSpec]:
-    """3 H100 nodes, then two A100 nodes in three, the rest CPU-only."""
-    nodes = [NodeSpec(f"{PREFIX}h100-{i}", H100, 8) for i in range(min(3, size))]
-    for j in range(size - len(nodes)):
-        nodes.append(NodeSpec(f"{PREFIX}{j}-a100", A100, 8) if j % 3 != 2 else NodeSpec(f"{PREFIX}{j}-cpu", "", 0))
-    return nodes
+def layout(size: int, prefix: str = PREFIX, *, best_last: bool = False) -> list[NodeSpec]:
+    """3 H100 nodes, then two A100 nodes in three, the rest CPU-only (`best_last`: the H100 nodes last,
+    so that a view that has not caught up with the whole burst lacks them)."""
+    best = [NodeSpec(f"{prefix}h100-{i}", H100, 8) for i in range(min(3, size))]
+    rest = [NodeSpec(f"{prefix}{j}-a100", A100, 8) if j % 3 != 2 else NodeSpec(f"{prefix}{j}-cpu", "", 0)
+            for j in range(size - len(best))]
+    return rest + best if best_last else best + rest
 
 
 def expected(nodes: Sequence[NodeSpec]) -> dict[str, int]:
@@ -59,9 +60,9 @@ def expected(nodes: Sequence[NodeSpec]) -> dict[str, int]:
     return {"H100": sum(n.product == H100 for n in nodes), "A100-40GB": sum(n.product == A100 for n in nodes)}
 
 
-def node_object(n: NodeSpec, stage: int) -> dict[str, Any]:
+def node_object(n: NodeSpec, stage: int, labels: dict[str, str] | None = None) -> dict[str, Any]:
     """The Node after its create (0), taint patch (1) and status write (2)."""
-    labels = {"kubernetes.io/hostname": n.name, "kubernetes.io/os": "linux",
+    labels = {"kubernetes.io/hostname": n.name, "kubernetes.io/os": "linux", **(labels or {}),
               **({"nvidia.com/gpu.product": n.product} if n.product else {})}
     obj: dict[str, Any] = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": n.name, "labels": labels},
                            "spec": {"taints": [{"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}]}}
@@ -174,14 +175,8 @@ def run_burst(cluster: Any, size: int, workers: int, timeout_seconds: float) -> 
         if line.strip() != "synced":
             raise RuntimeError(f"a follower did not sync: {line!r}")
 
-    def write(n: NodeSpec) -> None:
-        core.create_node(node_object(n, 0), _preload_content=False)
-        core.patch_node(n.name, {"spec": {"taints": node_object(n, 1)["spec"]["taints"]}}, _preload_content=False)
-        core.patch_node_status(n.name, {"status": node_object(n, 2)["status"]}, _preload_content=False)
-
     started = time.monotonic()
-    with concurrent.futures.ThreadPoolExecutor(WRITERS) as pool:
-        list(pool.map(write, nodes))
+    write_burst(core, nodes)
     last_write, write_seconds = time.time(), time.monotonic() - started
     results = []
     for p in procs:
@@ -193,10 +188,26 @@ def run_burst(cluster: Any, size: int, workers: int, timeout_seconds: float) -> 
     return BurstResult(size, 3 * len(nodes), round(write_seconds, 1), results)
 
 
+def write_burst(core: Any, nodes: Sequence[NodeSpec], labels: dict[str, str] | None = None) -> None:
+    """Each node created, its taints patched, its status written, as a node joins; WRITERS at once."""
+    def write(n: NodeSpec) -> None:
+        core.create_node(node_object(n, 0, labels), _preload_content=False)
+        core.patch_node(n.name, {"spec": {"taints": node_object(n, 1)["spec"]["taints"]}}, _preload_content=False)
+        core.patch_node_status(n.name, {"status": node_object(n, 2)["status"]}, _preload_content=False)
+
+    with concurrent.futures.ThreadPoolExecutor(WRITERS) as pool:
+        list(pool.map(write, nodes))  # re-raises the first failure
+
+
 def delete_burst_nodes(cluster: Any, size: int) -> None:
     import kubernetes
 
     core = kubernetes.client.CoreV1Api(kubernetes.config.new_client_from_config(config_file=str(cluster.kubeconfig)))
+    delete_nodes(core, layout(size))
+
+
+def delete_nodes(core: Any, nodes: Sequence[NodeSpec]) -> None:
+    import kubernetes
 
     def delete(n: NodeSpec) -> None:
         try:
@@ -205,7 +216,7 @@ def delete_burst_nodes(cluster: Any, size: int) -> None:
             if exc.status != 404:
                 raise
     with concurrent.futures.ThreadPoolExecutor(WRITERS) as pool:
-        list(pool.map(delete, layout(size)))
+        list(pool.map(delete, nodes))
 
 
 def render(events: dict[int, float] | None, bursts: Sequence[BurstResult]) -> str:
