@@ -36,6 +36,7 @@ GPU_TAINT = {"key": GPU, "value": "present", "effect": "NoSchedule"}
 H100, A100 = "NVIDIA-H100-80GB-HBM3", "A100-SXM4-40GB"
 SIZES = (1000, 5000, 15000)
 WRITERS = 8
+RESULTS = REPO_ROOT / "bench" / "RESULTS.md"
 PREFIX = "burst-"
 
 
@@ -243,11 +244,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     e = sub.add_parser("events")
     e.add_argument("--sizes", default=",".join(map(str, SIZES)))
     e.add_argument("--rounds", type=int, default=3)
+    e.add_argument("--output", type=Path, default=RESULTS)
     b = sub.add_parser("burst")
     b.add_argument("--sizes", default=",".join(map(str, SIZES)))
     b.add_argument("--workers", type=int, default=2)
     b.add_argument("--timeout-seconds", type=float, default=300.0)
     b.add_argument("--cluster-dir", type=Path, default=None, help="a kept local cluster (tests/e2e/local-cluster)")
+    b.add_argument("--output", type=Path, default=RESULTS)
     f = sub.add_parser("follow")
     f.add_argument("--kubeconfig", type=Path, required=True)
     f.add_argument("--want", required=True)
@@ -258,7 +261,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(json.dumps(follow(args.kubeconfig, json.loads(args.want), args.timeout_seconds)), flush=True)
         return 0
     if args.what == "events":
-        print(render({s: event_cost_us(s, rounds=args.rounds) for s in sizes}, []))
+        table = render({s: event_cost_us(s, rounds=args.rounds) for s in sizes}, [])
+        print(table)
+        _write(args.output, "live-events", "## One node event in-process (`python -m bench live_burst events`)", table)
         return 0
     sys.path.insert(0, str(REPO_ROOT / "tests" / "e2e"))
     import local_cluster  # tests/e2e is not a package
@@ -269,9 +274,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             results.append(run_burst(cluster, size, args.workers, args.timeout_seconds))
             print(render(None, results[-1:]), flush=True)
             delete_burst_nodes(cluster, size)
-    print(render(None, results))
-    print(f"commit {_commit()}, {os.cpu_count()} CPUs")
+    table = render(None, results)
+    print(table)
+    _write(args.output, "live-burst", f"## The live inventory through a burst (`python -m bench live_burst burst --workers "
+                         f"{args.workers}`)", table)
     return 0
+
+
+def _write(output: Path, section: str, title: str, table: str) -> None:
+    from bench.sections import write_section
+
+    header = f"{title}\n\nCommit {_commit()}, {os.cpu_count()} CPUs, {time.strftime('%Y-%m-%d')}.\n\n"
+    write_section(output, section, header + table + "\n")
 
 
 def _commit() -> str:
