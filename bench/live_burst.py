@@ -37,6 +37,7 @@ H100, A100 = "NVIDIA-H100-80GB-HBM3", "A100-SXM4-40GB"
 SIZES = (1000, 5000, 15000)
 WRITERS = 8
 RESULTS = REPO_ROOT / "bench" / "RESULTS.md"
+FOLLOW_SECONDS = 3600.0  # a worker's own limit; the bench stops waiting --timeout-seconds after the last write
 PREFIX = "burst-"
 
 
@@ -168,7 +169,7 @@ def run_burst(cluster: Any, size: int, workers: int, timeout_seconds: float) -> 
     want = expected(nodes)
     procs = [subprocess.Popen([sys.executable, "-m", "bench.live_burst", "follow", "--kubeconfig",
                                str(cluster.kubeconfig), "--want", json.dumps(want),
-                               "--timeout-seconds", str(timeout_seconds)],
+                               "--timeout-seconds", str(FOLLOW_SECONDS)],
                               stdout=subprocess.PIPE, cwd=REPO_ROOT, text=True) for _ in range(workers)]
     for p in procs:
         assert p.stdout is not None
@@ -179,9 +180,16 @@ def run_burst(cluster: Any, size: int, workers: int, timeout_seconds: float) -> 
     started = time.monotonic()
     write_burst(core, nodes)
     last_write, write_seconds = time.time(), time.monotonic() - started
-    results = []
+    results: list[dict[str, Any]] = []
+    deadline = time.monotonic() + timeout_seconds  # after the last write
     for p in procs:
-        out, _ = p.communicate(timeout=timeout_seconds + 60)
+        try:
+            out, _ = p.communicate(timeout=max(deadline - time.monotonic(), 1.0))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.communicate()
+            results.append({"catch_up_seconds": None})
+            continue
         result = json.loads(out.strip().splitlines()[-1])
         matched = result.pop("matched_at")
         result["catch_up_seconds"] = None if matched is None else round(max(matched - last_write, 0.0), 2)
