@@ -47,7 +47,8 @@ from kubernetes.watch.watch import iter_resp_lines
 from ..core.catalog import Catalog
 from .loading import InputError
 from ..core.dra import (
-    DeviceClassInfo, DeviceId, DeviceProblem, SliceInfo, claim_from_object, device_class_from_object, slice_from_object,
+    DeviceClassInfo, DeviceId, DeviceProblem, SliceInfo, claim_from_object, device_class_from_object,
+    extended_resource_claim, slice_from_object,
 )
 from ..core.inventory import (
     GroupName, InventoryState, NamespaceInfo, NodeInfo, Snapshot, UnboundGpuPod, namespace_info_from_object,
@@ -578,7 +579,8 @@ class LiveInventory:
         node, gpus = (None, {}) if gone else pod_gpu_requests(obj, self.catalog.resources)
         unbound = None if gone else unbound_gpu_pod(obj, self.catalog.resources)
         uid = (obj.get("metadata") or {}).get("uid")
-        key, group = _pod_key(obj), pod_group(obj)
+        # what the applier needs, not the Pod: a backlog of queued events holds no whole Pods
+        key, group, claim = _pod_key(obj), pod_group(obj), extended_resource_claim(obj)
 
         def apply() -> bool:
             was = self.state.unbound_pods.get(uid) if isinstance(uid, str) and uid else None
@@ -586,7 +588,7 @@ class LiveInventory:
                 # the inventory the scheduler bound against: every change before this one, published
                 # now, but for the Pod's own DRA claim, which the claims' watch may have delivered first
                 self._flush()
-                bind = (was, node, self.state.snapshot, self.state.counted_for(obj, node))
+                bind = (was, node, self.state.snapshot, self.state.counted_for(claim, node))
                 # outside the lock: the other watches need not wait while the bind is judged
                 self._after.append(lambda: self.observer.bound(*bind))
             accounted = self.state.set_pod(key, node, gpus, group)

@@ -29,7 +29,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from .catalog import Catalog, GpuType
 from .dra import (
     HOSTNAME_LABEL, DeviceClassInfo, DeviceId, DeviceProblem, DraState, DraView, SliceInfo, claim_from_object,
-    device_class_from_object, extended_resource_claim, group_problems, node_devices, slice_from_object,
+    device_class_from_object, group_problems, node_devices, slice_from_object,
 )
 
 INJECT_LABEL = "gpu-class.io/inject"
@@ -734,10 +734,10 @@ class InventoryState:
     def set_claim(self, key: str, devices: frozenset[DeviceId]) -> bool:
         return self._refresh_nodes(self.dra.set_claim(key, devices))
 
-    def counted_for(self, pod: Mapping[str, Any], node: str) -> int:
-        """Devices this state already counts in use on `node` for the Pod itself: those of the claim
-        kube-scheduler made for it on DRA devices, allocated before the bind and possibly seen first."""
-        claim = extended_resource_claim(pod)
+    def counted_for(self, claim: str | None, node: str) -> int:
+        """Devices this state already counts in use on `node` for a Pod itself: those of `claim`, the claim
+        kube-scheduler made for it on DRA devices (extended_resource_claim), allocated before the bind and
+        possibly seen first."""
         return self.dra.held_on(claim, node) if claim is not None and self.claims_read else 0
 
     def replace_claims(self, claims: Iterable[tuple[str, frozenset[DeviceId]]], *, read: bool = True) -> None:
