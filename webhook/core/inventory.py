@@ -416,6 +416,8 @@ def group_keys(info: NodeInfo) -> list[GroupKey]:
 
 
 def summarize_group(key: GroupKey, nodes: Iterable[NodeInfo], requested: Mapping[tuple[str, str], int]) -> ProductGroup:
+    """A group's summary worked out from all its members: what GroupTally keeps node by node (the
+    tests hold one to the other)."""
     type_name, label_key, value = key
     members = list(nodes)
     offers = [(n, n.offer(type_name)) for n in members] if type_name is not None else []
