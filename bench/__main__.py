@@ -3,7 +3,8 @@
 `python -m bench apiserver`, `python -m bench placement`, `python -m bench groups`, `python -m bench dra` and
 `python -m bench faults` measure on the real control plane instead (bench/apiserver.py, bench/placement.py,
 bench/groups.py, bench/dra.py, bench/faults.py); `python -m bench binds` times the watch's judgment of binds
-in-process (bench/binds.py).
+in-process (bench/binds.py); `python -m bench live_burst` times the live inventory through a burst of node
+changes (bench/live_burst.py).
 """
 
 import sys
@@ -28,6 +29,10 @@ if sys.argv[1:2] == ["groups"]:
     from bench.groups import main as groups_main
 
     sys.exit(groups_main(sys.argv[2:]))
+if sys.argv[1:2] == ["live_burst"]:
+    from bench.live_burst import main as live_burst_main
+
+    sys.exit(live_burst_main(sys.argv[2:]))
 if sys.argv[1:2] == ["dra"]:
     from bench.dra import main as dra_main
 

@@ -102,3 +102,13 @@ def test_bench_binds_times_the_judgment_of_every_bind(tmp_path: Path) -> None:
     # (judged, bind events): every bind event handled in both arms; judgment timed in the judged arm only
     assert [(r[1], r[2]) for r in rows] == [("no", "30"), ("yes", "30")]
     assert rows[0][5] == "-" and float(rows[1][5].replace(",", "")) > 0
+
+
+def test_bench_live_burst_times_node_events_at_each_size(tmp_path: Path) -> None:
+    output = tmp_path / "RESULTS.md"
+    run = subprocess.run([sys.executable, "-m", "bench", "live_burst", "events", "--sizes", "400,800", "--rounds", "1",
+                          "--output", str(output)], cwd=REPO_ROOT, capture_output=True, text=True, timeout=180)
+    assert run.returncode == 0, run.stderr[-3000:]
+    cells = [r.strip("| ").split(" | ") for r in output.read_text().splitlines() if r.startswith(("| 400 |", "| 800 |"))]
+    rows = {nodes: float(us.replace(",", "")) for nodes, us in cells}
+    assert set(rows) == {"400", "800"} and all(us > 0 for us in rows.values()), rows

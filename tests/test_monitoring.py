@@ -33,7 +33,7 @@ SUFFIXES = {"counter": ("_total",), "gauge": ("",), "histogram": ("_bucket", "_c
 PROMQL_WORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "bool", "and", "or", "unless",
                 "offset", "inf", "nan"}
 EXPECTED_ALERTS = {"GpuClassNoReplicaUp", "GpuClassAdmissionErrors", "GpuClassRefusalsRising",
-                   "GpuClassInventoryStale", "GpuClassCertificateExpiringSoon", "GpuClassWatchRestarting",
+                   "GpuClassInventoryStale", "GpuClassInventoryLagging", "GpuClassCertificateExpiringSoon", "GpuClassWatchRestarting",
                    "GpuClassBrokenPromises", "GpuClassPodsPendingLong"}
 
 

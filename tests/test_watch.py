@@ -18,6 +18,7 @@ from fakeapi import FakeApiServer
 from servers import running_server
 from webhook.core.inventory import Snapshot, UnboundGpuPod, pod_gpu_requests, unbound_gpu_pod
 from webhook.core.planner import plan
+from webhook.cluster import watch
 from webhook.cluster.watch import UNFINISHED_PODS, LiveInventory, NoObserver
 from webhook.serving.server import keep_listed_from_gc
 
@@ -277,6 +278,39 @@ def test_wait_newer_returns_when_the_watch_publishes(api: FakeApiServer) -> None
         newer = inv.wait_newer(before, 30)
         assert newer is not before
         eventually(lambda: [p.name for p in inv.snapshot().unbound_pods.values()] == ["waiting"], what="the Pod")
+    finally:
+        inv.stop()
+
+
+class Lags(NoObserver):
+    """Records each lag the inventory reports (what the gauge shows)."""
+
+    def __init__(self) -> None:
+        self.seen: list[float] = [-1.0]
+
+    def lagging(self, seconds: float) -> None:
+        self.seen.append(seconds)
+
+
+def test_the_lag_rises_while_read_events_wait_and_falls_once_they_are_published(
+        api: FakeApiServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(watch, "LAG_REPORT_SECONDS", 0.05)
+    api.create(make_node("h100-a", "NVIDIA-H100-80GB-HBM3", gpus=8))
+    lags = Lags()
+    inv = start_inventory(api, observer=lags)
+    try:
+        eventually(lambda: inv.readiness()[0], what="first sync")
+        eventually(lambda: lags.seen[-1] == 0.0, what="caught up")
+        with inv.state.lock:  # the applier waits, as it would behind a long burst
+            api.create(make_node("a100-a", "A100-SXM4-40GB", gpus=4))
+            eventually(lambda: inv.lag_seconds() >= 0.5, what="the lag rising")
+            ready, detail = inv.readiness()
+            assert ready and detail["lagSeconds"] >= 0.5 and detail["queuedEvents"] == 1, detail
+            eventually(lambda: lags.seen[-1] >= 0.5, what="the reported lag rising")
+            assert "a100-a" not in inv.snapshot().nodes
+        eventually(lambda: "a100-a" in inv.snapshot().nodes, what="the event applied")
+        eventually(lambda: lags.seen[-1] == 0.0, what="the reported lag falling")
+        assert inv.lag_seconds() == 0.0 and inv.readiness()[1]["lagSeconds"] == 0.0
     finally:
         inv.stop()
 

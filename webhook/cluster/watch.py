@@ -5,6 +5,12 @@ InventoryState current.
 I/O only; what an object means is decided in inventory.py. Each gunicorn worker runs its own
 reflectors (threads do not survive fork, and a worker must never serve from a view nobody updates).
 
+Each reflector's thread reads its watch, parses and reduces each event, and queues the change; one
+applier thread applies what is queued in batches, under the state's lock, and publishes once per
+batch (client-go's reflector, queue and processor). A burst of thousands of node events then costs
+one snapshot per batch, and what has been read but is not yet applied is there to be measured:
+lag_seconds() is the age of the oldest such event, what /readyz and the lag gauge report.
+
 The `kubernetes` client does the HTTP, authentication and configuration; responses are read with
 `_preload_content=False` and parsed as plain JSON, because turning 150,000 Pods into generated model
 objects would cost minutes and gigabytes, and the decision needs only a few fields of each.
@@ -31,6 +37,7 @@ import os
 import random
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Literal, Mapping, Protocol, get_args
 
@@ -41,7 +48,8 @@ from kubernetes.watch.watch import iter_resp_lines
 from ..core.catalog import Catalog
 from .loading import InputError
 from ..core.dra import (
-    DeviceClassInfo, DeviceId, DeviceProblem, SliceInfo, claim_from_object, device_class_from_object, slice_from_object,
+    DeviceClassInfo, DeviceId, DeviceProblem, SliceInfo, claim_from_object, device_class_from_object,
+    extended_resource_claim, slice_from_object,
 )
 from ..core.pools import NODEPOOL_API, pools_from_object
 from ..core.inventory import (
@@ -55,6 +63,13 @@ LIST_PAGE_SIZE = 500
 WATCH_TIMEOUT_SECONDS = (240, 360)  # spread so that reflectors do not reconnect in step
 BACKOFF_SECONDS = (0.5, 30.0)
 SYNC_WAIT_SECONDS = 15
+# The applier publishes once it has applied everything queued, or after this long applying: the
+# most a reader waits for an event the watch has applied behind a long burst.
+MAX_BATCH_SECONDS = 0.1
+# Events read and not yet applied; beyond it the watches wait (memory stays bounded, and the
+# backlog waits in the connection instead).
+MAX_QUEUED = 50_000
+LAG_REPORT_SECONDS = 1.0  # how often the lag gauge is written
 # Bound Pods hold GPUs; unbound ones are known to the scheduler extender (inventory.UnboundGpuPod). One
 # watch over both, so the event that binds a Pod moves it from one to the other at once.
 UNFINISHED_PODS = "status.phase!=Succeeded,status.phase!=Failed"
@@ -107,6 +122,9 @@ class InventoryObserver(Protocol):
 
     def published(self, snapshot: Snapshot) -> None: ...
 
+    def lagging(self, seconds: float) -> None:
+        """Every LAG_REPORT_SECONDS: the age of the oldest event read and not yet in a published snapshot."""
+
     def bound(self, pod: UnboundGpuPod, node: str, before: Snapshot, counted: int) -> None:
         """A GPU Pod seen unbound is now bound to `node`; `before` is the inventory just before the bind,
         in which `counted` of the Pod's own devices on `node` are already in use (its DRA claim)."""
@@ -123,6 +141,9 @@ class NoObserver:
         pass
 
     def published(self, snapshot: Snapshot) -> None:
+        pass
+
+    def lagging(self, seconds: float) -> None:
         pass
 
     def bound(self, pod: UnboundGpuPod, node: str, before: Snapshot, counted: int) -> None:
@@ -301,6 +322,15 @@ def _brief(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {str(exc)[:200]}"
 
 
+@dataclass
+class Change:
+    """An event (or a full list) read from the API server, reduced, waiting for the applier."""
+
+    apply: Callable[[], bool]  # run under the state's lock; whether the view changed
+    received: float  # monotonic time it was read
+    done: threading.Event | None = None  # set once applied and published: a full list's reflector waits
+
+
 class LiveInventory:
     """An InventorySource fed by reflectors; snapshot() is a lock-free read of the last published view."""
 
@@ -352,6 +382,12 @@ class LiveInventory:
                                          self._apply_pools, self.stop_event, observer=self.observer,
                                          on_off=self._pools_turned, after_list=self.after_list, group=NODEPOOL_API))
         self._threads: list[threading.Thread] = []
+        self._changes: deque[Change] = deque()
+        self._queued = threading.Condition()  # guards _changes
+        self._applier: threading.Thread | None = None  # None: changes are applied by the thread that reads them
+        self._applying_since: float | None = None  # received time of the oldest change applied, not yet published
+        self._unpublished = False  # a change is applied and not yet published
+        self._after: list[Callable[[], None]] = []  # to run once the lock is released (bind observers)
 
     def _reflector(self, name: str, list_call: Callable[..., Any], reduce: Callable[[dict[str, Any]], Any],
                    replace: Callable[[list[Any]], None], apply: Callable[[str, dict[str, Any]], None], *,
@@ -362,6 +398,10 @@ class LiveInventory:
     def start(self) -> LiveInventory:
         self._logging = True
         self.observer.watching(tuple(r.name for r in self.reflectors), RESTART_REASONS)
+        self._applier = threading.Thread(target=self._apply_loop, name="gpu-class-watch-apply", daemon=True)
+        self._applier.start()
+        # its own thread: the gauge keeps rising if the applier is stuck
+        threading.Thread(target=self._report_lag, name="gpu-class-watch-lag", daemon=True).start()
         for r in self.reflectors:
             thread = threading.Thread(target=r.run, name=f"gpu-class-watch-{r.name}", daemon=True)
             thread.start()
@@ -370,6 +410,8 @@ class LiveInventory:
 
     def stop(self) -> None:
         self.stop_event.set()
+        with self._queued:
+            self._queued.notify_all()
 
     def wait_until_synced(self, timeout_seconds: float) -> bool:
         deadline = time.monotonic() + timeout_seconds
@@ -400,13 +442,91 @@ class LiveInventory:
             "source": "api",
             "nodes": len(self.state.nodes),
             "staleSeconds": max(stale) if len(stale) == len(self.reflectors) else None,
+            # how far the served view is behind what the watches have read (0: caught up)
+            "lagSeconds": round(self.lag_seconds(now), 1),
+            "queuedEvents": len(self._changes),
             "watches": {r.name: r.status(now) for r in self.reflectors},
         }
 
-    # each change goes through the state's lock and ends with a new published snapshot
-    def _publish_if(self, changed: bool) -> None:
-        if changed:
+    def lag_seconds(self, now: float | None = None) -> float:
+        """The age of the oldest event read from the API server that no published snapshot holds yet."""
+        oldest = self._applying_since
+        try:
+            head: float | None = self._changes[0].received
+        except IndexError:
+            head = None
+        known = [t for t in (oldest, head) if t is not None]
+        return max((time.monotonic() if now is None else now) - min(known), 0.0) if known else 0.0
+
+    def _report_lag(self) -> None:
+        while not self.stop_event.wait(LAG_REPORT_SECONDS):
+            self.observer.lagging(self.lag_seconds())
+
+    # --- applying: every change goes through the queue, the state's lock and a published snapshot ---
+    def _submit(self, apply: Callable[[], bool], *, wait: bool = False) -> None:
+        """Queue a change for the applier; `wait`: return once it is published (full lists, so that
+        a reflector counts as synced, and after_list runs, only once its list is in the snapshot)."""
+        if self._applier is None:  # a one-shot read: no applier thread
+            with self.state.lock:
+                self._unpublished |= apply()
+                self._flush()
+            self._run_after()
+            return
+        change = Change(apply, time.monotonic(), threading.Event() if wait else None)
+        with self._queued:
+            while len(self._changes) >= MAX_QUEUED and not self.stop_event.is_set():
+                self._queued.wait(1.0)
+            self._changes.append(change)
+            self._queued.notify_all()
+        while change.done is not None and not change.done.wait(0.5) and not self.stop_event.is_set():
+            pass
+
+    def _apply_loop(self) -> None:
+        while not self.stop_event.is_set():
+            with self._queued:
+                self._queued.wait_for(lambda: self._changes or self.stop_event.is_set(), 1.0)
+            try:
+                self._apply_batch()
+            except Exception:  # a bug must not stop the view: log it, keep applying
+                log.exception("applying watch events failed")
+
+    def _apply_batch(self) -> None:
+        """Apply what is queued (for MAX_BATCH_SECONDS at most), then publish once."""
+        started = time.monotonic()
+        done: list[threading.Event] = []
+        with self.state.lock:
+            try:
+                while time.monotonic() - started < MAX_BATCH_SECONDS:
+                    with self._queued:
+                        if not self._changes:
+                            break
+                        if self._applying_since is None:
+                            self._applying_since = self._changes[0].received
+                        change = self._changes.popleft()
+                        self._queued.notify_all()  # a watch may be waiting for room
+                    if change.done is not None:
+                        done.append(change.done)
+                    try:
+                        self._unpublished |= change.apply()
+                    except Exception:
+                        log.exception("applying a watch event failed")
+                self._flush()
+            finally:
+                self._applying_since = None
+        self._run_after()
+        for event in done:
+            event.set()
+
+    def _flush(self) -> None:
+        """Publish what is applied and not yet published. Under the state's lock."""
+        if self._unpublished:
+            self._unpublished = False
             self._publish()
+
+    def _run_after(self) -> None:
+        after, self._after = self._after, []
+        for call in after:
+            call()
 
     def _publish(self) -> None:
         snapshot = self.state.publish()
@@ -430,29 +550,28 @@ class LiveInventory:
         return node_info_from_object(obj, self.catalog, keep_all=True)
 
     def _replace_nodes(self, infos: list[NodeInfo]) -> None:
-        with self.state.lock:
+        def apply() -> bool:
             self.state.replace_nodes(infos)
-            self._mark_synced("nodes")
+            return self._mark_synced("nodes")
+        self._submit(apply, wait=True)
 
     def _apply_node(self, kind: str, obj: dict[str, Any]) -> None:
-        name = (obj.get("metadata") or {}).get("name")
-        info = None if kind == "DELETED" else self._reduce_node(obj)
-        with self.state.lock:
-            changed = self.state.upsert_node(info) if info is not None else self.state.remove_node(str(name))
-            self._publish_if(changed)
+        name = str((obj.get("metadata") or {}).get("name"))
+        info = None if kind == "DELETED" else self._reduce_node(obj)  # reduced here: only NodeInfo is queued
+        self._submit(lambda: self.state.upsert_node(info) if info is not None else self.state.remove_node(name))
 
     def _replace_namespaces(self, infos: list[NamespaceInfo]) -> None:
-        with self.state.lock:
+        def apply() -> bool:
             self.state.replace_namespaces(infos)
-            self._mark_synced("namespaces")
+            return self._mark_synced("namespaces")
+        self._submit(apply, wait=True)
 
     def _apply_namespace(self, kind: str, obj: dict[str, Any]) -> None:
         info = namespace_info_from_object(obj)
         if info is None:
             return
-        with self.state.lock:
-            changed = self.state.remove_namespace(info.name) if kind == "DELETED" else self.state.upsert_namespace(info)
-            self._publish_if(changed)
+        gone = kind == "DELETED"
+        self._submit(lambda: self.state.remove_namespace(info.name) if gone else self.state.upsert_namespace(info))
 
     def _reduce_pod(self, obj: dict[str, Any]) -> PodView | None:
         node, gpus = pod_gpu_requests(obj, self.catalog.resources)
@@ -460,89 +579,96 @@ class LiveInventory:
         return (_pod_key(obj), node, gpus, pod_group(obj), unbound) if (node and gpus) or unbound else None
 
     def _replace_pods(self, pods: list[PodView]) -> None:
-        with self.state.lock:
+        def apply() -> bool:
             self.state.replace_pods(((key, node, gpus) for key, node, gpus, _, _ in pods),
                                     {key: group for key, _, _, group, _ in pods if group is not None})
             self.state.replace_unbound_pods(unbound for *_, unbound in pods if unbound is not None)
-            self._mark_synced("pods")
+            return self._mark_synced("pods")
+        self._submit(apply, wait=True)
 
     def _apply_pod(self, kind: str, obj: dict[str, Any]) -> None:
         gone = kind == "DELETED"
         node, gpus = (None, {}) if gone else pod_gpu_requests(obj, self.catalog.resources)
         unbound = None if gone else unbound_gpu_pod(obj, self.catalog.resources)
         uid = (obj.get("metadata") or {}).get("uid")
-        bind: tuple[UnboundGpuPod, str, Snapshot, int] | None = None
-        with self.state.lock:
+        # what the applier needs, not the Pod: a backlog of queued events holds no whole Pods
+        key, group, claim = _pod_key(obj), pod_group(obj), extended_resource_claim(obj)
+
+        def apply() -> bool:
             was = self.state.unbound_pods.get(uid) if isinstance(uid, str) and uid else None
             if was is not None and node is not None and gpus:
-                # every change so far is published: this snapshot is the inventory the scheduler bound
-                # against, but for the Pod's own DRA claim, which the claims' watch may have delivered first
-                bind = (was, node, self.state.snapshot, self.state.counted_for(obj, node))
-            accounted = self.state.set_pod(_pod_key(obj), node, gpus, pod_group(obj))
+                # the inventory the scheduler bound against: every change before this one, published
+                # now, but for the Pod's own DRA claim, which the claims' watch may have delivered first
+                self._flush()
+                bind = (was, node, self.state.snapshot, self.state.counted_for(claim, node))
+                # outside the lock: the other watches need not wait while the bind is judged
+                self._after.append(lambda: self.observer.bound(*bind))
+            accounted = self.state.set_pod(key, node, gpus, group)
             known = self.state.set_unbound_pod(uid, unbound) if isinstance(uid, str) and uid else False
-            self._publish_if(accounted or known)
-        if bind is not None:
-            # outside the lock: the other watches need not wait while the bind is judged
-            self.observer.bound(*bind)
+            return accounted or known
+        self._submit(apply)
 
     # --- DRA ----------------------------------------------------------------------------
     def _reduce_slice(self, obj: dict[str, Any]) -> SliceInfo | None:
         return slice_from_object(obj, self.catalog)
 
     def _replace_slices(self, infos: list[SliceInfo]) -> None:
-        with self.state.lock:
+        def apply() -> bool:
             self.state.replace_slices(infos)
-            self._mark_synced("resourceslices")
+            return self._mark_synced("resourceslices")
+        self._submit(apply, wait=True)
 
     def _apply_slice(self, kind: str, obj: dict[str, Any]) -> None:
         info = None if kind == "DELETED" else self._reduce_slice(obj)
-        with self.state.lock:
-            name = str((obj.get("metadata") or {}).get("name"))
-            self._publish_if(self.state.upsert_slice(info) if info is not None else self.state.remove_slice(name))
+        name = str((obj.get("metadata") or {}).get("name"))
+        self._submit(lambda: self.state.upsert_slice(info) if info is not None else self.state.remove_slice(name))
 
     def _replace_classes(self, infos: list[DeviceClassInfo]) -> None:
-        with self.state.lock:
+        def apply() -> bool:
             self.state.replace_device_classes(infos)
-            self._mark_synced("deviceclasses")
+            return self._mark_synced("deviceclasses")
+        self._submit(apply, wait=True)
 
     def _apply_class(self, kind: str, obj: dict[str, Any]) -> None:
         info = None if kind == "DELETED" else device_class_from_object(obj)
-        with self.state.lock:
-            name = str((obj.get("metadata") or {}).get("name"))
-            self._publish_if(self.state.upsert_device_class(info) if info is not None
-                             else self.state.remove_device_class(name))
+        name = str((obj.get("metadata") or {}).get("name"))
+        self._submit(lambda: self.state.upsert_device_class(info) if info is not None
+                     else self.state.remove_device_class(name))
 
     def _replace_claims(self, claims: list[tuple[str, frozenset[DeviceId]]]) -> None:
-        with self.state.lock:
+        def apply() -> bool:
             self.state.replace_claims(claims, read="resourceclaims" not in self._off)
-            self._mark_synced("resourceclaims")
+            return self._mark_synced("resourceclaims")
+        self._submit(apply, wait=True)
 
     def _apply_claim(self, kind: str, obj: dict[str, Any]) -> None:
         key, devices = claim_from_object(obj)
-        with self.state.lock:
-            self._publish_if(self.state.set_claim(key, frozenset() if kind == "DELETED" else devices))
+        held = frozenset() if kind == "DELETED" else devices
+        self._submit(lambda: self.state.set_claim(key, held))
 
     # --- node pools ------------------------------------------------------------------
     def _reduce_pools(self, obj: dict[str, Any]) -> tuple[str, tuple[Pool, ...]]:
         return str((obj.get("metadata") or {}).get("name")), pools_from_object(obj, self.catalog)
 
     def _replace_pools(self, pools: list[tuple[str, tuple[Pool, ...]]]) -> None:
-        with self.state.lock:
+        def apply() -> bool:
             self.state.replace_pools(pools)
-            self._mark_synced("nodepools")
+            return self._mark_synced("nodepools")
+        self._submit(apply, wait=True)
 
     def _apply_pools(self, kind: str, obj: dict[str, Any]) -> None:
         name, pools = self._reduce_pools(obj)
-        with self.state.lock:
-            self._publish_if(self.state.set_pools(name, () if kind == "DELETED" else pools))
+        held = () if kind == "DELETED" else pools
+        self._submit(lambda: self.state.set_pools(name, held))
 
     def _pools_turned(self, name: str, reason: str | None) -> None:
         """NodePools went off (not served: no Karpenter; not allowed) or came back."""
-        with self.state.lock:
+        def apply() -> bool:
             self.state.pools_off = reason
             if reason is not None:
                 self.state.node_pools = None
-            self._mark_synced(name)
+            return self._mark_synced(name)
+        self._submit(apply, wait=True)
         if self._logging:
             log.info("Karpenter's NodePools are %s", f"not read: {reason}" if reason else "read")
 
@@ -554,17 +680,20 @@ class LiveInventory:
             self._off.pop(name, None)
         else:
             self._off[name] = reason
-        with self.state.lock:
+        dra_off = self.dra_off()
+
+        def apply() -> bool:
             if reason is not None and name == "resourceslices":
                 self.state.replace_slices([])
             elif reason is not None and name == "deviceclasses":
                 self.state.replace_device_classes([])
             elif name == "resourceclaims":
                 self.state.replace_claims([], read=reason is None)
-            self.state.dra_off = self.dra_off()
+            self.state.dra_off = dra_off
             # an answer like a list: the reflector counts as synced (a resource back on lists next)
-            self._mark_synced(name)
-        now_off = self.dra_off()
+            return self._mark_synced(name)
+        self._submit(apply, wait=True)
+        now_off = dra_off
         if not self._logging:
             return
         if now_off is not None and was_off is None:
@@ -582,13 +711,14 @@ class LiveInventory:
         """Why DRA devices are not read (ResourceSlices or DeviceClasses off); None when they are."""
         return self._off.get("resourceslices") or self._off.get("deviceclasses")
 
-    def _mark_synced(self, name: str) -> None:
+    def _mark_synced(self, name: str) -> bool:
+        """A full list is in the state: always published (True). Under the state's lock."""
         # Counted here, under the state's lock, not from the reflectors' own flags: a reflector sets its
         # flag after replace() returns, so two lists ending together could each see the other unfinished
         # and leave the snapshot unsynced, refusing every GPU Pod, until the next relist.
         self._listed.add(name)
         self.state.synced = self._listed >= {r.name for r in self.reflectors}
-        self._publish()
+        return True
 
 
 def _pod_key(obj: Mapping[str, Any]) -> str:

@@ -28,8 +28,8 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from .catalog import Catalog, GpuType
 from .dra import (
-    HOSTNAME_LABEL, DeviceClassInfo, DeviceId, DraState, DraView, SliceInfo, claim_from_object,
-    device_class_from_object, extended_resource_claim, group_problems, node_devices, slice_from_object,
+    HOSTNAME_LABEL, DeviceClassInfo, DeviceId, DeviceProblem, DraState, DraView, SliceInfo, claim_from_object,
+    device_class_from_object, group_problems, node_devices, slice_from_object,
 )
 
 INJECT_LABEL = "gpu-class.io/inject"
@@ -439,12 +439,13 @@ def group_keys(info: NodeInfo) -> list[GroupKey]:
 
 
 def summarize_group(key: GroupKey, nodes: Iterable[NodeInfo], requested: Mapping[tuple[str, str], int]) -> ProductGroup:
+    """A group's summary worked out from all its members: what GroupTally keeps node by node (the
+    tests hold one to the other)."""
     type_name, label_key, value = key
     members = list(nodes)
     offers = [(n, n.offer(type_name)) for n in members] if type_name is not None else []
     usable = [(n, o) for n, o in offers if o is not None and _is_usable(n, o)]
-    shapes = sorted({Shape(o.allocatable, o.memory_mib, n.gpu_taints) for n, o in usable},
-                    key=lambda s: (-s.allocatable, -(s.memory_mib or 0), s.taints))
+    shapes = sorted({Shape(o.allocatable, o.memory_mib, n.gpu_taints) for n, o in usable}, key=_shape_order)
     free = [(o.allocatable, _free_on(n, o, requested)) for n, o in usable]
     return ProductGroup(
         label_key=label_key,
@@ -469,6 +470,91 @@ def _free_on(node: NodeInfo, offer: Offer, requested: Mapping[tuple[str, str], i
     return max(offer.allocatable - requested.get((node.name, offer.resource), 0), 0)
 
 
+def _shape_order(shape: Shape) -> tuple[int, float, tuple[Taint, ...]]:
+    return (-shape.allocatable, -(shape.memory_mib or 0), shape.taints)
+
+
+@dataclass(frozen=True)
+class Share:
+    """What one node adds to the summary of one of its groups."""
+
+    ready: bool
+    cordoned: bool  # ready and unschedulable
+    resource: str  # of its offer of the group's type ("" for no type)
+    usable: tuple[Shape, int] | None = None  # (shape, free devices) when the node is usable for the type
+
+
+def share_of(node: NodeInfo, key: GroupKey, requested: Mapping[tuple[str, str], int]) -> Share:
+    offer = node.offer(key[0]) if key[0] is not None else None
+    usable = None
+    if offer is not None and _is_usable(node, offer):
+        usable = (Shape(offer.allocatable, offer.memory_mib, node.gpu_taints), _free_on(node, offer, requested))
+    return Share(node.ready, node.ready and node.unschedulable, offer.resource if offer else "", usable)
+
+
+@dataclass
+class GroupTally:
+    """One product group's summary, kept node by node: each member's Share is remembered, so a node
+    that changes or leaves is taken back exactly, without a walk over its group (thousands of nodes
+    of one product). summary() costs the group's distinct shapes and free counts: a handful."""
+
+    key: GroupKey
+    members: dict[str, Share] = field(default_factory=dict)
+    not_ready: int = 0
+    cordoned: int = 0
+    shapes: Counter[Shape] = field(default_factory=Counter)
+    room: Counter[tuple[int, int]] = field(default_factory=Counter)  # (allocatable, free) of usable nodes
+    free_gpus: int = 0
+    allocatable_gpus: int = 0
+    resources: Counter[str] = field(default_factory=Counter)
+
+    def put(self, name: str, share: Share | None) -> None:
+        """Count `name` with `share` from now on (None: no longer a member)."""
+        old = self.members.pop(name, None)
+        if old is not None:
+            self._count(old, -1)
+        if share is not None:
+            self.members[name] = share
+            self._count(share, 1)
+
+    def _count(self, share: Share, sign: int) -> None:
+        self.not_ready += sign * (not share.ready)
+        self.cordoned += sign * share.cordoned
+        _add(self.resources, share.resource, sign)
+        if share.usable is not None:
+            shape, free = share.usable
+            _add(self.shapes, shape, sign)
+            _add(self.room, (shape.allocatable, free), sign)
+            self.free_gpus += sign * free
+            self.allocatable_gpus += sign * shape.allocatable
+
+    def summary(self) -> ProductGroup:
+        type_name, label_key, value = self.key
+        return ProductGroup(
+            label_key=label_key,
+            product=value,
+            type_name=type_name,
+            nodes=len(self.members),
+            not_ready=self.not_ready,
+            cordoned=self.cordoned,
+            usable=tuple(sorted(self.shapes, key=_shape_order)),
+            free_gpus=self.free_gpus,
+            # one type's offers all name the type's resource
+            resource=next((r for r in sorted(self.resources) if r), ""),
+            allocatable_gpus=self.allocatable_gpus,
+            room=tuple(sorted((a, f, n) for (a, f), n in self.room.items())),
+        )
+
+
+def _add(counter: Counter[Any], key: Any, sign: int) -> None:
+    """counter[key] += sign, keeping no key at zero (a summary lists only what some node has)."""
+    count = counter[key] + sign
+    if count:
+        counter[key] = count
+    else:
+        del counter[key]
+
+
 NodeProblem = tuple[str, str, str]  # (driver, product, reason) of one DRA device gpu-class does not place on
 
 
@@ -476,9 +562,12 @@ NodeProblem = tuple[str, str, str]  # (driver, product, reason) of one DRA devic
 class InventoryState:
     """The writable side: nodes, their DRA devices, namespaces and GPU requests per node. One writer, under its lock.
 
-    Each change re-summarises only the groups it touches and publishes a new Snapshot.
-    The dicts a Snapshot exposes (nodes, namespaces, requested) are replaced, never changed in
-    place, so a reader holding an old Snapshot keeps a consistent view.
+    A change costs what it touches, never the cluster: the dicts below are changed in place, each
+    product group's summary is kept node by node (GroupTally), and publish() hands readers
+    read-only copies of only the maps that changed since the last Snapshot, the summaries of only
+    the groups that changed. A reader holding an old Snapshot keeps a consistent view. The watch
+    applies events in batches and publishes once per batch (watch.py), so a burst pays one copy of
+    the node map per batch, not per event.
     """
 
     catalog: Catalog
@@ -486,16 +575,17 @@ class InventoryState:
     watch_pods: bool = False  # publish unbound_pods (else None: nobody tells us which Pods exist)
     bases: dict[str, NodeInfo] = field(default_factory=dict)  # each Node as its object says
     nodes: dict[str, NodeInfo] = field(default_factory=dict)  # published: GPU nodes, DRA devices merged in
-    members: dict[GroupKey, dict[str, NodeInfo]] = field(default_factory=dict)
-    summaries: dict[GroupKey, ProductGroup] = field(default_factory=dict)
+    tallies: dict[GroupKey, GroupTally] = field(default_factory=dict)
+    summaries: dict[GroupKey, ProductGroup] = field(default_factory=dict)  # as of the last publish
     namespaces: dict[str, NamespaceInfo] = field(default_factory=dict)
     # devices requested per (node, resource) by Pods bound to it, and per Pod so deletions can be undone
     pod_requested: dict[tuple[str, str], int] = field(default_factory=dict)
     pods: dict[str, Holding] = field(default_factory=dict)
-    # the group of each accounted Pod that has one; each group's Pods (copy on write: snapshots share it)
+    # the group of each accounted Pod that has one; each group's Pods (the inner maps are replaced,
+    # never changed: snapshots share them)
     pod_group_of: dict[str, GroupName] = field(default_factory=dict)
     pod_groups: dict[GroupName, Mapping[str, Holding]] = field(default_factory=dict)
-    unbound_pods: dict[str, UnboundGpuPod] = field(default_factory=dict)  # by uid, replaced on change
+    unbound_pods: dict[str, UnboundGpuPod] = field(default_factory=dict)  # by uid
     # published: pod_requested, where the node serves the resource from DRA the devices claims hold
     requested: dict[tuple[str, str], int] = field(default_factory=dict)
     dra: DraState = field(default_factory=DraState)
@@ -507,9 +597,18 @@ class InventoryState:
     synced: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock)
     snapshot: Snapshot = EMPTY_SNAPSHOT
-    # what each NodePool can create, by NodePool name; None: NodePools are not read
+    # what each NodePool can create, by NodePool name (replaced on change); None: NodePools are not read
     node_pools: dict[str, tuple[Pool, ...]] | None = None
     pools_off: str | None = None
+    # what publish() reuses: the read-only copies the last snapshot shares, and what changed since
+    _views: dict[str, Mapping[Any, Any]] = field(default_factory=dict, init=False, repr=False)
+    _changed: set[str] = field(default_factory=set, init=False, repr=False)  # names of maps changed in place
+    _dirty_groups: set[GroupKey] | None = field(default=None, init=False, repr=False)  # None: all of them
+    _of_type: dict[str | None, dict[GroupKey, ProductGroup]] = field(default_factory=dict, init=False, repr=False)
+    _by_type: dict[str, tuple[ProductGroup, ...]] = field(default_factory=dict, init=False, repr=False)
+    _unknown: tuple[ProductGroup, ...] = field(default=(), init=False, repr=False)
+    _dra_device_total: int = field(default=0, init=False, repr=False)
+    _problems: tuple[DeviceProblem, ...] = field(default=(), init=False, repr=False)
 
     # --- nodes -------------------------------------------------------------------------
     def upsert_node(self, info: NodeInfo) -> bool:
@@ -571,63 +670,77 @@ class InventoryState:
     def _refresh(self, name: str) -> bool:
         """Publish the node anew from its Node and its devices; False when nothing changed."""
         info, taken, problems, count = self._merged(name)
-        changed = _put(self.dra_problems, name, problems) | _put(self.dra_devices, name, count)
+        changed = self._put_dra(name, problems, count)
         changed |= _put(self.dra_taken, name, taken)
         old = self.nodes.get(name)
         if old != info:
             if old is not None:
                 self._leave_groups(old)
             if info is None:
-                self.nodes = {k: v for k, v in self.nodes.items() if k != name}
+                del self.nodes[name]
             else:
-                self.nodes = {**self.nodes, name: info}  # copy on write: published snapshots share the old one
+                self.nodes[name] = info
+            self._changed.add("nodes")
             self._set_requested(name)
             if info is not None:
-                for key in group_keys(info):
-                    self.members.setdefault(key, {})[name] = info
-                    self._resummarize(key)
+                self._join_groups(info)
             return True
-        before = self.requested
         if self._set_requested(name):
-            self._free_changed(name, before)
+            self._free_changed(name)
             return True
+        return changed
+
+    def _put_dra(self, name: str, problems: tuple[NodeProblem, ...], count: int) -> bool:
+        self._dra_device_total += count - self.dra_devices.get(name, 0)
+        changed = _put(self.dra_devices, name, count)
+        if _put(self.dra_problems, name, problems):
+            self._changed.add("dra_problems")
+            changed = True
         return changed
 
     def _refresh_all(self) -> None:
         self.dra_problems, self.dra_devices, self.dra_taken = {}, {}, {}
+        self._dra_device_total = 0
         nodes: dict[str, NodeInfo] = {}
         for name in set(self.bases) | self.dra.nodes():
             info, taken, problems, count = self._merged(name)
-            _put(self.dra_problems, name, problems)
-            _put(self.dra_devices, name, count)
+            self._put_dra(name, problems, count)
             _put(self.dra_taken, name, taken)
             if info is not None:
                 nodes[name] = info
         self.nodes = nodes
-        self.members = {}
-        for info in nodes.values():
-            for key in group_keys(info):
-                self.members.setdefault(key, {})[info.name] = info
+        self._changed.update(("nodes", "dra_problems"))
         self._recount_requested()
-        self._resummarize_all()
+        self._rebuild_groups()
+
+    def _join_groups(self, info: NodeInfo) -> None:
+        for key in group_keys(info):
+            tally = self.tallies.get(key)
+            if tally is None:
+                tally = self.tallies[key] = GroupTally(key)
+            tally.put(info.name, share_of(info, key, self.requested))
+            self._group_changed(key)
 
     def _leave_groups(self, info: NodeInfo) -> None:
         for key in group_keys(info):
-            group = self.members.get(key, {})
-            group.pop(info.name, None)
-            if not group:
-                self.members.pop(key, None)
-            self._resummarize(key)
+            tally = self.tallies.get(key)
+            if tally is None:
+                continue
+            tally.put(info.name, None)
+            if not tally.members:
+                del self.tallies[key]
+            self._group_changed(key)
 
-    def _resummarize(self, key: GroupKey) -> None:
-        group = self.members.get(key)
-        if group:
-            self.summaries[key] = summarize_group(key, group.values(), self.requested)
-        else:
-            self.summaries.pop(key, None)
+    def _group_changed(self, key: GroupKey) -> None:
+        if self._dirty_groups is not None:
+            self._dirty_groups.add(key)
 
-    def _resummarize_all(self) -> None:
-        self.summaries = {k: summarize_group(k, v.values(), self.requested) for k, v in self.members.items()}
+    def _rebuild_groups(self) -> None:
+        """Every group from the nodes: after a full list."""
+        self.tallies = {}
+        for info in self.nodes.values():
+            self._join_groups(info)
+        self._dirty_groups = None
 
     # --- DRA: ResourceSlices, ResourceClaims, DeviceClasses --------------------------------
     def _refresh_nodes(self, names: Iterable[str]) -> bool:
@@ -649,10 +762,10 @@ class InventoryState:
     def set_claim(self, key: str, devices: frozenset[DeviceId]) -> bool:
         return self._refresh_nodes(self.dra.set_claim(key, devices))
 
-    def counted_for(self, pod: Mapping[str, Any], node: str) -> int:
-        """Devices this state already counts in use on `node` for the Pod itself: those of the claim
-        kube-scheduler made for it on DRA devices, allocated before the bind and possibly seen first."""
-        claim = extended_resource_claim(pod)
+    def counted_for(self, claim: str | None, node: str) -> int:
+        """Devices this state already counts in use on `node` for a Pod itself: those of `claim`, the claim
+        kube-scheduler made for it on DRA devices (extended_resource_claim), allocated before the bind and
+        possibly seen first."""
         return self.dra.held_on(claim, node) if claim is not None and self.claims_read else 0
 
     def replace_claims(self, claims: Iterable[tuple[str, frozenset[DeviceId]]], *, read: bool = True) -> None:
@@ -674,17 +787,20 @@ class InventoryState:
     def upsert_namespace(self, info: NamespaceInfo) -> bool:
         if self.namespaces.get(info.name) == info:
             return False
-        self.namespaces = {**self.namespaces, info.name: info}
+        self.namespaces[info.name] = info
+        self._changed.add("namespaces")
         return True
 
     def remove_namespace(self, name: str) -> bool:
         if name not in self.namespaces:
             return False
-        self.namespaces = {k: v for k, v in self.namespaces.items() if k != name}
+        del self.namespaces[name]
+        self._changed.add("namespaces")
         return True
 
     def replace_namespaces(self, infos: Iterable[NamespaceInfo]) -> None:
         self.namespaces = {n.name: n for n in infos}
+        self._changed.add("namespaces")
 
     # --- GPU requests of bound Pods ------------------------------------------------------
     def set_pod(self, pod_key: str, node_name: str | None, gpus: Mapping[str, int],
@@ -708,7 +824,7 @@ class InventoryState:
         return True
 
     def _regroup(self, pod_key: str, old: GroupName | None, new: GroupName | None) -> None:
-        groups = dict(self.pod_groups)
+        groups = self.pod_groups
         if old is not None:
             members = {k: h for k, h in groups.get(old, {}).items() if k != pod_key}
             if members:
@@ -719,7 +835,7 @@ class InventoryState:
         if new is not None:
             groups[new] = {**groups.get(new, {}), pod_key: self.pods[pod_key]}
             self.pod_group_of[pod_key] = new
-        self.pod_groups = groups
+        self._changed.add("pod_groups")
 
     def replace_pods(self, pods: Iterable[tuple[str, str | None, Mapping[str, int]]],
                      groups: Mapping[str, GroupName] | None = None) -> None:
@@ -734,29 +850,30 @@ class InventoryState:
         for key, name in self.pod_group_of.items():
             by_group.setdefault(name, {})[key] = self.pods[key]
         self.pod_groups = dict(by_group)
+        self._changed.add("pod_groups")
         requested: dict[tuple[str, str], int] = {}
         for node_name, held in self.pods.values():
             for resource, n in held.items():
                 requested[(node_name, resource)] = requested.get((node_name, resource), 0) + n
         self.pod_requested = requested
         self._recount_requested()
-        self._resummarize_all()
+        self._rebuild_groups()
 
     # --- GPU Pods not yet bound --------------------------------------------------------------
     def set_unbound_pod(self, uid: str, pod: UnboundGpuPod | None) -> bool:
         """Keep the Pod of `uid` as known unbound, or (None: bound, finished, deleted) forget it."""
         if self.unbound_pods.get(uid) == pod:
             return False
-        pods = dict(self.unbound_pods)  # copy on write, as for nodes
         if pod is None:
-            pods.pop(uid, None)
+            self.unbound_pods.pop(uid, None)
         else:
-            pods[uid] = pod
-        self.unbound_pods = pods
+            self.unbound_pods[uid] = pod
+        self._changed.add("unbound_pods")
         return True
 
     def replace_unbound_pods(self, pods: Iterable[UnboundGpuPod]) -> None:
         self.unbound_pods = {p.uid: p for p in pods}
+        self._changed.add("unbound_pods")
 
     def _add_requests(self, node_name: str, held: Mapping[str, int], sign: int) -> None:
         for resource, n in held.items():
@@ -765,25 +882,19 @@ class InventoryState:
                 self.pod_requested[(node_name, resource)] = total
             else:
                 self.pod_requested.pop((node_name, resource), None)
-        before = self.requested
         if self._set_requested(node_name):
-            self._free_changed(node_name, before)
+            self._free_changed(node_name)
 
-    def _free_changed(self, node_name: str, before: Mapping[tuple[str, str], int]) -> None:
-        """The node's devices in use changed (from `before`), nothing else of it: its groups' free count moves."""
+    def _free_changed(self, node_name: str) -> None:
+        """The node's devices in use changed, nothing else of it: its groups' free counts move."""
         node = self.nodes.get(node_name)
         if node is None:
             return
         for key in group_keys(node):
-            summary, offer = self.summaries.get(key), node.offer(key[0]) if key[0] is not None else None
-            if summary is None:
-                self._resummarize(key)
-            elif offer is not None and _is_usable(node, offer):
-                # only this node's free devices changed: a burst of binds must not walk its whole group
-                # (thousands of nodes of one product) for each bind
-                free_before, free_after = _free_on(node, offer, before), _free_on(node, offer, self.requested)
-                if free_after != free_before:
-                    self.summaries[key] = summary.moved(offer.allocatable, free_before, free_after)
+            tally = self.tallies.get(key)
+            if tally is not None:
+                tally.put(node_name, share_of(node, key, self.requested))
+                self._group_changed(key)
 
     def _held(self, name: str) -> dict[tuple[str, str], int]:
         """A node's devices in use per resource: what claims hold of those it serves from DRA (once
@@ -797,16 +908,16 @@ class InventoryState:
         old = {(name, r): self.requested[(name, r)] for r in self.catalog.resources if (name, r) in self.requested}
         if held == old:
             return False
-        requested = dict(self.requested)  # copy on write, as for nodes; dict() copies at C speed: thousands of nodes
         for key in old:
-            del requested[key]
-        requested.update(held)
-        self.requested = requested
+            del self.requested[key]
+        self.requested.update(held)
+        self._changed.add("requested")
         return True
 
     def _recount_requested(self) -> None:
         names = {n for n, _ in self.pod_requested} | set(self.dra_taken)
         self.requested = {k: v for name in names for k, v in self._held(name).items()}
+        self._changed.add("requested")
 
     # --- publishing ----------------------------------------------------------------------
     # --- node pools ------------------------------------------------------------------
@@ -822,28 +933,60 @@ class InventoryState:
         self.node_pools = {name: found for name, found in pools if found}
 
     def publish(self) -> Snapshot:
-        by_type: dict[str, list[ProductGroup]] = {}
-        unknown: list[ProductGroup] = []
-        for summary in self.summaries.values():
-            if summary.type_name is None:
-                unknown.append(summary)
-            else:
-                by_type.setdefault(summary.type_name, []).append(summary)
-        problems = group_problems((node, p) for node, found in self.dra_problems.items() for p in found)
+        self._publish_groups()
+        if "dra_problems" in self._changed:
+            self._problems = group_problems((node, p) for node, found in self.dra_problems.items() for p in found)
         self.snapshot = Snapshot(
-            groups_by_type=MappingProxyType({k: tuple(sorted(v, key=_group_order)) for k, v in by_type.items()}),
-            unknown_groups=tuple(sorted(unknown, key=_group_order)),
-            namespaces=MappingProxyType(self.namespaces) if self.watch_namespaces else None,
+            groups_by_type=MappingProxyType(dict(self._by_type)),
+            unknown_groups=self._unknown,
+            namespaces=self._view("namespaces", self.namespaces) if self.watch_namespaces else None,
             synced=self.synced,
-            nodes=MappingProxyType(self.nodes),
-            requested=MappingProxyType(self.requested),
-            pod_groups=MappingProxyType(self.pod_groups),
-            unbound_pods=MappingProxyType(self.unbound_pods) if self.watch_pods else None,
-            dra=DraView(self.dra_off, sum(self.dra_devices.values()), problems, self.claims_read),
+            nodes=self._view("nodes", self.nodes),
+            requested=self._view("requested", self.requested),
+            pod_groups=self._view("pod_groups", self.pod_groups),
+            unbound_pods=self._view("unbound_pods", self.unbound_pods) if self.watch_pods else None,
+            dra=DraView(self.dra_off, self._dra_device_total, self._problems, self.claims_read),
+            # a few NodePools, replaced whole on change: grouped again at each publish
             pools_by_type=None if self.node_pools is None else _pools_by_type(self.node_pools),
             pools_off=self.pools_off,
         )
+        self._changed.clear()
         return self.snapshot
+
+    def _view(self, name: str, current: Mapping[Any, Any]) -> Mapping[Any, Any]:
+        """A read-only copy of `current` as it is now: the last one while it has not changed."""
+        view = self._views.get(name)
+        if view is None or name in self._changed:
+            view = self._views[name] = MappingProxyType(dict(current))
+        return view
+
+    def _publish_groups(self) -> None:
+        """Summaries of the groups changed since the last publish, and the sorted groups of their types."""
+        if self._dirty_groups is None:
+            self.summaries = {k: t.summary() for k, t in self.tallies.items()}
+            self._of_type = {}
+            for key, summary in self.summaries.items():
+                self._of_type.setdefault(key[0], {})[key] = summary
+            types: set[str | None] = {None, *self._of_type, *self._by_type}
+        else:
+            for key in self._dirty_groups:
+                tally = self.tallies.get(key)
+                of_type = self._of_type.setdefault(key[0], {})
+                if tally is None:
+                    self.summaries.pop(key, None)
+                    of_type.pop(key, None)
+                else:
+                    self.summaries[key] = of_type[key] = tally.summary()
+            types = {k[0] for k in self._dirty_groups}
+        self._dirty_groups = set()
+        for type_name in types:
+            groups = tuple(sorted(self._of_type.get(type_name, {}).values(), key=_group_order))
+            if type_name is None:
+                self._unknown = groups
+            elif groups:
+                self._by_type[type_name] = groups
+            else:
+                self._by_type.pop(type_name, None)
 
 
 def _pools_by_type(node_pools: Mapping[str, tuple[Pool, ...]]) -> Mapping[str, tuple[Pool, ...]]:

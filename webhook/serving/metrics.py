@@ -77,6 +77,11 @@ LAST_CONTACT = Gauge(
     "Unix time of the last list, event or bookmark, by resource (staleness = time() - this)", ["resource"],
     multiprocess_mode="livemax",
 )
+INVENTORY_LAG = Gauge(
+    "gpu_class_inventory_lag_seconds",
+    "Age of the oldest watch event this worker has read and not yet applied to the inventory it answers from "
+    "(0: caught up); the most of any worker", multiprocess_mode="livemax",
+)
 CERT_EXPIRY = Gauge(
     "gpu_class_certificate_expiry_timestamp_seconds", "Unix time the serving certificate expires",
     multiprocess_mode="livemin",
@@ -170,6 +175,10 @@ def observe_contact(resource: str) -> None:
     LAST_CONTACT.labels(resource).set(time.time())
 
 
+def observe_lag(seconds: float) -> None:
+    INVENTORY_LAG.set(seconds)
+
+
 def observe_certificate(not_after_unix: float) -> None:
     CERT_EXPIRY.set(not_after_unix)
 
@@ -255,6 +264,9 @@ class InventoryMetrics:
 
     def contacted(self, resource: str) -> None:
         observe_contact(resource)
+
+    def lagging(self, seconds: float) -> None:
+        observe_lag(seconds)
 
     def published(self, snapshot: Snapshot) -> None:
         with self._lock:

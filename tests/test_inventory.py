@@ -1,0 +1,115 @@
+"""InventoryState kept event by event: the per-group summaries it keeps node by node equal a summary
+worked out from scratch, and a published Snapshot never changes when later events arrive."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from builders import make_catalog, make_node
+from webhook.core.inventory import (
+    InventoryState, NodeInfo, ProductGroup, Snapshot, group_keys, node_info_from_object, summarize_group,
+)
+
+CATALOG = make_catalog()
+H100, A100, T4 = "NVIDIA-H100-80GB-HBM3", "A100-SXM4-40GB", "Tesla-T4"
+GPU = "nvidia.com/gpu"
+
+
+def info(obj: dict[str, Any]) -> NodeInfo:
+    found = node_info_from_object(obj, CATALOG, keep_all=True)
+    assert found is not None
+    return found
+
+
+def from_scratch(state: InventoryState) -> dict[tuple[str | None, str, str], ProductGroup]:
+    """Every group summarised anew from the state's nodes: what the kept summaries must equal."""
+    members: dict[tuple[str | None, str, str], list[NodeInfo]] = {}
+    for node in state.nodes.values():
+        for key in group_keys(node):
+            members.setdefault(key, []).append(node)
+    return {k: summarize_group(k, v, state.requested) for k, v in members.items()}
+
+
+def published_groups(snapshot: Snapshot) -> dict[tuple[str | None, str, str], ProductGroup]:
+    groups = [g for gs in snapshot.groups_by_type.values() for g in gs] + list(snapshot.unknown_groups)
+    return {(g.type_name, g.label_key, g.product): g for g in groups}
+
+
+@dataclass(frozen=True)
+class Step:
+    kind: str  # "node", "remove", "pod"
+    node: int
+    product: int = 0
+    gpus: int = 8
+    ready: bool = True
+    cordoned: bool = False
+    tainted: bool = False
+    pod_gpus: int = 0
+
+
+PRODUCTS = (H100, A100, T4, "Unknown-GPU", None)  # None: a CPU-only node
+
+
+def apply(state: InventoryState, step: Step) -> None:
+    name = f"n{step.node}"
+    if step.kind == "remove":
+        state.remove_node(name)
+    elif step.kind == "pod":
+        state.set_pod(f"ml/p{step.node}", name, {GPU: step.pod_gpus})
+    else:
+        product = PRODUCTS[step.product]
+        state.upsert_node(info(make_node(name, product, gpus=step.gpus if product else 0, ready=step.ready,
+                                         unschedulable=step.cordoned,
+                                         taints=[{"key": GPU, "value": "present", "effect": "NoSchedule"}]
+                                         if step.tainted else [])))
+
+
+steps = st.builds(Step, kind=st.sampled_from(("node", "node", "remove", "pod")), node=st.integers(0, 7),
+                  product=st.integers(0, len(PRODUCTS) - 1), gpus=st.sampled_from((0, 1, 4, 8)),
+                  ready=st.booleans(), cordoned=st.booleans(), tainted=st.booleans(), pod_gpus=st.integers(0, 9))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(steps, max_size=40), st.integers(1, 5))
+def test_kept_summaries_equal_summaries_from_scratch(events: list[Step], batch: int) -> None:
+    """Whatever the events and however many go between publishes."""
+    state = InventoryState(catalog=CATALOG, synced=True)
+    for i, step in enumerate(events):
+        apply(state, step)
+        if (i + 1) % batch == 0:
+            assert published_groups(state.publish()) == from_scratch(state)
+    assert published_groups(state.publish()) == from_scratch(state)
+
+
+@pytest.mark.parametrize("later", [
+    pytest.param(Step("node", 1, product=1, gpus=4), id="a-node-changes"),
+    pytest.param(Step("node", 9, product=0), id="a-node-joins"),
+    pytest.param(Step("remove", 0), id="a-node-leaves"),
+    pytest.param(Step("pod", 1, pod_gpus=3), id="a-pod-binds"),
+])
+def test_a_published_snapshot_is_not_changed_by_later_events(later: Step) -> None:
+    state = InventoryState(catalog=CATALOG, synced=True, watch_pods=True)
+    for step in (Step("node", 0, product=0), Step("node", 1, product=1), Step("pod", 0, pod_gpus=2)):
+        apply(state, step)
+    before = state.publish()
+    nodes, requested = dict(before.nodes), dict(before.requested)
+    groups = published_groups(before)
+    apply(state, later)
+    after = state.publish()
+    assert (dict(before.nodes), dict(before.requested), published_groups(before)) == (nodes, requested, groups)
+    assert after is not before and published_groups(after) == from_scratch(state)
+
+
+def test_a_publish_shares_the_maps_that_did_not_change() -> None:
+    """What lets a burst of binds publish without copying the node map each time."""
+    state = InventoryState(catalog=CATALOG, synced=True, watch_pods=True)
+    apply(state, Step("node", 0, product=0))
+    before = state.publish()
+    apply(state, Step("pod", 0, pod_gpus=2))
+    after = state.publish()
+    assert after.nodes is before.nodes and after.requested is not before.requested
