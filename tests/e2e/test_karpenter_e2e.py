@@ -249,3 +249,26 @@ def test_a_pool_capped_or_deleted_is_gone_at_the_next_admission(
         assert karpenter.nodes() == []
     finally:
         karpenter.delete_node_pools(*pools.values())
+
+
+@pytest.mark.parametrize("scheduler", [None, STRICT, "gpu-class-extender"],
+                         ids=["default-scheduler", STRICT, "gpu-class-extender"])
+def test_every_path_grows_the_best_types_pool(karpenter: Karpenter, core: kubernetes.client.CoreV1Api,
+                                              class_namespace: str, scheduler: str | None) -> None:
+    """Karpenter acts on a Pod any scheduler marked Unschedulable: on each path a class Pod at zero nodes
+    binds on a new node of the best type's pool."""
+    ns = class_namespace
+    pools = {t: f"{ns}-{t}" for t in ("h100", "a100")}
+    karpenter.apply_node_pools(node_pool(pools["h100"], H100), node_pool(pools["a100"], A100))
+    try:
+        sees_pools(core, ns, "H100,A100-40GB")
+        created = time.monotonic()
+        core.create_namespaced_pod(ns, make_pod("one", gpu_class="high", scheduler=scheduler))
+        node = wait_bound(core, ns, "one", seconds=180)
+        print(f"\nclass high Pod at zero nodes, create to bind through a new node: {time.monotonic() - created:.1f} s "
+              f"({scheduler or 'default-scheduler'})")
+        assert node_label(core, node, NODEPOOL_LABEL) == pools["h100"]
+        assert karpenter.node_claims(pools["a100"]) == []
+    finally:
+        force_delete_pods(core, ns)
+        karpenter.delete_node_pools(*pools.values())
