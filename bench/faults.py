@@ -48,6 +48,7 @@ import os
 import ssl
 import sys
 import time
+import urllib.error
 import urllib.request
 import uuid
 from collections import Counter
@@ -191,14 +192,22 @@ def noop_configuration(template: Mapping[str, Any], url: str, ca_bundle: bytes) 
 
 
 def relists(port: int, ca_file: Path) -> Counter[str]:
-    """A replica's watch restarts after 410 Gone so far, by resource (its workers added up)."""
+    """A replica's watch restarts after 410 Gone so far, by resource it watches (its workers added up).
+    A resource that is off (not served here: NodePools without Karpenter) has no watch to restart."""
     context = ssl.create_default_context(cafile=str(ca_file))
     with urllib.request.urlopen(f"https://127.0.0.1:{port}/metrics", context=context, timeout=10) as r:
         text = r.read().decode()
+    try:
+        with urllib.request.urlopen(f"https://127.0.0.1:{port}/readyz", context=context, timeout=10) as r:
+            readiness = json.loads(r.read())
+    except urllib.error.HTTPError as e:  # 503 while a worker relists: the same detail
+        readiness = json.loads(e.read())
+    off = {name for name, watch in readiness["watches"].items() if "off" in watch}
     found: Counter[str] = Counter()
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
-            if sample.name == "gpu_class_watch_restarts_total" and sample.labels.get("reason") == "expired":
+            if (sample.name == "gpu_class_watch_restarts_total" and sample.labels.get("reason") == "expired"
+                    and sample.labels["resource"] not in off):
                 found[sample.labels["resource"]] += int(sample.value)
     return found
 
