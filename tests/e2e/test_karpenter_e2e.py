@@ -10,6 +10,7 @@ the class.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import Any, Iterator
 
@@ -101,15 +102,22 @@ def test_pending_gpu_pod_gets_a_node_from_the_pool_of_its_product(
 STRICT = "gpu-class-scheduler"
 
 
+# What the node lifecycle controller puts on a cordoned Node; it is off here (no kubelets), and Karpenter
+# reads a cordon from this taint alone: without it Karpenter counts on the node and creates none.
+UNSCHEDULABLE_TAINT = {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}
+
+
 @pytest.fixture(scope="module")
 def no_schedulable_gpu_nodes(core: kubernetes.client.CoreV1Api, karpenter: Karpenter) -> Iterator[None]:
-    cordoned = [n.metadata.name for n in core.list_node().items
-                if PRODUCT_LABEL in (n.metadata.labels or {}) and not (n.spec and n.spec.unschedulable)]
-    for name in cordoned:
-        core.patch_node(name, {"spec": {"unschedulable": True}})
+    """The session's GPU nodes cordoned, as a cluster cordons them, for the module; as they were afterwards."""
+    wire = kubernetes.client.ApiClient().sanitize_for_serialization
+    taints = {n.metadata.name: wire(n.spec.taints or []) for n in core.list_node().items
+              if PRODUCT_LABEL in (n.metadata.labels or {}) and not (n.spec and n.spec.unschedulable)}
+    for name, before in taints.items():
+        core.patch_node(name, {"spec": {"unschedulable": True, "taints": [*before, UNSCHEDULABLE_TAINT]}})
     yield
-    for name in cordoned:
-        core.patch_node(name, {"spec": {"unschedulable": False}})
+    for name, before in taints.items():
+        core.patch_node(name, {"spec": {"unschedulable": False, "taints": before or None}})
 
 
 @pytest.fixture
@@ -149,6 +157,21 @@ def sees_pools(core: kubernetes.client.CoreV1Api, namespace: str, types: str) ->
              lambda: all(placed_types(core, namespace) == types for _ in range(4)), seconds=90, interval=1.0)
 
 
+@contextlib.contextmanager
+def class_pools(karpenter: Karpenter, core: kubernetes.client.CoreV1Api, namespace: str,
+                **pools: dict[str, Any]) -> Iterator[dict[str, str]]:
+    """NodePools named after the test's namespace (`h100=node_pool(...)` is pool NAMESPACE-h100), seen by
+    gpu-class as class high's H100 and A100-40GB pools; afterwards the Pods go, then the pools and nodes."""
+    names = {key: f"{namespace}-{key}" for key in pools}
+    karpenter.apply_node_pools(*({**pool, "metadata": {"name": names[key]}} for key, pool in pools.items()))
+    try:
+        sees_pools(core, namespace, "H100,A100-40GB")
+        yield names
+    finally:
+        force_delete_pods(core, namespace)
+        karpenter.delete_node_pools(*names.values())
+
+
 def template(name: str, *, gpus: int, group: str | None = None) -> dict[str, Any]:
     annotations = {CLASS: "high", "gpu-class.io/count": str(gpus), **({"gpu-class.io/group": group} if group else {})}
     return {"metadata": {"labels": {"app": name}, "annotations": annotations},
@@ -165,13 +188,10 @@ def test_class_pods_at_zero_nodes_grow_the_best_types_pool_and_bind_there(
         karpenter: Karpenter, core: kubernetes.client.CoreV1Api, apps: kubernetes.client.AppsV1Api,
         batch: kubernetes.client.BatchV1Api, class_namespace: str) -> None:
     ns = class_namespace
-    pools = {t: f"{ns}-{t}" for t in ("h100", "a100", "t4")}
     assert not any(t.scalable for t in load_default_catalog().types.values()), "no type needs the flag"
-    karpenter.apply_node_pools(node_pool(pools["h100"], H100, limits={"nvidia.com/gpu": 16}),
-                               node_pool(pools["a100"], A100, limits={"nvidia.com/gpu": 16}),
-                               node_pool(pools["t4"], T4, instance_types=["g4dn.12xlarge"]))
-    try:
-        sees_pools(core, ns, "H100,A100-40GB")
+    with class_pools(karpenter, core, ns, h100=node_pool("", H100, limits={"nvidia.com/gpu": 16}),
+                     a100=node_pool("", A100, limits={"nvidia.com/gpu": 16}),
+                     t4=node_pool("", T4, instance_types=["g4dn.12xlarge"])) as pools:
         created = time.monotonic()
         core.create_namespaced_pod(ns, make_pod("single", gpu_class="high", scheduler=STRICT))
         pod = read_pod(core, ns, "single")
@@ -198,22 +218,16 @@ def test_class_pods_at_zero_nodes_grow_the_best_types_pool_and_bind_there(
         h100_nodes = {n["metadata"]["name"] for n in karpenter.nodes(pools["h100"])}
         assert node in h100_nodes and set(bound.values()) <= h100_nodes, (bound, h100_nodes)
         assert karpenter.node_claims(pools["a100"]) == [] and karpenter.node_claims(pools["t4"]) == []
-    finally:
-        force_delete_pods(core, ns)
+        # the controllers would make the Pods again while their pools go
         apps.delete_collection_namespaced_deployment(ns)
         batch.delete_collection_namespaced_job(ns, propagation_policy="Background")
-        force_delete_pods(core, ns)
-        karpenter.delete_node_pools(*pools.values())
 
 
 def test_with_the_best_pool_at_its_limit_the_next_types_pool_grows(
         karpenter: Karpenter, core: kubernetes.client.CoreV1Api, class_namespace: str) -> None:
     ns = class_namespace
-    pools = {t: f"{ns}-{t}" for t in ("h100", "a100")}
-    karpenter.apply_node_pools(node_pool(pools["h100"], H100, limits={"nvidia.com/gpu": 8}),
-                               node_pool(pools["a100"], A100, limits={"nvidia.com/gpu": 16}))
-    try:
-        sees_pools(core, ns, "H100,A100-40GB")
+    with class_pools(karpenter, core, ns, h100=node_pool("", H100, limits={"nvidia.com/gpu": 8}),
+                     a100=node_pool("", A100, limits={"nvidia.com/gpu": 16})) as pools:
         core.create_namespaced_pod(ns, make_pod("first", gpu_class="high", gpus=8, scheduler=STRICT))
         first = wait_bound(core, ns, "first", seconds=180)
         assert node_label(core, first, NODEPOOL_LABEL) == pools["h100"]
@@ -227,19 +241,13 @@ def test_with_the_best_pool_at_its_limit_the_next_types_pool_grows(
         assert node_label(core, second, NODEPOOL_LABEL) == pools["a100"]
         assert node_label(core, second, PRODUCT_LABEL) == A100
         assert len(karpenter.node_claims(pools["h100"])) == 1
-    finally:
-        force_delete_pods(core, ns)
-        karpenter.delete_node_pools(*pools.values())
 
 
 def test_a_pool_capped_or_deleted_is_gone_at_the_next_admission(
         karpenter: Karpenter, core: kubernetes.client.CoreV1Api, class_namespace: str) -> None:
     ns = class_namespace
-    pools = {t: f"{ns}-{t}" for t in ("h100", "a100")}
-    karpenter.apply_node_pools(node_pool(pools["h100"], H100, limits={"nvidia.com/gpu": 16}),
-                               node_pool(pools["a100"], A100))
-    try:
-        sees_pools(core, ns, "H100,A100-40GB")
+    with class_pools(karpenter, core, ns, h100=node_pool("", H100, limits={"nvidia.com/gpu": 16}),
+                     a100=node_pool("", A100)) as pools:
         karpenter.apply_node_pools(node_pool(pools["h100"], H100, limits={"nvidia.com/gpu": 0}))
         wait_for("the capped H100 pool left out", lambda: placed_types(core, ns) == "A100-40GB", seconds=30)
         karpenter.delete_node_pools(pools["a100"])
@@ -247,8 +255,6 @@ def test_a_pool_capped_or_deleted_is_gone_at_the_next_admission(
                            lambda: t if (t := placed_types(core, ns)).startswith("refused") else None, seconds=30)
         assert "no ready, schedulable node offers 1 GPU(s) of class high" in refusal
         assert karpenter.nodes() == []
-    finally:
-        karpenter.delete_node_pools(*pools.values())
 
 
 @pytest.mark.parametrize("scheduler", [None, STRICT, "gpu-class-extender"],
@@ -258,10 +264,7 @@ def test_every_path_grows_the_best_types_pool(karpenter: Karpenter, core: kubern
     """Karpenter acts on a Pod any scheduler marked Unschedulable: on each path a class Pod at zero nodes
     binds on a new node of the best type's pool."""
     ns = class_namespace
-    pools = {t: f"{ns}-{t}" for t in ("h100", "a100")}
-    karpenter.apply_node_pools(node_pool(pools["h100"], H100), node_pool(pools["a100"], A100))
-    try:
-        sees_pools(core, ns, "H100,A100-40GB")
+    with class_pools(karpenter, core, ns, h100=node_pool("", H100), a100=node_pool("", A100)) as pools:
         created = time.monotonic()
         core.create_namespaced_pod(ns, make_pod("one", gpu_class="high", scheduler=scheduler))
         node = wait_bound(core, ns, "one", seconds=180)
@@ -269,6 +272,3 @@ def test_every_path_grows_the_best_types_pool(karpenter: Karpenter, core: kubern
               f"({scheduler or 'default-scheduler'})")
         assert node_label(core, node, NODEPOOL_LABEL) == pools["h100"]
         assert karpenter.node_claims(pools["a100"]) == []
-    finally:
-        force_delete_pods(core, ns)
-        karpenter.delete_node_pools(*pools.values())
