@@ -249,6 +249,7 @@ class PodRecord:
     added: float  # monotonic time of its ADDED event
     node: str | None = None
     bound: float | None = None  # monotonic time of the first event that shows it bound
+    refused: bool = False  # a scheduler has marked it PodScheduled=False, Unschedulable
 
 
 class BindRecorder:
@@ -289,6 +290,9 @@ class BindRecorder:
                 record = self.pods[metadata["name"]] = PodRecord(
                     (metadata.get("labels") or {}).get("workload", ""), tuple(t for t in types.split(",") if t), now)
             node = pod["spec"].get("nodeName")
+            if record is not None and not record.refused:
+                record.refused = any(c.get("type") == "PodScheduled" and c.get("reason") == "Unschedulable"
+                                     for c in (pod.get("status") or {}).get("conditions") or [])
             if record is not None and node and record.node is None:
                 record.node, record.bound = node, now
                 self.order.append(metadata["name"])
@@ -360,7 +364,12 @@ def shrink_workload(api: Api, namespace: str, w: Workload, bound: int) -> None:
 def wait_workload(recorder: BindRecorder, w: Workload, pending_seconds: float,
                   created_seconds: float = 60.0) -> dict[str, PodRecord]:
     """Until all of the workload's Pods are bound, or none was bound for `pending_seconds` since the
-    last change: its Pods, as recorded then."""
+    last change and every unbound one was refused by its scheduler: its Pods, as recorded then.
+
+    A Pod is Pending when the scheduler tried it and found no node, not merely when it has not been
+    bound in time: on a loaded control plane the scheduler can hear of a Pod seconds after its create
+    (a run once saw 2 s), and a Pod judged then would be deleted before the scheduler ever tried it.
+    After `created_seconds` it is judged whatever the scheduler said."""
     started = last_change = time.monotonic()
     progress: tuple[int, int] = (-1, -1)
     with recorder.changed:
@@ -372,7 +381,9 @@ def wait_workload(recorder: BindRecorder, w: Workload, pending_seconds: float,
             now = time.monotonic()
             if now_progress != progress:
                 progress, last_change = now_progress, now
-            if len(pods) >= w.pods and (progress[1] == len(pods) or now - last_change > pending_seconds):
+            tried = all(r.refused for r in pods.values() if r.node is None)
+            if len(pods) >= w.pods and (progress[1] == len(pods) or now - last_change > pending_seconds
+                                        and (tried or now - started > created_seconds)):
                 return pods
             if len(pods) < w.pods and now - started > created_seconds:
                 raise RuntimeError(f"{w.name}: {len(pods)} of {w.pods} Pods made within {created_seconds:.0f} s")
