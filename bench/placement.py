@@ -45,13 +45,17 @@ from bench.placement_model import (  # noqa: E402
 )
 from bench.sections import write_section  # noqa: E402
 
-Path_ = Literal["default", "profiles", "extender"]
-PATHS: tuple[Path_, ...] = ("default", "profiles", "extender")
+Path_ = Literal["default", "profiles", "extender", "stock"]
+PATHS: tuple[Path_, ...] = ("default", "profiles", "extender", "stock")
 SCHEDULER: Mapping[Path_, str | None] = {"default": None, "profiles": local_cluster.STRICT_SCHEDULER,
-                                         "extender": local_cluster.EXTENDER_SCHEDULER}
+                                         "extender": local_cluster.EXTENDER_SCHEDULER,
+                                         "stock": local_cluster.STOCK_SCHEDULER}
 PATH_TITLE = {"default": "(a) default scheduler", "profiles": f"(b) {local_cluster.STRICT_SCHEDULER}",
-              "extender": f"(c) {local_cluster.EXTENDER_SCHEDULER}"}
-SIZES = (100, 1000, 5000)
+              "extender": f"(c) {local_cluster.EXTENDER_SCHEDULER}",
+              "stock": f"(d) {local_cluster.STOCK_SCHEDULER} (the profiles on the stock binary)"}
+SIZES = (100, 1000, 5000, 15000)
+# kube-scheduler's extension points reported per attempt, beside the attempt itself.
+SCHEDULER_POINTS = ("PreFilter", "Filter", "Score")
 # A workload none of whose Pods was bound for this long counts the rest as Pending. The scheduler
 # decides in milliseconds, but an unschedulable Pod waits in its backoff queue (1 s, doubling).
 PENDING_SECONDS = 3.0
@@ -146,7 +150,7 @@ def run_sizes(cluster: local_cluster.Cluster, sizes: Sequence[int], streams: Map
                 spent = {k: v - before[p].get(k, 0.0) for k, v in after.items()}
                 if spent.get("attempt count"):
                     run.scheduler_ms[p] = {k: 1000 * spent.get(f"{k} sum", 0.0) / spent["attempt count"]
-                                           for k in ("attempt", "Filter", "Score")}
+                                           for k in ("attempt", *SCHEDULER_POINTS)}
             burst = [Workload(f"burst-{i}", BURST_CLASS, 1, 500) for i in range(burst_pods)]
             for r in range(burst_rounds if burst else 0):
                 for path in _turn(paths, r):
@@ -168,7 +172,7 @@ def run_sizes(cluster: local_cluster.Cluster, sizes: Sequence[int], streams: Map
 def _scheduler_port(cluster: local_cluster.Cluster, path: Path_) -> int:
     assert cluster.ports is not None
     return int({"default": cluster.ports.scheduler, "profiles": cluster.ports.gpu_scheduler,
-                "extender": cluster.ports.extender_scheduler}[path])
+                "extender": cluster.ports.extender_scheduler, "stock": cluster.ports.stock_scheduler}[path])
 
 
 def _on_path(api: Any, catalog: Catalog, prefix: str, workloads: Sequence[Workload], path: Path_,
@@ -217,8 +221,8 @@ def render(runs: Sequence[SizeRun], command: str, paths: Sequence[Path_] = PATHS
         "Paths: " + ", ".join(PATH_TITLE[p] for p in paths) + ".",
         "",
         "| nodes | path | Pods placed | fidelity | wrongly Pending | rightly Pending | create-to-bind p50 ms "
-        "| p99 ms | Pods/s (burst) | burst fidelity | refused at admission |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| p99 ms | scheduler attempt ms (Filter) | Pods/s (burst) | burst fidelity | refused at admission |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for run in runs:
         for path in paths:
@@ -227,9 +231,11 @@ def render(runs: Sequence[SizeRun], command: str, paths: Sequence[Path_] = PATHS
             rate = f"{median([b.pods_per_second for b in bursts]):.1f}" if bursts else "-"
             burst_fidelity = _fidelity(merge([b.verdicts for b in bursts])) if bursts else "-"
             refused = v.refused + sum(b.verdicts.refused for b in bursts)
+            own = run.scheduler_ms.get(path)
+            attempt = f"{own['attempt']:.1f} ({own['Filter']:.1f})" if own else "-"
             lines.append(f"| {run.size:,} | {PATH_TITLE[path]} | {v.placed} | {_fidelity(v)} | {v.wrongly_pending} "
-                         f"| {v.rightly_pending} | {_ms(v, 0.5)} | {_ms(v, 0.99)} | {rate} | {burst_fidelity} "
-                         f"| {refused} |")
+                         f"| {v.rightly_pending} | {_ms(v, 0.5)} | {_ms(v, 0.99)} | {attempt} | {rate} "
+                         f"| {burst_fidelity} | {refused} |")
     for run in runs:
         lines += ["", f"### {run.size:,} nodes", "",
                   "Each cell: " + " / ".join(PATH_TITLE[p].split(" ")[0] for p in paths) + ".", "",
@@ -261,8 +267,9 @@ def render(runs: Sequence[SizeRun], command: str, paths: Sequence[Path_] = PATHS
         if run.scheduler_ms:
             lines += ["", "kube-scheduler's own time per scheduling attempt of these streams (mean ms, from its "
                       "metrics; Score runs only where more than one node is feasible): "
-                      + "; ".join(f"{k} " + _side_by_side([f"{run.scheduler_ms[p].get(k, 0):.0f}" for p in paths])
-                                  for k in ("Filter", "Score", "attempt")) + "."]
+                      + "; ".join(f"{k} " + _side_by_side([f"{run.scheduler_ms[p].get(k, 0):.1f}"
+                                                           if p in run.scheduler_ms else "-" for p in paths])
+                                  for k in (*SCHEDULER_POINTS, "attempt")) + "."]
         wrong = [f"- {r.strategy} {r.path}: " + "; ".join(merge(list(r.verdicts.values())).wrong[:3])
                  for r in run.streams if any(v.wrong for v in r.verdicts.values())]
         if wrong:
@@ -276,16 +283,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--pods", type=int, default=60, help="Pods per strategy's stream (default %(default)s)")
     p.add_argument("--burst", type=int, default=30, help="Pods per burst, 0 for none (default %(default)s)")
     p.add_argument("--rounds", type=int, default=5, help="burst rounds per path (default %(default)s)")
+    p.add_argument("--paths", default=",".join(PATHS),
+                   help="the schedulers compared, taking turns (default %(default)s)")
     p.add_argument("--seed", type=int, default=11)
     p.add_argument("--output", type=Path, default=REPO_ROOT / "bench" / "RESULTS.md")
     p.add_argument("--cluster-dir", type=Path, default=None, help="reuse or keep a local cluster here")
     args = p.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",")]
+    paths = [path for path in PATHS if path in args.paths.split(",")]
+    unknown = set(args.paths.split(",")) - set(PATHS)
+    if unknown or not paths:
+        p.error(f"--paths: unknown {', '.join(sorted(unknown)) or 'none given'}; choose from {', '.join(PATHS)}")
     with local_cluster.running(args.cluster_dir) as cluster:
-        runs = run_sizes(cluster, sizes, make_streams(args.seed, args.pods), burst_pods=args.burst,
+        runs = run_sizes(cluster, sizes, make_streams(args.seed, args.pods), paths, burst_pods=args.burst,
                          burst_rounds=args.rounds, log=lambda line: print(line, file=sys.stderr, flush=True))
     command = "python -m bench placement" + (" " + " ".join(argv) if argv else "")
-    text = render(runs, command)
+    text = render(runs, command, paths)
     print(text)
     write_section(args.output, "placement", text)
     return 0

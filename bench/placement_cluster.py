@@ -217,8 +217,8 @@ def cluster_state(core: Api, type_of_product: Mapping[str, str]) -> dict[str, No
 
 
 def scheduler_times(cluster: Any, port: int) -> dict[str, float]:
-    """kube-scheduler's own account so far, all its profiles together: `attempt`, `Filter` and
-    `Score`, each a `sum` (seconds) and a `count` (scheduling attempts; extension points run)."""
+    """kube-scheduler's own account so far, all its profiles together: `attempt`, `PreFilter`, `Filter`
+    and `Score`, each a `sum` (seconds) and a `count` (scheduling attempts; extension points run)."""
     # It serves /metrics with a certificate it made itself at start: there is nothing to verify it by.
     context = ssl.create_default_context()
     context.check_hostname = False
@@ -235,7 +235,7 @@ def read_scheduler_times(text: str) -> dict[str, float]:
                          r"\{(.*)\} (\S+)$", text, re.M):
         point = re.search(r'extension_point="(\w+)"', m.group(3))
         key = "attempt" if m.group(1) == "scheduling_attempt" else point.group(1) if point else ""
-        if key in ("attempt", "Filter", "Score"):
+        if key in ("attempt", "PreFilter", "Filter", "Score"):
             times[f"{key} {m.group(2)}"] += float(m.group(4))
     return times
 

@@ -183,8 +183,9 @@ def test_scheduler_times_add_up_the_profiles() -> None:
         'scheduler_scheduling_attempt_duration_seconds_sum{profile="a-binpack",result="unschedulable"} 0.25',
         'scheduler_scheduling_attempt_duration_seconds_count{profile="a-binpack",result="unschedulable"} 1',
         'scheduler_framework_extension_point_duration_seconds_sum{extension_point="Filter",profile="a",status="Success"} 0.125',
+        'scheduler_framework_extension_point_duration_seconds_sum{extension_point="PreFilter",profile="a",status="Success"} 0.5',
         'scheduler_framework_extension_point_duration_seconds_sum{extension_point="Score",profile="a",status="Success"} 0.0625',
         'scheduler_framework_extension_point_duration_seconds_sum{extension_point="Bind",profile="a",status="Success"} 9',
     ])
     assert read_scheduler_times(text) == {"attempt sum": 0.75, "attempt count": 4, "Filter sum": 0.125,
-                                          "Score sum": 0.0625}
+                                          "PreFilter sum": 0.5, "Score sum": 0.0625}

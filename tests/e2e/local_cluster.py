@@ -46,6 +46,8 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 REPO = Path(__file__).resolve().parents[2]
 MODULE_DIR = Path(__file__).resolve().parent / "cluster"
+# gpu-class-scheduler: kube-scheduler with our NodeLabelIndex plugin, built from its own module.
+SCHEDULER_MODULE_DIR = REPO / "deploy" / "scheduler" / "plugin"
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
 
 # Controllers that assume kubelets. The node lifecycle controller would mark
@@ -75,6 +77,7 @@ class Ports:
     webhook: int
     extender_scheduler: int
     extender: int  # the webhook's extender listener (--extender-bind)
+    stock_scheduler: int
 
 
 def pinned_version(go_mod: Path, module: str) -> str:
@@ -127,16 +130,48 @@ def build(log: Callable[[str], None] = print) -> Path:
         return out
     go = go_toolchain("the end-to-end tests build the Kubernetes components from tests/e2e/cluster/go.mod")
     version = kube_version()
-    minor = version.lstrip("v").split(".")[1]
-    ldflags = " ".join(
-        ["-s", "-w"]
-        + [f"-X k8s.io/component-base/version.{k}={v}" for k, v in
-           (("gitVersion", version), ("gitMajor", "1"), ("gitMinor", minor), ("gitTreeState", "clean"))]
-    )
+    ldflags = version_ldflags(version)
     log(f"building Kubernetes {version} components into {out} (the first build, downloads included, took 6 minutes on 2 cores)")
     return go_build(go, MODULE_DIR, ["k8s.io/kubernetes/cmd/kube-apiserver", "k8s.io/kubernetes/cmd/kube-controller-manager",
                                      "k8s.io/kubernetes/cmd/kube-scheduler", "./etcd"],
                     out, ldflags=ldflags, expect=COMPONENTS, stamp=version, log=log)
+
+
+def version_ldflags(version: str) -> str:
+    minor = version.lstrip("v").split(".")[1]
+    return " ".join(
+        ["-s", "-w"]
+        + [f"-X k8s.io/component-base/version.{k}={v}" for k, v in
+           (("gitVersion", version), ("gitMajor", "1"), ("gitMinor", minor), ("gitTreeState", "clean"))]
+    )
+
+
+def scheduler_sources() -> list[Path]:
+    """What keys the build of gpu-class-scheduler: its module files and its Go sources (tests aside)."""
+    return sorted([SCHEDULER_MODULE_DIR / "go.mod", SCHEDULER_MODULE_DIR / "go.sum",
+                   *(p for p in SCHEDULER_MODULE_DIR.rglob("*.go") if not p.name.endswith("_test.go"))])
+
+
+def scheduler_bin_dir() -> Path:
+    version = pinned_version(SCHEDULER_MODULE_DIR / "go.mod", "k8s.io/kubernetes")
+    digest = files_digest(SCHEDULER_MODULE_DIR, [str(p.relative_to(SCHEDULER_MODULE_DIR)) for p in scheduler_sources()])
+    return cache_dir() / f"gpu-class-scheduler-{version}-{digest}" / "bin"
+
+
+def build_scheduler(log: Callable[[str], None] = print) -> Path:
+    """Build gpu-class-scheduler into the cache unless it is there; return its path. It shares most
+    packages with kube-scheduler, so after `build` Go's build cache makes this mostly a link."""
+    out = scheduler_bin_dir()
+    if not (out / ".complete").exists():
+        go = go_toolchain("gpu-class-scheduler is built from deploy/scheduler/plugin/go.mod")
+        version = pinned_version(SCHEDULER_MODULE_DIR / "go.mod", "k8s.io/kubernetes")
+        if version != kube_version():
+            raise ClusterError(f"deploy/scheduler/plugin/go.mod pins Kubernetes {version} and "
+                               f"tests/e2e/cluster/go.mod {kube_version()}: pin one release in both")
+        log(f"building gpu-class-scheduler (Kubernetes {version} and NodeLabelIndex) into {out}")
+        go_build(go, SCHEDULER_MODULE_DIR, ["./cmd/gpu-class-scheduler"], out, ldflags=version_ldflags(version),
+                 expect=["gpu-class-scheduler"], stamp=version, log=log)
+    return out / "gpu-class-scheduler"
 
 
 def go_build(go: str, module_dir: Path, packages: Sequence[str], out: Path, *, ldflags: str, expect: Sequence[str],
@@ -597,9 +632,12 @@ def service_account_kubeconfig(cluster: Cluster, name: str) -> Path:
 # extender under a name of their own (a cluster runs one or the other; here both are measured).
 STRICT_SCHEDULER = "gpu-class-scheduler"
 EXTENDER_SCHEDULER = "gpu-class-extender"
+# The install option for the stock kube-scheduler binary: the same profiles without NodeLabelIndex.
+STOCK_SCHEDULER = "gpu-class-stock"
 SCHEDULER_CONFIGS = {
     STRICT_SCHEDULER: REPO / "deploy" / "scheduler" / "config.yaml",
     EXTENDER_SCHEDULER: REPO / "deploy" / "components" / "scheduler-extender" / "config.yaml",
+    STOCK_SCHEDULER: REPO / "deploy" / "components" / "stock-scheduler" / "config.yaml",
 }
 
 
@@ -631,7 +669,7 @@ def webhook_catalog(cluster: Cluster) -> Path:
     """The built-in catalog, with both strict schedulers known: a Pod names the one it wants."""
     path = cluster.dir / "catalog.yaml"
     text = subprocess.run([gpuclass_path(), "catalog"], capture_output=True, text=True, check=True).stdout
-    path.write_text(text + f"\nstrictSchedulers: [{STRICT_SCHEDULER}, {EXTENDER_SCHEDULER}]\n")
+    path.write_text(text + f"\nstrictSchedulers: [{', '.join(SCHEDULER_CONFIGS)}]\n")
     return path
 
 
@@ -742,8 +780,10 @@ def _start_all(directory: Path, log: Callable[[str], None], webhook_args: Sequen
     start_webhook(cluster, webhook_args)
     start_scheduler(cluster, bins, STRICT_SCHEDULER, ports.gpu_scheduler, STRICT_SCHEDULER)
     start_scheduler(cluster, bins, EXTENDER_SCHEDULER, ports.extender_scheduler, EXTENDER_SCHEDULER)
+    start_scheduler(cluster, bins, STOCK_SCHEDULER, ports.stock_scheduler, STOCK_SCHEDULER)
     for name, port in (("kube-controller-manager", ports.controller_manager), ("kube-scheduler", ports.scheduler),
-                       (STRICT_SCHEDULER, ports.gpu_scheduler), (EXTENDER_SCHEDULER, ports.extender_scheduler)):
+                       (STRICT_SCHEDULER, ports.gpu_scheduler), (EXTENDER_SCHEDULER, ports.extender_scheduler),
+                       (STOCK_SCHEDULER, ports.stock_scheduler)):
         cluster.wait_ready(name, lambda port=port: _https_ok(f"https://127.0.0.1:{port}/healthz"))
     apply(cluster, hooks)
     wait_webhook_called(cluster)
@@ -756,12 +796,14 @@ def start_scheduler(cluster: Cluster, bins: Path, process: str, port: int, stric
 
     A process each, as in a cluster that runs deploy/scheduler: extenders in a
     KubeSchedulerConfiguration apply to all its profiles, so one process with
-    every profile would send default-scheduler Pods to the extender too. Both
-    strict schedulers act as deploy/'s gpu-class-scheduler ServiceAccount.
+    every profile would send default-scheduler Pods to the extender too. The
+    strict schedulers act as deploy/'s gpu-class-scheduler ServiceAccount, and
+    run gpu-class-scheduler but for STOCK_SCHEDULER, the stock binary's option.
     """
     kubeconfig = cluster.dir / ("kube-scheduler.kubeconfig" if strict is None else "gpu-class-scheduler.kubeconfig")
+    binary = bins / "kube-scheduler" if strict in (None, STOCK_SCHEDULER) else build_scheduler()
     cluster.start(process, [
-        str(bins / "kube-scheduler"), f"--config={scheduler_config(cluster, kubeconfig, strict)}",
+        str(binary), f"--config={scheduler_config(cluster, kubeconfig, strict)}",
         f"--authentication-kubeconfig={kubeconfig}", f"--authorization-kubeconfig={kubeconfig}",
         "--bind-address=127.0.0.1", f"--secure-port={port}",
     ])
@@ -825,7 +867,7 @@ def wait_webhook_called(cluster: Cluster, seconds: float = 60.0) -> None:
 
 # Clients before the API server, the API server before etcd; what else a cluster ran (started by a
 # test or a benchmark) goes first.
-STOP_ORDER = (EXTENDER_SCHEDULER, STRICT_SCHEDULER, "gpuclass", "kube-scheduler", "kube-controller-manager",
+STOP_ORDER = (STOCK_SCHEDULER, EXTENDER_SCHEDULER, STRICT_SCHEDULER, "gpuclass", "kube-scheduler", "kube-controller-manager",
               "kube-apiserver", "etcd")
 
 
@@ -860,6 +902,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "build":
             print(build())
+            print(build_scheduler().parent)
         elif args.command == "up":
             up(args.dir)
         else:

@@ -24,7 +24,8 @@ STREAMS = {
     "binpack": [Workload("binp-job", "inference", 1, 500, "job", 3),
                 Workload("binp-dep", "inference", 1, 500, "deployment", 3), Workload("binp-2", "inference", 2, 500)],
 }
-STRICT: tuple[placement.Path_, ...] = ("profiles", "extender")
+# gpu-class-scheduler (NodeLabelIndex), with the extender, and the profiles on the stock binary
+STRICT: tuple[placement.Path_, ...] = ("profiles", "extender", "stock")
 
 
 @pytest.fixture(scope="module")

@@ -46,6 +46,13 @@ profiles:
   - schedulerName: gpu-class-scheduler
     percentageOfNodesToScore: 100
     plugins:
+      # NodeLabelIndex (gpu-class-scheduler's own PreFilter plugin) gives
+      # the Pod's cycle only the nodes its required affinity names: the
+      # Filter and Score plugins then run on the class's nodes alone, not
+      # the whole cluster. It narrows, never rejects and never scores.
+      preFilter:
+        enabled: &label-index
+          - name: NodeLabelIndex
       score:
         disabled:
           - name: "*"
@@ -86,6 +93,8 @@ profiles:
   - schedulerName: gpu-class-scheduler-binpack
     percentageOfNodesToScore: 100
     plugins:
+      preFilter:
+        enabled: *label-index
       score:
         disabled:
           - name: "*"
@@ -113,6 +122,8 @@ profiles:
   - schedulerName: gpu-class-scheduler-balanced
     percentageOfNodesToScore: 100
     plugins:
+      preFilter:
+        enabled: *label-index
       score:
         disabled:
           - name: "*"
@@ -131,6 +142,8 @@ profiles:
   - schedulerName: gpu-class-scheduler-slices
     percentageOfNodesToScore: 100
     plugins:
+      preFilter:
+        enabled: *label-index
       score:
         disabled:
           - name: "*"
@@ -149,6 +162,8 @@ profiles:
   - schedulerName: gpu-class-scheduler-binpack-slices
     percentageOfNodesToScore: 100
     plugins:
+      preFilter:
+        enabled: *label-index
       score:
         disabled:
           - name: "*"
@@ -164,6 +179,8 @@ profiles:
   - schedulerName: gpu-class-scheduler-balanced-slices
     percentageOfNodesToScore: 100
     plugins:
+      preFilter:
+        enabled: *label-index
       score:
         disabled:
           - name: "*"

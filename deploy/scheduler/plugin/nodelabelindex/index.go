@@ -1,0 +1,224 @@
+// Package nodelabelindex narrows a Pod's scheduling cycle to the nodes whose
+// labels its required node affinity names, from an index of node labels kept
+// on node events. With percentageOfNodesToScore: 100 every Filter plugin runs
+// on every node it is given; given only the nodes of the Pod's GPU types, the
+// cost of a cycle follows the class, not the whole cluster. Nothing is
+// sampled, so the order the profiles score stays exact.
+package nodelabelindex
+
+import (
+	"sort"
+	"strings"
+	"sync"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
+)
+
+// Beyond this many distinct affinities the candidate cache starts over: the
+// webhook writes one affinity per class and set of types present, so a
+// cluster has a handful; a flood of distinct ones must not grow it unbounded.
+const maxCached = 1024
+
+// Index maps each label key and value to the nodes that carry it. It is
+// written by the node informer's handlers and read by PreFilter.
+type Index struct {
+	mu      sync.Mutex
+	labels  map[string]map[string]string           // node -> its labels, as last indexed
+	byLabel map[string]map[string]sets.Set[string] // key -> value -> nodes
+	cached  map[string]sets.Set[string]            // affinity -> candidates, valid for the labels as now
+}
+
+func NewIndex() *Index {
+	return &Index{
+		labels:  map[string]map[string]string{},
+		byLabel: map[string]map[string]sets.Set[string]{},
+		cached:  map[string]sets.Set[string]{},
+	}
+}
+
+// Set records the labels of node `name` (added or updated). A node whose
+// labels did not change (a status update, a heartbeat) costs one comparison
+// and keeps the cached candidates.
+func (x *Index) Set(name string, labels map[string]string) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	old, known := x.labels[name]
+	if known && equal(old, labels) {
+		return
+	}
+	x.remove(name, old)
+	kept := make(map[string]string, len(labels))
+	for k, v := range labels {
+		kept[k] = v
+		values := x.byLabel[k]
+		if values == nil {
+			values = map[string]sets.Set[string]{}
+			x.byLabel[k] = values
+		}
+		if values[v] == nil {
+			values[v] = sets.New[string]()
+		}
+		values[v].Insert(name)
+	}
+	x.labels[name] = kept
+	clear(x.cached)
+}
+
+// Delete forgets node `name`.
+func (x *Index) Delete(name string) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if old, known := x.labels[name]; known {
+		x.remove(name, old)
+		delete(x.labels, name)
+		clear(x.cached)
+	}
+}
+
+func (x *Index) remove(name string, labels map[string]string) {
+	for k, v := range labels {
+		nodes := x.byLabel[k][v]
+		nodes.Delete(name)
+		if nodes.Len() == 0 {
+			delete(x.byLabel[k], v)
+			if len(x.byLabel[k]) == 0 {
+				delete(x.byLabel, k)
+			}
+		}
+	}
+}
+
+// Len is the number of nodes indexed.
+func (x *Index) Len() int {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return len(x.labels)
+}
+
+// Candidates returns a superset of the nodes that satisfy the Pod's
+// nodeSelector and required node affinity, or ok false when they do not
+// narrow it (a term with no `In` expression admits nodes of any label). The
+// set is shared with later calls: the caller must not change it.
+//
+// Terms are ORed, so the candidates are the union over the terms; within a
+// term (ANDed with the nodeSelector) the smallest set one `In` expression or
+// nodeSelector entry allows is enough, since NodeAffinity's Filter checks
+// every expression of each candidate anyway.
+func (x *Index) Candidates(pod *v1.Pod) (sets.Set[string], bool) {
+	terms := requiredTerms(pod)
+	if len(terms) == 0 && len(pod.Spec.NodeSelector) == 0 {
+		return nil, false
+	}
+	key := affinityKey(terms, pod.Spec.NodeSelector)
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if found, ok := x.cached[key]; ok {
+		return found, found != nil
+	}
+	found := x.candidates(terms, pod.Spec.NodeSelector)
+	if len(x.cached) >= maxCached {
+		clear(x.cached)
+	}
+	x.cached[key] = found
+	return found, found != nil
+}
+
+// candidates is Candidates under the lock; nil means not narrowed.
+func (x *Index) candidates(terms []v1.NodeSelectorTerm, selector map[string]string) sets.Set[string] {
+	var fromSelector []sets.Set[string]
+	for k, v := range selector {
+		fromSelector = append(fromSelector, x.byLabel[k][v])
+	}
+	if len(terms) == 0 {
+		return copyOf(smallest(fromSelector))
+	}
+	union := sets.New[string]()
+	for _, term := range terms {
+		options := fromSelector
+		for _, e := range term.MatchExpressions {
+			if e.Operator == v1.NodeSelectorOpIn {
+				options = append(options[:len(options):len(options)], x.nodesWith(e.Key, e.Values))
+			}
+		}
+		if len(options) == 0 {
+			return nil
+		}
+		union = union.Union(smallest(options))
+	}
+	return union
+}
+
+func (x *Index) nodesWith(key string, values []string) sets.Set[string] {
+	nodes := sets.New[string]()
+	for _, v := range values {
+		nodes = nodes.Union(x.byLabel[key][v])
+	}
+	return nodes
+}
+
+func requiredTerms(pod *v1.Pod) []v1.NodeSelectorTerm {
+	a := pod.Spec.Affinity
+	if a == nil || a.NodeAffinity == nil || a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution == nil {
+		return nil
+	}
+	return a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
+}
+
+// affinityKey identifies what Candidates reads of a Pod: the `In` expressions
+// of each term and the nodeSelector. Pods of one class and inventory share it.
+func affinityKey(terms []v1.NodeSelectorTerm, selector map[string]string) string {
+	var b strings.Builder
+	for _, term := range terms {
+		b.WriteString("|")
+		for _, e := range term.MatchExpressions {
+			if e.Operator == v1.NodeSelectorOpIn {
+				b.WriteString(e.Key + "\x00" + strings.Join(e.Values, "\x00") + "\x01")
+			}
+		}
+	}
+	keys := make([]string, 0, len(selector))
+	for k := range selector {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	b.WriteString("#")
+	for _, k := range keys {
+		b.WriteString(k + "\x00" + selector[k] + "\x01")
+	}
+	return b.String()
+}
+
+func smallest(options []sets.Set[string]) sets.Set[string] {
+	if len(options) == 0 {
+		return nil
+	}
+	best := options[0]
+	for _, s := range options[1:] {
+		if s.Len() < best.Len() {
+			best = s
+		}
+	}
+	return best
+}
+
+// copyOf keeps a cached result apart from the index's own sets, which change
+// with the next node event.
+func copyOf(s sets.Set[string]) sets.Set[string] {
+	if s == nil {
+		return sets.New[string]()
+	}
+	return s.Clone()
+}
+
+func equal(a, b map[string]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if w, ok := b[k]; !ok || w != v {
+			return false
+		}
+	}
+	return true
+}

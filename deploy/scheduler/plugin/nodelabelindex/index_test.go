@@ -1,0 +1,155 @@
+package nodelabelindex
+
+import (
+	"fmt"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
+)
+
+const product = "nvidia.com/gpu.product"
+
+func node(name string, labels map[string]string) *v1.Node {
+	return &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}
+}
+
+func in(key string, values ...string) v1.NodeSelectorRequirement {
+	return v1.NodeSelectorRequirement{Key: key, Operator: v1.NodeSelectorOpIn, Values: values}
+}
+
+func pod(selector map[string]string, terms ...[]v1.NodeSelectorRequirement) *v1.Pod {
+	p := &v1.Pod{Spec: v1.PodSpec{NodeSelector: selector}}
+	if terms != nil {
+		required := &v1.NodeSelector{}
+		for _, t := range terms {
+			required.NodeSelectorTerms = append(required.NodeSelectorTerms, v1.NodeSelectorTerm{MatchExpressions: t})
+		}
+		p.Spec.Affinity = &v1.Affinity{NodeAffinity: &v1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: required}}
+	}
+	return p
+}
+
+// A fleet in the shape gpu-class places on: a few best-type nodes, many of
+// other types, CPU-only nodes, and one type labelled by hand (gpu-type).
+func fleet() []*v1.Node {
+	nodes := []*v1.Node{
+		node("h100-0", map[string]string{product: "NVIDIA-H100-80GB-HBM3", "zone": "a"}),
+		node("h100-1", map[string]string{product: "NVIDIA-H100-80GB-HBM3", "zone": "b"}),
+		node("hand-a100", map[string]string{"gpu-type": "A100"}),
+	}
+	for i := 0; i < 20; i++ {
+		nodes = append(nodes, node(fmt.Sprintf("l4-%d", i), map[string]string{product: "NVIDIA-L4", "zone": "a"}))
+		nodes = append(nodes, node(fmt.Sprintf("cpu-%d", i), map[string]string{"zone": "b"}))
+	}
+	return nodes
+}
+
+func TestCandidates(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		pod      *v1.Pod
+		narrowed bool
+		want     []string // exactly these (a superset of the matching nodes)
+	}{
+		{name: "no-affinity-not-narrowed", pod: pod(nil)},
+		{name: "one-type", pod: pod(nil, []v1.NodeSelectorRequirement{in(product, "NVIDIA-H100-80GB-HBM3")}),
+			narrowed: true, want: []string{"h100-0", "h100-1"}},
+		{name: "types-of-two-labellings-in-two-terms",
+			pod: pod(nil, []v1.NodeSelectorRequirement{in(product, "NVIDIA-H100-80GB-HBM3")},
+				[]v1.NodeSelectorRequirement{in("gpu-type", "A100")}),
+			narrowed: true, want: []string{"h100-0", "h100-1", "hand-a100"}},
+		{name: "smallest-expression-of-a-term",
+			pod:      pod(nil, []v1.NodeSelectorRequirement{in("zone", "a"), in(product, "NVIDIA-H100-80GB-HBM3")}),
+			narrowed: true, want: []string{"h100-0", "h100-1"}},
+		{name: "a-term-without-in-admits-any-node",
+			pod: pod(nil, []v1.NodeSelectorRequirement{in(product, "NVIDIA-H100-80GB-HBM3")},
+				[]v1.NodeSelectorRequirement{{Key: "gpu-type", Operator: v1.NodeSelectorOpExists}})},
+		{name: "node-selector-alone", pod: pod(map[string]string{"gpu-type": "A100"}),
+			narrowed: true, want: []string{"hand-a100"}},
+		{name: "node-selector-narrower-than-the-term",
+			pod:      pod(map[string]string{"gpu-type": "A100"}, []v1.NodeSelectorRequirement{in("zone", "a", "b")}),
+			narrowed: true, want: []string{"hand-a100"}},
+		{name: "no-node-has-the-type", pod: pod(nil, []v1.NodeSelectorRequirement{in(product, "Tesla-T4")}),
+			narrowed: true, want: []string{}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			x := NewIndex()
+			nodes := fleet()
+			for _, n := range nodes {
+				x.Set(n.Name, n.Labels)
+			}
+			got, narrowed := x.Candidates(c.pod)
+			if narrowed != c.narrowed {
+				t.Fatalf("narrowed %v, want %v", narrowed, c.narrowed)
+			}
+			if !narrowed {
+				return
+			}
+			if !got.Equal(sets.New(c.want...)) {
+				t.Errorf("candidates %v, want %v", sets.List(got), c.want)
+			}
+			required := nodeaffinity.GetRequiredNodeAffinity(c.pod)
+			for _, n := range nodes {
+				if ok, _ := required.Match(n); ok && !got.Has(n.Name) {
+					t.Errorf("%s matches the Pod's affinity but is not a candidate", n.Name)
+				}
+			}
+		})
+	}
+}
+
+func TestEventsKeepTheIndexExact(t *testing.T) {
+	h100 := pod(nil, []v1.NodeSelectorRequirement{in(product, "NVIDIA-H100-80GB-HBM3")})
+	for _, c := range []struct {
+		name   string
+		events func(x *Index)
+		want   []string
+		len    int
+	}{
+		{name: "added", events: func(x *Index) { x.Set("h100-9", map[string]string{product: "NVIDIA-H100-80GB-HBM3"}) },
+			want: []string{"h100-0", "h100-1", "h100-9"}, len: 44},
+		{name: "deleted", events: func(x *Index) { x.Delete("h100-0") }, want: []string{"h100-1"}, len: 42},
+		{name: "relabelled-away", events: func(x *Index) { x.Set("h100-1", map[string]string{product: "NVIDIA-L4"}) },
+			want: []string{"h100-0"}, len: 43},
+		{name: "relabelled-in", events: func(x *Index) { x.Set("l4-3", map[string]string{product: "NVIDIA-H100-80GB-HBM3"}) },
+			want: []string{"h100-0", "h100-1", "l4-3"}, len: 43},
+		{name: "status-update-same-labels", events: func(x *Index) {
+			x.Set("h100-0", map[string]string{product: "NVIDIA-H100-80GB-HBM3", "zone": "a"})
+		}, want: []string{"h100-0", "h100-1"}, len: 43},
+		{name: "deleting-an-unknown-node", events: func(x *Index) { x.Delete("nowhere") },
+			want: []string{"h100-0", "h100-1"}, len: 43},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			x := NewIndex()
+			for _, n := range fleet() {
+				x.Set(n.Name, n.Labels)
+			}
+			// A cached answer from before the events must not outlive them.
+			if got, _ := x.Candidates(h100); got.Len() != 2 {
+				t.Fatalf("before the events: %v", sets.List(got))
+			}
+			c.events(x)
+			got, _ := x.Candidates(h100)
+			if !got.Equal(sets.New(c.want...)) {
+				t.Errorf("candidates %v, want %v", sets.List(got), c.want)
+			}
+			if x.Len() != c.len {
+				t.Errorf("%d nodes indexed, want %d", x.Len(), c.len)
+			}
+		})
+	}
+}
+
+func TestLabelsAreCopied(t *testing.T) {
+	x := NewIndex()
+	labels := map[string]string{product: "NVIDIA-L4"}
+	x.Set("l4", labels)
+	labels[product] = "NVIDIA-H100-80GB-HBM3" // the informer's object changes under us
+	x.Set("l4", map[string]string{product: "NVIDIA-L4"})
+	if got, _ := x.Candidates(pod(nil, []v1.NodeSelectorRequirement{in(product, "NVIDIA-L4")})); !got.Has("l4") {
+		t.Errorf("the index followed a map it does not own: %v", sets.List(got))
+	}
+}
