@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Sequence
 
 from .loadgen import Mode, Outcome, Plan
-from .procs import REPO_ROOT, ServerProcess
+from bench.common.procs import REPO_ROOT, ServerProcess
 
 @dataclass(frozen=True)
 class LoadSettings:
@@ -32,7 +32,7 @@ class LoadSettings:
     timeout_seconds: float = 15.0
     start_margin_seconds: float = 0.05  # from "every load generator is connected" to the common start
     quiet_wait_seconds: float = 30.0  # before a round, at most this long for other work on the machine to stop
-    churn: bool = False  # each round's pool opened in a burst and left mid-request (bench/loadgen.py)
+    churn: bool = False  # each round's pool opened in a burst and left mid-request (bench/http/loadgen.py)
 
 
 @dataclass(frozen=True)
@@ -193,7 +193,7 @@ def run_round(target: Target, body: Body, mode: Mode, settings: LoadSettings, wo
         }
         plan_file = workdir / f"plan-{index}.json"
         plan_file.write_text(json.dumps(plan))
-        processes.append(subprocess.Popen([sys.executable, "-m", "bench.loadgen", str(plan_file)],
+        processes.append(subprocess.Popen([sys.executable, "-m", "bench.http.loadgen", str(plan_file)],
                                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=REPO_ROOT))
     try:
         for p in processes:  # each connects and sends one request first

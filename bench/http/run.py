@@ -6,7 +6,7 @@ bench/RESULTS.md.
     .venv/bin/python -m bench --live     # also the live inventory's first sync at 5,000 nodes, 150,000 Pods
 
 Measured on the real `gpuclass serve` (gunicorn gthread over TLS), with a baseline on the same
-WebhookServer that allows everything (bench/variant.py); see bench/README.md for the method.
+WebhookServer that allows everything (bench/common/variant.py); see bench/README.md for the method.
 """
 
 from __future__ import annotations
@@ -32,14 +32,14 @@ from webhook.serving.config import ServeConfig
 
 from . import report
 from .idle import IdleProbe, probe_with_idle_connections
-from .sections import carry_sections
+from bench.common.sections import carry_sections
 from .spread import SpreadResult, measure_spread
 from .inventory_cost import LiveSyncCost, SnapshotCost, measure_live_sync, time_build_snapshot
 from .measure import Body, LoadResult, LoadSettings, Target, machine_busy_now, measure, prime
-from .procs import (
+from bench.common.procs import (
     REPO_ROOT, Cores, Memory, ServerProcess, StartupFailed, free_port, split_cores, gpuclass_serve_command, start_server, variant_command,
 )
-from .workload import build_request_body, make_fleet, make_node_list
+from bench.common.workload import build_request_body, make_fleet, make_node_list
 
 DEFAULT_OUTPUT = REPO_ROOT / "bench" / "RESULTS.md"
 
@@ -234,19 +234,19 @@ class Suite:
         return path
 
     def start_placement(self, nodes: int, placement: str) -> ServerProcess | None:
-        """The real app on bench/variant.py with another way of placing connections on workers."""
+        """The real app on bench/common/variant.py with another way of placing connections on workers."""
         try:
             command = variant_command(app="mutation", port=free_port(), cert_dir=self.cert_dir,
                                       nodes_file=self.nodes_file(nodes), workers=DEFAULT_CONFIG.workers,
                                       threads=DEFAULT_CONFIG.threads, placement=placement)
             return self._start(f"placement-{placement}-{nodes}", command, nodes, DEFAULT_CONFIG,
-                               note=f"bench/variant.py --placement {placement}")
+                               note=f"bench/common/variant.py --placement {placement}")
         except StartupFailed as exc:
             self.results.startup_problems.append(StartupProblem(f"placement-{placement}", nodes, str(exc)))
             return None
 
     def start_mutation(self, nodes: int, config: ServerConfig = DEFAULT_CONFIG, instance: int = 0) -> ServerProcess | None:
-        """`gpuclass serve --nodes` (sync workers: bench/variant.py); None when it does not start."""
+        """`gpuclass serve --nodes` (sync workers: bench/common/variant.py); None when it does not start."""
         label = f"mutation-{nodes}" + ("" if config == DEFAULT_CONFIG else f"-{config.worker_class}-{config.workers}x{config.threads}")
         label += _instance_suffix(instance)
         nodes_file = self.nodes_file(nodes)
@@ -259,7 +259,7 @@ class Suite:
             command = variant_command(app="mutation", port=port, cert_dir=self.cert_dir, nodes_file=nodes_file,
                                       workers=config.workers, threads=config.threads, worker_class=config.worker_class)
             return self._start(label, command, nodes, config,
-                               note="bench/variant.py: `gpuclass serve` has no worker class flag")
+                               note="bench/common/variant.py: `gpuclass serve` has no worker class flag")
         except StartupFailed as exc:
             self.results.startup_problems.append(StartupProblem(label, nodes, str(exc)))
             return None
@@ -352,8 +352,8 @@ def _instance_suffix(instance: int) -> str:
 
 
 def measure_breakdown(nodes_file: Path) -> list[tuple[str, float]]:
-    """The app's steps timed in a fresh process (bench/breakdown.py)."""
-    out = subprocess.run([sys.executable, "-m", "bench.breakdown", str(nodes_file)], capture_output=True,
+    """The app's steps timed in a fresh process (bench/http/breakdown.py)."""
+    out = subprocess.run([sys.executable, "-m", "bench.http.breakdown", str(nodes_file)], capture_output=True,
                          cwd=REPO_ROOT, check=True, timeout=300).stdout
     return [(str(step), float(us)) for step, us in json.loads(out)]
 
