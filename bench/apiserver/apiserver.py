@@ -51,7 +51,7 @@ sys.path.insert(0, str(REPO_ROOT / "tests" / "e2e"))
 import local_cluster  # noqa: E402  (tests/e2e is not a package)
 
 from bench.common.kubeapi import Api  # noqa: E402
-from bench.http.measure import rounded_rank_percentile  # noqa: E402
+from bench.common.percentiles import rounded_rank_percentile  # noqa: E402
 from bench.common.procs import ServerProcess, free_port, start_server, variant_command  # noqa: E402
 from bench.common.sections import write_section  # noqa: E402
 from bench.common.workload import make_cluster_pod, make_deployment_pod, make_fleet  # noqa: E402

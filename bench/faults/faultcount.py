@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Iterable, Literal, Mapping, Sequence
 
-from bench.http.measure import rounded_rank_percentile
+from bench.common.percentiles import rounded_rank_percentile
 
 TYPES_ANNOTATION = "gpu-class.io/types"
 FAILED_OPEN_PREFIX = "failed-open.mutation.webhook.admission.k8s.io/"

@@ -62,7 +62,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from bench.faults.faultcount import Tally, failed_calls, parse_audit, tally
 from bench.faults.faultload import Load, Settled, Stream, create_nodes, delete_nodes
 from bench.common.kubeapi import Api
-from bench.http.measure import rounded_rank_percentile
+from bench.common.percentiles import rounded_rank_percentile
 from bench.faults.replicas import Backend, Balancer, CertAuthority, CertVolume, Replicas, ensure_haproxy, served_certificate
 from bench.common.sections import write_section
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
-from .measure import LoadResult, median, paired_ratios
+from bench.common.percentiles import median
+from .measure import LoadResult, paired_ratios
 from bench.common.procs import REPO_ROOT
 
 if TYPE_CHECKING:

@@ -35,7 +35,7 @@ sys.path.insert(0, str(REPO_ROOT / "tests" / "e2e"))
 
 import local_cluster  # noqa: E402  (tests/e2e is not a package)
 
-from bench.http.measure import median, percentile  # noqa: E402
+from bench.common.percentiles import median, percentile  # noqa: E402
 from bench.placement.placement_cluster import (  # noqa: E402
     barrier, cluster_state, create_nodes, delete_nodes, drop_namespace, make_namespace, run_stream, scheduler_times,
 )
