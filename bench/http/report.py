@@ -10,7 +10,7 @@ from .measure import LoadResult, paired_ratios
 from bench.common.procs import REPO_ROOT
 
 if TYPE_CHECKING:
-    from .run import Results
+    from .results import Results
 
 # the targets, for a 2-core machine
 MIN_THROUGHPUT_RATIO = 0.90
