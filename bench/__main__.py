@@ -1,43 +1,44 @@
 """`python -m bench`: run the benchmark suite (options: `python -m bench --help`).
 
 `python -m bench apiserver`, `python -m bench placement`, `python -m bench groups`, `python -m bench dra` and
-`python -m bench faults` measure on the real control plane instead (bench/apiserver.py, bench/placement.py,
-bench/groups.py, bench/dra.py, bench/faults.py); `python -m bench binds` times the watch's judgment of binds
-in-process (bench/binds.py); `python -m bench live_burst` times the live inventory through a burst of node
-changes (bench/live_burst.py).
+`python -m bench faults` measure on the real control plane instead (bench/apiserver/apiserver.py,
+bench/placement/placement.py, bench/groups/groups.py, bench/dra/dra.py, bench/faults/faults.py); `python -m bench
+binds` times the watch's judgment of binds in-process (bench/binds/binds.py); `python -m bench live_burst` times
+the live inventory through a burst of node changes (bench/live_burst/live_burst.py). One subpackage per command,
+what they share in bench/common (bench/README.md, "Files").
 """
 
 import sys
 
 if sys.argv[1:2] == ["apiserver"]:
-    from bench.apiserver import main as apiserver_main
+    from bench.apiserver.apiserver import main as apiserver_main
 
     sys.exit(apiserver_main(sys.argv[2:]))
 if sys.argv[1:2] == ["placement"]:
-    from bench.placement import main as placement_main
+    from bench.placement.placement import main as placement_main
 
     sys.exit(placement_main(sys.argv[2:]))
 if sys.argv[1:2] == ["binds"]:
-    from bench.binds import main as binds_main
+    from bench.binds.binds import main as binds_main
 
     sys.exit(binds_main(sys.argv[2:]))
 if sys.argv[1:2] == ["faults"]:
-    from bench.faults import main as faults_main
+    from bench.faults.faults import main as faults_main
 
     sys.exit(faults_main(sys.argv[2:]))
 if sys.argv[1:2] == ["groups"]:
-    from bench.groups import main as groups_main
+    from bench.groups.groups import main as groups_main
 
     sys.exit(groups_main(sys.argv[2:]))
 if sys.argv[1:2] == ["live_burst"]:
-    from bench.live_burst import main as live_burst_main
+    from bench.live_burst.live_burst import main as live_burst_main
 
     sys.exit(live_burst_main(sys.argv[2:]))
 if sys.argv[1:2] == ["dra"]:
-    from bench.dra import main as dra_main
+    from bench.dra.dra import main as dra_main
 
     sys.exit(dra_main(sys.argv[2:]))
 
-from bench.run import main
+from bench.http.run import main
 
 sys.exit(main())

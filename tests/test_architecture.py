@@ -1,5 +1,6 @@
-"""The import contract of webhook/ (setup.cfg, [importlinter]): layers, a pure core, one way from serving to
-the cluster, no cycles. A broken contract fails here with import-linter's own report of the offending imports."""
+"""The import contracts of webhook/ and bench/ (setup.cfg, [importlinter]): layers, a pure core, one way from serving
+to the cluster, no cycles; in bench/, experiments over bench.common, none importing another but groups over placement.
+A broken contract fails here with import-linter's own report of the offending imports."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+import bench
 import webhook
 import webhook.cluster
 
@@ -63,3 +65,10 @@ def test_layers_name_every_subpackage() -> None:
     top = {m.name for m in pkgutil.iter_modules(webhook.__path__)}
     layers = listed(contract("layers"), "layers")
     assert top == layers, f"webhook/ holds {sorted(top)}; the layers contract names {sorted(layers)}"
+
+
+def test_bench_layers_name_every_subpackage() -> None:
+    # a subpackage the layers contract does not name would be free to import any experiment
+    top = {m.name for m in pkgutil.iter_modules(bench.__path__)}
+    layers = {name.strip() for line in listed(contract("bench-layers"), "layers") for name in line.split("|")}
+    assert top == layers, f"bench/ holds {sorted(top)}; the bench-layers contract names {sorted(layers)}"

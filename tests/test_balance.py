@@ -23,7 +23,7 @@ from typing import Iterator
 
 import pytest
 
-from bench.procs import children_of, peer_ports
+from bench.common.procs import children_of, peer_ports
 from builders import CATALOG_NODES, make_pod, make_review
 from servers import Server, running_server, write_objects
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.apiserver import Scenario, _verdict
+from bench.apiserver.apiserver import Scenario, _verdict
 
 
 def scenario(none: float, noop: float, gpu_class: float) -> Scenario:

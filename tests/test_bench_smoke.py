@@ -112,3 +112,20 @@ def test_bench_live_burst_times_node_events_at_each_size(tmp_path: Path) -> None
     cells = [r.strip("| ").split(" | ") for r in output.read_text().splitlines() if r.startswith(("| 400 |", "| 800 |"))]
     rows = {nodes: float(us.replace(",", "")) for nodes, us in cells}
     assert set(rows) == {"400", "800"} and all(us > 0 for us in rows.values()), rows
+
+
+# every command bench/README.md documents, and the modules the suites run as processes of their own by name:
+# each still parses its options (the argparse usage names the command as it is typed)
+COMMANDS = [
+    ("-m", "bench"), ("-m", "bench", "apiserver"), ("-m", "bench", "placement"), ("-m", "bench", "binds"),
+    ("-m", "bench", "faults"), ("-m", "bench", "groups"), ("-m", "bench", "dra"), ("-m", "bench", "live_burst"),
+    ("-m", "bench", "live_burst", "events"), ("-m", "bench", "live_burst", "burst"),
+    ("-m", "bench.live_burst.live_burst", "follow"), ("-m", "bench.common.variant"), ("-m", "bench.http.live_sync"),
+]
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=[" ".join(c[1:]) for c in COMMANDS])
+def test_every_bench_command_parses_its_options(command: tuple[str, ...]) -> None:
+    run = subprocess.run([sys.executable, *command, "--help"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout.startswith("usage: python -m "), run.stdout[:200]

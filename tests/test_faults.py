@@ -1,5 +1,5 @@
-"""The books of the load-and-fault suite (bench/faultcount.py) and the pieces of bench/faults.py and
-bench/replicas.py that need no cluster. Audit events are built in the shape the API server writes them
+"""The books of the load-and-fault suite (bench/faults/faultcount.py) and the pieces of bench/faults/faults.py and
+bench/faults/replicas.py that need no cluster. Audit events are built in the shape the API server writes them
 (tests/e2e/local_cluster.py AUDIT_POLICY), from events of a real run."""
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ import pytest
 import yaml
 from cryptography import x509
 
-from bench import faults
-from bench.faultcount import Create, Tally, call_error, failed_calls, go_duration_seconds, parse_audit, tally
-from bench.faultload import Stream
-from bench.replicas import CertAuthority, CertVolume, served_certificate
+from bench.faults import faults
+from bench.faults.faultcount import Create, Tally, call_error, failed_calls, go_duration_seconds, parse_audit, tally
+from bench.faults.faultload import Stream
+from bench.faults.replicas import CertAuthority, CertVolume, served_certificate
 
 WEBHOOK = "pods.gpu-class.io"
 BACKSTOP_MESSAGE = (

@@ -1,4 +1,4 @@
-"""The placement benchmark's judge and fleet (bench/placement_model.py): what counts as right, Pending, a mix."""
+"""The placement benchmark's judge and fleet (bench/placement/placement_model.py): what counts as right, Pending, a mix."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from typing import Sequence
 
 import pytest
 
-from bench.placement_cluster import cpu_millis, memory_mib, read_scheduler_times
-from bench.placement_model import (
+from bench.placement.placement_cluster import cpu_millis, memory_mib, read_scheduler_times
+from bench.placement.placement_model import (
     BEST_NODES, NodeState, Outcome, Verdicts, Workload, judge, make_fleet, make_streams, merge, pods_per_second,
     utilisation_spread,
 )

@@ -674,7 +674,7 @@ def webhook_catalog(cluster: Cluster) -> Path:
 
 
 # Every Pod create, with the Pod as stored or the refusal, and the annotations admission adds: which
-# webhooks mutated it, which failed open. The load-and-fault suite counts from it (bench/faults.py).
+# webhooks mutated it, which failed open. The load-and-fault suite counts from it (bench/faults/faults.py).
 AUDIT_POLICY = {
     "apiVersion": "audit.k8s.io/v1", "kind": "Policy",
     "omitStages": ["RequestReceived", "ResponseStarted"], "omitManagedFields": True,

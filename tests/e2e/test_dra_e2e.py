@@ -290,8 +290,8 @@ def test_slices_are_listed_again_after_compaction(cluster: local_cluster.Cluster
 
 
 def test_the_dra_benchmark_runs(cluster: local_cluster.Cluster) -> None:
-    """A small run of `python -m bench dra` (bench/dra.py), so the measurement keeps working."""
-    from bench import dra
+    """A small run of `python -m bench dra` (bench/dra/dra.py), so the measurement keeps working."""
+    from bench.dra import dra
 
     results = dra.run_streams(cluster, pods=6, paths=("profiles", "first-available"))
     profiles = results[0]

@@ -1,11 +1,11 @@
-"""The load-and-fault suite's short form (bench/faults.py) on the session's control plane: two gpu-class
+"""The load-and-fault suite's short form (bench/faults/faults.py) on the session's control plane: two gpu-class
 replicas behind haproxy, Pods from controllers in three namespaces, every fault once. The long form,
 two runs back to back at the load the control plane here sustains: `python -m bench faults`."""
 
 from __future__ import annotations
 
 import local_cluster
-from bench import faults
+from bench.faults import faults
 
 
 def test_under_load_and_faults_no_pod_is_unplaced_or_wrongly_refused(cluster: local_cluster.Cluster) -> None:

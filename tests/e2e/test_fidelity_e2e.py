@@ -22,9 +22,9 @@ import kubernetes
 import pytest
 
 import local_cluster
-from bench.placement import read_catalog
-from bench.placement_cluster import cluster_state
-from bench.placement_model import NodeState
+from bench.placement.placement import read_catalog
+from bench.placement.placement_cluster import cluster_state
+from bench.placement.placement_model import NodeState
 from kubeobjects import create_node, delete_nodes, force_delete_pods, make_namespace, make_pod, wait_bound, wait_for
 
 # Class high (performance): H200 first, then H100-NVL. Class inference (binpack): L4 among them.

@@ -1,5 +1,5 @@
 """Groups (gpu-class.io/group) on the real control plane: Indexed Jobs, the Job controller's burst, the
-real default scheduler and gpu-class-scheduler. bench/groups.py makes the pool and judges the groups."""
+real default scheduler and gpu-class-scheduler. bench/groups/groups.py makes the pool and judges the groups."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 
 import local_cluster
-from bench import groups
-from bench.placement import read_catalog
-from bench.placement_cluster import drop_namespace, make_namespace
+from bench.groups import groups
+from bench.placement.placement import read_catalog
+from bench.placement.placement_cluster import drop_namespace, make_namespace
 from kubeobjects import make_pod, wait_for
 
 GROUPS = 20  # in a row, per path

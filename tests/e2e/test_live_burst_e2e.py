@@ -1,7 +1,7 @@
 """After a burst of node changes the extender decides on a view that has caught up: a stream of class
 `high` Pods started 10 s after the burst lands entirely on the best type with room.
 
-The burst is bench/live_burst.py's, smaller: 2,000 nodes (6,000 writes, about a minute on 2 cores),
+The burst is bench/live_burst/live_burst.py's, smaller: 2,000 nodes (6,000 writes, about a minute on 2 cores),
 the H100 nodes written last, so a view still behind the burst lacks them and the extender, seeing
 no H100 with room, lets the Pods onto A100. `python -m bench live_burst burst` measures 5,000 and
 15,000 nodes.
@@ -15,7 +15,7 @@ from collections import Counter
 import kubernetes
 
 import local_cluster
-from bench import live_burst
+from bench.live_burst import live_burst
 from kubeobjects import force_delete_pods, make_pod, wait_bound
 
 BURST_NODES = 2000

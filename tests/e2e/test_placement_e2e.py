@@ -1,4 +1,4 @@
-"""A small run of the placement benchmark (bench/placement.py): on the strict paths, every Pod lands where
+"""A small run of the placement benchmark (bench/placement/placement.py): on the strict paths, every Pod lands where
 its class promised, in a cluster of more than 100 nodes where the best type is a handful of them."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 import local_cluster
-from bench import placement
-from bench.placement_model import KINDS, Workload, make_fleet, merge
+from bench.placement import placement
+from bench.placement.placement_model import KINDS, Workload, make_fleet, merge
 
 NODES = 110  # more than 100: the default scheduler would score only a sample of them
 # Each stream fills its best type (3 H100 nodes of 8 GPUs for `high`, 3 T4 nodes of 4 for `economy`,

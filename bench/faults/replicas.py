@@ -1,5 +1,5 @@
 """Replicas of a webhook server behind one address, as a Deployment's Pods behind a Service, on the
-local control plane (tests/e2e/local-cluster), for bench/faults.py.
+local control plane (tests/e2e/local-cluster), for bench/faults/faults.py.
 
 The Service is haproxy (Debian's package, installed with apt-get when missing), chosen because it
 does what kube-proxy and the kubelet do for a Service, and nothing more where it matters:
@@ -39,7 +39,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "e2e"))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent.parent / "tests" / "e2e"))
 
 import local_cluster  # noqa: E402  (tests/e2e is not a package)
 

@@ -5,7 +5,7 @@ On the local control plane (tests/e2e/local-cluster), every arm is a namespace, 
 registered as gpu-class is (deploy/'s MutatingWebhookConfiguration: rules, matchConditions, timeout,
 failure policy), each selecting its own namespace:
 - none: no webhook;
-- no-op: a no-op webhook (bench/variant.py --app baseline: the same gunicorn settings, worker, TLS and
+- no-op: a no-op webhook (bench/common/variant.py --app baseline: the same gunicorn settings, worker, TLS and
   Flask, answering allowed with no patch);
 - no-op + patch: the same no-op answering with the patch and warnings gpu-class answers for this Pod
   (the API server's own work on the patch: encoding the Pod, applying the patch, decoding, defaulting);
@@ -45,16 +45,16 @@ from typing import Any, Callable, Sequence
 
 from prometheus_client.parser import text_string_to_metric_families
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 sys.path.insert(0, str(REPO_ROOT / "tests" / "e2e"))
 
 import local_cluster  # noqa: E402  (tests/e2e is not a package)
 
-from bench.kubeapi import Api  # noqa: E402
-from bench.measure import rounded_rank_percentile  # noqa: E402
-from bench.procs import ServerProcess, free_port, start_server, variant_command  # noqa: E402
-from bench.sections import write_section  # noqa: E402
-from bench.workload import make_cluster_pod, make_deployment_pod, make_fleet  # noqa: E402
+from bench.common.kubeapi import Api  # noqa: E402
+from bench.common.percentiles import rounded_rank_percentile  # noqa: E402
+from bench.common.procs import ServerProcess, free_port, start_server, variant_command  # noqa: E402
+from bench.common.sections import write_section  # noqa: E402
+from bench.common.workload import make_cluster_pod, make_deployment_pod, make_fleet  # noqa: E402
 
 ARM_LABEL = "bench.gpu-class.io/arm"
 BACKSTOP_BINDING = "gpu-class.io-placement"
@@ -78,7 +78,7 @@ class Arm:
 
 
 def measured_pod() -> bytes:
-    """A Deployment's Pod (bench/workload.py), named by the API server, for a scheduler that does not exist."""
+    """A Deployment's Pod (bench/common/workload.py), named by the API server, for a scheduler that does not exist."""
     pod = make_deployment_pod()
     pod["metadata"].pop("ownerReferences", None)  # the garbage collector would delete a Pod whose owner is missing
     pod["metadata"].pop("managedFields", None)
@@ -444,9 +444,9 @@ def render(scenarios: Sequence[Scenario], node_ms: list[float], wall_seconds: fl
         "",
         f"Command: `{command}`; local control plane (tests/e2e/local-cluster), Kubernetes "
         f"{local_cluster.kube_version()}; {wall_seconds:.0f} s wall. Client-side latency of a Pod create (a "
-        "Deployment's Pod, bench/workload.py, for a scheduler that does not exist), over one kept-alive "
+        "Deployment's Pod, bench/common/workload.py, for a scheduler that does not exist), over one kept-alive "
         "connection, in five namespaces in turn, one create each: none (no webhook), no-op (a no-op webhook: "
-        "bench/variant.py's baseline, the same gunicorn settings, worker, TLS and Flask, 2 workers x 1 thread, "
+        "bench/common/variant.py's baseline, the same gunicorn settings, worker, TLS and Flask, 2 workers x 1 thread, "
         "answering allowed with no patch), no-op + patch (the same, answering with gpu-class's patch and "
         "warnings for this Pod: the API server's own work on the patch), no-op + 1-op patch (the same, with a "
         "patch of one small operation) and gpu-class (`gpuclass serve`, "

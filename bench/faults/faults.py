@@ -1,12 +1,12 @@
 """`python -m bench faults`: gpu-class under load and faults on the real control plane.
 
 On the local control plane (tests/e2e/local-cluster, the backstop policy installed), two replicas of
-`gpuclass serve` behind haproxy (bench/replicas.py says why haproxy) are what deploy/'s webhook
+`gpuclass serve` behind haproxy (bench/faults/replicas.py says why haproxy) are what deploy/'s webhook
 configuration calls, with only its URL and CA changed. Three namespaces get the same steady stream of
-Pod creations from controllers (bench/faultload.py: Deployments scaled up and down, Jobs whose Pods
+Pod creations from controllers (bench/faults/faultload.py: Deployments scaled up and down, Jobs whose Pods
 run and finish):
 - none: no webhook;
-- no-op: a no-op webhook (bench/variant.py's baseline: the same gunicorn, worker and TLS, answering
+- no-op: a no-op webhook (bench/common/variant.py's baseline: the same gunicorn, worker and TLS, answering
   allowed with no patch), two replicas behind the same haproxy, registered as deploy/ registers
   gpu-class (rules, matchConditions, timeout, failure policy), for its own namespace;
 - gpu-class: the namespace opted in as a user's is.
@@ -27,7 +27,7 @@ Under that load, one fault at a time, each followed by `--settle-seconds` of loa
   Gone (compaction alone ends no watch: the API server's watch cache holds the recent history; and
   compacted while it runs, watches move past the compacted revision before it goes). The replicas'
   relists are counted.
-Counted for each stretch (bench/faultcount.py, from the API server's audit log and its log): Pods
+Counted for each stretch (bench/faults/faultcount.py, from the API server's audit log and its log): Pods
 created without placement, Pods wrongly refused, refusals by the backstop after a failed call (the
 controller retries them), webhook calls that failed and calls at or past the webhook's timeout, and
 each arm's pod-create p50/p99 in the API server. At the end the load stops and every Deployment must
@@ -59,14 +59,14 @@ from typing import Any, Callable, Mapping, Sequence
 from cryptography import x509
 from prometheus_client.parser import text_string_to_metric_families
 
-from bench.faultcount import Tally, failed_calls, parse_audit, tally
-from bench.faultload import Load, Settled, Stream, create_nodes, delete_nodes
-from bench.kubeapi import Api
-from bench.measure import rounded_rank_percentile
-from bench.replicas import Backend, Balancer, CertAuthority, CertVolume, Replicas, ensure_haproxy, served_certificate
-from bench.sections import write_section
+from bench.faults.faultcount import Tally, failed_calls, parse_audit, tally
+from bench.faults.faultload import Load, Settled, Stream, create_nodes, delete_nodes
+from bench.common.kubeapi import Api
+from bench.common.percentiles import rounded_rank_percentile
+from bench.faults.replicas import Backend, Balancer, CertAuthority, CertVolume, Replicas, ensure_haproxy, served_certificate
+from bench.common.sections import write_section
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 sys.path.insert(0, str(REPO_ROOT / "tests" / "e2e"))
 
 import local_cluster  # noqa: E402  (tests/e2e is not a package)
@@ -253,7 +253,7 @@ class Suite:
 
     def _noop_command(self, port: int) -> list[str]:
         # gpuclass serve's worker settings: 2 workers of 1 thread
-        return ["env", f"PYTHONPATH={REPO_ROOT}", sys.executable, "-m", "bench.variant", "--app", "baseline", f"--cert-file={self.noop_volume.file('tls.crt')}",
+        return ["env", f"PYTHONPATH={REPO_ROOT}", sys.executable, "-m", "bench.common.variant", "--app", "baseline", f"--cert-file={self.noop_volume.file('tls.crt')}",
                 f"--key-file={self.noop_volume.file('tls.key')}", f"--bind=127.0.0.1:{port}", "--workers=2", "--threads=1"]
 
     def set_ca_bundle(self, cas: Sequence[CertAuthority]) -> None:
@@ -487,7 +487,7 @@ def render(results: Sequence[Result], command: str) -> str:
         "replicas behind haproxy, called by deploy/'s webhook configuration, the backstop installed. Each of "
         f"three namespaces gets {first.rate:g} Pod creations per second from controllers (Deployments scaled up "
         f"and down, Jobs), over {first.nodes} GPU nodes: none (no webhook), no-op (a no-op webhook, two replicas "
-        "behind the same haproxy, registered the same way), gpu-class. bench/faults.py says how each fault is made "
+        "behind the same haproxy, registered the same way), gpu-class. bench/faults/faults.py says how each fault is made "
         "and how each figure is counted; p50/p99: a Pod create's time in the API server (audit log).",
     ]
     for run, result in enumerate(results, 1):

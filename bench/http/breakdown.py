@@ -1,10 +1,10 @@
 """Where a request's time goes inside the app: each step of /mutate timed in-process, on one thread.
 
 No gunicorn, no TLS, no other threads: this is the app's own CPU per step, to compare with the
-server's CPU per request measured under load. Run in its own process by bench/run.py (the
+server's CPU per request measured under load. Run in its own process by bench/http/run.py (the
 Prometheus multiprocess directory must be set before webhook.serving.metrics is imported):
 
-    python -m bench.breakdown NODES.yaml     # prints JSON: [[step, microseconds], ...]
+    python -m bench.http.breakdown NODES.yaml     # prints JSON: [[step, microseconds], ...]
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import time
 import timeit
 from typing import Any, Callable, Sequence
 
-from .workload import build_request_body
+from bench.common.workload import build_request_body
 
 Step = tuple[str, float]
 
@@ -44,7 +44,7 @@ def measure_steps(nodes_file: str) -> list[Step]:
     from webhook.core.planner import plan
     from webhook.core.review import build_response, encode_compact, load_json, parse_review, review_pod
 
-    from .variant import create_baseline_app
+    from bench.common.variant import create_baseline_app
 
     body = build_request_body().data
     catalog = load_default_catalog()

@@ -13,8 +13,8 @@ from typing import Any
 from webhook.core.catalog import load_default_catalog
 from webhook.core.inventory import build_snapshot
 
-from .procs import REPO_ROOT
-from .workload import make_fleet
+from bench.common.procs import REPO_ROOT
+from bench.common.workload import make_fleet
 
 
 @dataclass(frozen=True)
@@ -43,7 +43,7 @@ class LiveSyncCost:
     pods: int
     gpu_pods: int
     populate_seconds: float  # filling the fake API server (not the webhook's cost)
-    result: dict[str, Any]  # what `python -m bench.live_sync sync` printed
+    result: dict[str, Any]  # what `python -m bench.http.live_sync sync` printed
     error: str | None = None
 
 
@@ -51,7 +51,7 @@ def measure_live_sync(workdir: Path, nodes: int, pods: int, gpu_pods: int, timeo
     """Fake API server in one process, LiveInventory in another (so its memory is its own)."""
     kubeconfig = workdir / "fake-kubeconfig.json"
     fake = subprocess.Popen(
-        [sys.executable, "-m", "bench.live_sync", "fake", "--nodes", str(nodes), "--pods", str(pods),
+        [sys.executable, "-m", "bench.http.live_sync", "fake", "--nodes", str(nodes), "--pods", str(pods),
          "--gpu-pods", str(gpu_pods), "--kubeconfig", str(kubeconfig)],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=REPO_ROOT,
     )
@@ -62,7 +62,7 @@ def measure_live_sync(workdir: Path, nodes: int, pods: int, gpu_pods: int, timeo
             return LiveSyncCost(nodes, pods, gpu_pods, 0.0, {}, f"fake API server exited with {fake.wait()}")
         ready = json.loads(line)
         sync = subprocess.run(
-            [sys.executable, "-m", "bench.live_sync", "sync", "--kubeconfig", str(kubeconfig),
+            [sys.executable, "-m", "bench.http.live_sync", "sync", "--kubeconfig", str(kubeconfig),
              "--timeout-seconds", str(timeout_seconds)],
             capture_output=True, cwd=REPO_ROOT, timeout=timeout_seconds + 60,
         )

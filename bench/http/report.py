@@ -5,11 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
-from .measure import LoadResult, median, paired_ratios
-from .procs import REPO_ROOT
+from bench.common.percentiles import median
+from .measure import LoadResult, paired_ratios
+from bench.common.procs import REPO_ROOT
 
 if TYPE_CHECKING:
-    from .run import Results
+    from .results import Results
 
 # the targets, for a 2-core machine
 MIN_THROUGHPUT_RATIO = 0.90
@@ -78,7 +79,7 @@ def verdicts(r: Results) -> list[Verdict]:
         worst = min(churned.rounds, key=lambda x: min(x.balance, x.connection_balance))
         out.append(Verdict(
             f"through churn, in every pool, no worker below {MIN_WORKER_SHARE:.2f} of the busiest worker's requests "
-            f"or connections ({len(churned.rounds)} pools, bench/spread.py)",
+            f"or connections ({len(churned.rounds)} pools, bench/http/spread.py)",
             f"worst {worst.balance:.2f} ({_slash(worst.requests_per_worker)} requests, "
             f"{_slash(worst.connections_per_worker)} connections)",
             min(worst.balance, worst.connection_balance) >= MIN_WORKER_SHARE))
@@ -205,7 +206,7 @@ def render(r: Results) -> str:
     parts.append("")
     parts.append(
         f"Load: {s.connections} persistent HTTP/1.1 keep-alive connections over TLS, from {s.processes} load generator "
-        f"processes (bench/loadgen.py); each measurement is {s.rounds} round(s) of {s.round_seconds:g} s after "
+        f"processes (bench/http/loadgen.py); each measurement is {s.rounds} round(s) of {s.round_seconds:g} s after "
         f"{s.warmup_seconds:g} s of warm-up, alternating between the servers compared. Every request is the "
         f"AdmissionReview of a Deployment's Pod ({r.body_bytes:,} bytes, `gpu-class.io/class: high`), with its own "
         "uid; every response is checked: HTTP 200, uid echoed, allowed, and a JSON patch from the webhook."
@@ -218,7 +219,7 @@ def render(r: Results) -> str:
         parts += ["", f"## Mutation against the baseline ({o.headline_nodes:,} GPU nodes, {r.default_config.name})", ""]
         parts.append(
             "The baseline runs the same WebhookServer (gunicorn settings, TLS, Flask) and answers every review "
-            "with allowed: true after parsing it (bench/variant.py). Open loop: requests due at a fixed rate, "
+            "with allowed: true after parsing it (bench/common/variant.py). Open loop: requests due at a fixed rate, "
             "latency counted from when each was due."
         )
         parts.append("")
@@ -276,7 +277,7 @@ def render(r: Results) -> str:
     if r.breakdown:
         parts += ["", "## Where the app's time goes (in-process, one thread, no gunicorn or TLS)", ""]
         parts.append(table(["step", "us per call"], [[step, f"{us:,.0f}"] for step, us in r.breakdown]))
-        parts += ["", "bench/breakdown.py times each step of /mutate on the same body. Under load the server "
+        parts += ["", "bench/http/breakdown.py times each step of /mutate on the same body. Under load the server "
                   "spends more per request than these add up to: gunicorn, TLS and several threads per worker "
                   "contending for the GIL and the log handler's lock."]
 
@@ -301,7 +302,7 @@ def render(r: Results) -> str:
             "connections one after the other on the same servers, each opened at once (every TCP connection in "
             "the backlog before the first handshake), loaded "
             f"{0.6:g} s in closed loop and left in the middle of a request, as a client that exits under load "
-            "leaves (interleaved; bench/spread.py). balanced: `gpuclass serve`'s "
+            "leaves (interleaved; bench/http/spread.py). balanced: `gpuclass serve`'s "
             "worker (webhook/serving/balance.py: a worker leaves a new connection to a sibling holding fewer); "
             "accept: gunicorn's gthread worker, the first worker to call accept() wins; reuse-port: gunicorn's "
             "`reuse_port`, a SO_REUSEPORT listener per worker, the kernel picks by a hash of the addresses; "
@@ -337,7 +338,7 @@ def render(r: Results) -> str:
         parts += ["", "Sync workers close the connection after every response, so every request pays a new TLS "
                   "handshake (`reconnects`); the API server's connection pool cannot help them. "
                   "`/healthz with idle conns`: /healthz probes answered within 1 s on new connections while "
-                  "2 x workers x threads other connections sit silent after connecting (bench/idle.py): gthread "
+                  "2 x workers x threads other connections sit silent after connecting (bench/http/idle.py): gthread "
                   "gives a new connection a thread and reads its first request blocking, so silent clients hold "
                   "threads; which worker they land on is luck, so a partial count is the same failure. "
                   "Servers other than `gpuclass serve` are noted in the server list below."

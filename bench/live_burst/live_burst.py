@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 GPU = "nvidia.com/gpu"
 GPU_TAINT = {"key": GPU, "value": "present", "effect": "NoSchedule"}
 H100, A100 = "NVIDIA-H100-80GB-HBM3", "A100-SXM4-40GB"
@@ -167,7 +167,7 @@ def run_burst(cluster: Any, size: int, workers: int, timeout_seconds: float) -> 
     core: Any = kubernetes.client.CoreV1Api(kubernetes.config.new_client_from_config(config_file=str(cluster.kubeconfig)))
     nodes = layout(size)
     want = expected(nodes)
-    procs = [subprocess.Popen([sys.executable, "-m", "bench.live_burst", "follow", "--kubeconfig",
+    procs = [subprocess.Popen([sys.executable, "-m", "bench.live_burst.live_burst", "follow", "--kubeconfig",
                                str(cluster.kubeconfig), "--want", json.dumps(want),
                                "--timeout-seconds", str(FOLLOW_SECONDS)],
                               stdout=subprocess.PIPE, cwd=REPO_ROOT, text=True) for _ in range(workers)]
@@ -290,7 +290,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _write(output: Path, section: str, title: str, table: str) -> None:
-    from bench.sections import write_section
+    from bench.common.sections import write_section
 
     header = f"{title}\n\nCommit {_commit()}, {os.cpu_count()} CPUs, {time.strftime('%Y-%m-%d')}.\n\n"
     write_section(output, section, header + table + "\n")

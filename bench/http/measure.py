@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import os
 import subprocess
 import sys
@@ -20,7 +19,8 @@ from pathlib import Path
 from typing import Sequence
 
 from .loadgen import Mode, Outcome, Plan
-from .procs import REPO_ROOT, ServerProcess
+from bench.common.percentiles import percentile
+from bench.common.procs import REPO_ROOT, ServerProcess
 
 @dataclass(frozen=True)
 class LoadSettings:
@@ -32,7 +32,7 @@ class LoadSettings:
     timeout_seconds: float = 15.0
     start_margin_seconds: float = 0.05  # from "every load generator is connected" to the common start
     quiet_wait_seconds: float = 30.0  # before a round, at most this long for other work on the machine to stop
-    churn: bool = False  # each round's pool opened in a burst and left mid-request (bench/loadgen.py)
+    churn: bool = False  # each round's pool opened in a burst and left mid-request (bench/http/loadgen.py)
 
 
 @dataclass(frozen=True)
@@ -124,25 +124,6 @@ class LoadResult:
         return sum(self.errors.values())
 
 
-def percentile(sorted_values: Sequence[float], fraction: float) -> float:
-    """Nearest-rank percentile of an ascending sequence (0 for an empty one)."""
-    if not sorted_values:
-        return 0.0
-    rank = max(math.ceil(fraction * len(sorted_values)), 1)
-    return sorted_values[rank - 1]
-
-
-def rounded_rank_percentile(values: Sequence[float], q: float) -> float:
-    """The value at quantile q of `values` in any order, its rank (q of the last) rounded; 0 for none.
-
-    The rank python -m bench apiserver and bench faults report their p50 and p99 by.
-    """
-    if not values:
-        return 0.0
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
-
-
 CORES = os.cpu_count() or 1
 
 
@@ -193,7 +174,7 @@ def run_round(target: Target, body: Body, mode: Mode, settings: LoadSettings, wo
         }
         plan_file = workdir / f"plan-{index}.json"
         plan_file.write_text(json.dumps(plan))
-        processes.append(subprocess.Popen([sys.executable, "-m", "bench.loadgen", str(plan_file)],
+        processes.append(subprocess.Popen([sys.executable, "-m", "bench.http.loadgen", str(plan_file)],
                                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=REPO_ROOT))
     try:
         for p in processes:  # each connects and sends one request first
@@ -317,11 +298,3 @@ def _round_figures(run: RawRun, seconds: float) -> RoundFigures:
 def paired_ratios(a: LoadResult, b: LoadResult, figure: str) -> list[float]:
     """a's figure over b's, round by round: rounds i of both ran next to each other."""
     return [getattr(x, figure) / getattr(y, figure) for x, y in zip(a.rounds, b.rounds) if getattr(y, figure)]
-
-
-def median(values: Sequence[float]) -> float:
-    ordered = sorted(values)
-    if not ordered:
-        return 0.0
-    mid = len(ordered) // 2
-    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2

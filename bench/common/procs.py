@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Collection, Sequence
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
@@ -289,9 +289,9 @@ def gpuclass_serve_command(*, port: int, cert_dir: Path, nodes_file: Path, worke
 def variant_command(*, app: str, port: int, cert_dir: Path, nodes_file: Path | None, workers: int, threads: int,
                     worker_class: str = "gthread", log_level: str = "info", placement: str = "balanced",
                     answer_file: Path | None = None) -> list[str]:
-    """A bench variant on webhook.serving.server.WebhookServer (see bench/variant.py)."""
+    """A bench variant on webhook.serving.server.WebhookServer (see bench/common/variant.py)."""
     command = [
-        sys.executable, "-m", "bench.variant", "--app", app,
+        sys.executable, "-m", "bench.common.variant", "--app", app,
         "--cert-file", str(cert_dir / "tls.crt"), "--key-file", str(cert_dir / "tls.key"),
         "--bind", f"127.0.0.1:{port}", "--workers", str(workers), "--threads", str(threads),
         "--worker-class", worker_class, "--log-level", log_level, "--placement", placement,

@@ -1,9 +1,9 @@
 """The live inventory's first sync against a large cluster: a fake API server in one process, the
 webhook's LiveInventory in another, so the second one's memory is the inventory's alone.
 
-    python -m bench.live_sync fake --nodes 5000 --pods 150000 --gpu-pods 20000 --kubeconfig OUT
+    python -m bench.http.live_sync fake --nodes 5000 --pods 150000 --gpu-pods 20000 --kubeconfig OUT
         serves until its stdin closes; prints {"url", "populate_seconds", ...} once it serves
-    python -m bench.live_sync sync --kubeconfig F [--timeout-seconds S]
+    python -m bench.http.live_sync sync --kubeconfig F [--timeout-seconds S]
         prints {"synced", "sync_seconds", "cpu_seconds", "rss_before_kib", "rss_after_kib", ...}
 
 The fake is tests/fakeapi.py (a loopback kube-apiserver with list paging and watches); it is slower
@@ -22,8 +22,8 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from .procs import REPO_ROOT, Memory, memory_of
-from .workload import make_cluster_pods, make_fleet
+from bench.common.procs import REPO_ROOT, Memory, memory_of
+from bench.common.workload import make_cluster_pods, make_fleet
 
 
 def fake_api_server_class() -> Any:
@@ -97,7 +97,7 @@ def memory_of_self() -> Memory:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.live_sync")
+    p = argparse.ArgumentParser(prog="python -m bench.http.live_sync")
     sub = p.add_subparsers(dest="role", required=True)
     f = sub.add_parser("fake")
     f.add_argument("--nodes", type=int, default=5000)

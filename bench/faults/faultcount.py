@@ -1,5 +1,5 @@
 """What the API server says happened to each Pod create, counted per stretch of time: the books of
-`python -m bench faults` (bench/faults.py).
+`python -m bench faults` (bench/faults/faults.py).
 
 Two records of the API server, read between byte offsets (both files only grow, across restarts):
 - its audit log (tests/e2e/local_cluster.py AUDIT_POLICY): one event per Pod create with the answer,
@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Iterable, Literal, Mapping, Sequence
 
-from bench.measure import rounded_rank_percentile
+from bench.common.percentiles import rounded_rank_percentile
 
 TYPES_ANNOTATION = "gpu-class.io/types"
 FAILED_OPEN_PREFIX = "failed-open.mutation.webhook.admission.k8s.io/"

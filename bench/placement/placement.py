@@ -1,7 +1,7 @@
 """`python -m bench placement`: do Pods land where their class promised, on the real scheduler, at scale?
 
 On the local control plane (tests/e2e/local-cluster), a fleet of 100, 1,000 and 5,000 nodes
-(bench/placement_model.py: the best type of each class a handful of nodes, most nodes CPU-only,
+(bench/placement/placement_model.py: the best type of each class a handful of nodes, most nodes CPU-only,
 most GPU nodes tainted, CPU work on the best type's nodes), grown from one size to the next. At
 each size, streams for all four strategies (single Pods, Deployments and Jobs, 1 to 8 GPUs, enough
 to fill the best type and spill over), each run on three paths:
@@ -13,7 +13,7 @@ to fill the best type and spill over), each run on three paths:
 The paths take turns: each strategy's stream runs on all three, one after the other from the same
 cluster state, starting with a different path from one strategy to the next. One watch per stream
 times each Pod from ADDED to bound; the binds, replayed in that watch's order, are judged as
-bench/placement_model.py says. Then bursts: 30 one-GPU Pods created at once, in rounds that
+bench/placement/placement_model.py says. Then bursts: 30 one-GPU Pods created at once, in rounds that
 alternate the paths, give Pods per second (first Pod added to last bound).
 """
 
@@ -30,20 +30,20 @@ from typing import Any, Callable, Literal, Mapping, Sequence
 import kubernetes
 import yaml
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 sys.path.insert(0, str(REPO_ROOT / "tests" / "e2e"))
 
 import local_cluster  # noqa: E402  (tests/e2e is not a package)
 
-from bench.measure import median, percentile  # noqa: E402
-from bench.placement_cluster import (  # noqa: E402
+from bench.common.percentiles import median, percentile  # noqa: E402
+from bench.placement.placement_cluster import (  # noqa: E402
     barrier, cluster_state, create_nodes, delete_nodes, drop_namespace, make_namespace, run_stream, scheduler_times,
 )
-from bench.placement_model import (  # noqa: E402
+from bench.placement.placement_model import (  # noqa: E402
     KINDS, Kind, NodeSpec, NodeState, Outcome, Verdicts, Workload, judge, make_fleet, make_streams, merge, pods_per_second,
     utilisation_spread,
 )
-from bench.sections import write_section  # noqa: E402
+from bench.common.sections import write_section  # noqa: E402
 
 Path_ = Literal["default", "profiles", "extender", "stock"]
 PATHS: tuple[Path_, ...] = ("default", "profiles", "extender", "stock")
@@ -213,7 +213,7 @@ def render(runs: Sequence[SizeRun], command: str, paths: Sequence[Path_] = PATHS
         f"Command: `{command}`; Kubernetes {local_cluster.kube_version()}; "
         + ", ".join(f"{r.size:,} nodes {r.seconds:.0f} s (fleet {r.fleet_seconds:.0f} s)" for r in runs)
         + ". Fidelity: Pods bound where the strategy promised, at the moment they were bound "
-        "(bench/placement_model.py says how each strategy is judged); create-to-bind: from the Pod's ADDED "
+        "(bench/placement/placement_model.py says how each strategy is judged); create-to-bind: from the Pod's ADDED "
         "to its bound event in one watch; Pods/s: bursts of one-GPU `standard` Pods created at once, "
         "median of the rounds; refused at admission: single Pods the backstop refused because the webhook did "
         "not answer the API server within its 5 s timeout.",

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any, Iterable
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "e2e"))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent.parent / "tests" / "e2e"))
 
 import local_cluster  # noqa: E402  (tests/e2e is not a package)
 

@@ -43,10 +43,10 @@ import kubernetes
 import yaml
 from kubernetes.client.exceptions import ApiException
 
-from bench.placement import PATH_TITLE, PATHS, REPO_ROOT, SCHEDULER, Path_, read_catalog
-from bench.placement_cluster import GPU_TAINT, cluster_state, drop_namespace, held_connections, make_namespace
-from bench.placement_model import GPU, NodeState
-from bench.sections import write_section
+from bench.placement.placement import PATH_TITLE, PATHS, REPO_ROOT, SCHEDULER, Path_, read_catalog
+from bench.placement.placement_cluster import GPU_TAINT, cluster_state, drop_namespace, held_connections, make_namespace
+from bench.placement.placement_model import GPU, NodeState
+from bench.common.sections import write_section
 
 sys.path.insert(0, str(REPO_ROOT / "tests" / "e2e"))
 import local_cluster  # noqa: E402  (tests/e2e is not a package)
@@ -319,7 +319,7 @@ def render(results: Sequence[Result], command: str, wall_seconds: float) -> str:
         "",
         f"Command: `{command}`; Kubernetes {local_cluster.kube_version()}, {wall_seconds:.0f} s wall. Indexed Jobs "
         f"of class {GROUP_CLASS}, parallelism 4-8, 1-4 GPUs per Pod, created one at a time while {BEST} (3 x 8 "
-        f"GPUs) is partly full; {NEXT} (5 x 8) holds any group. bench/groups.py says how each group is judged.",
+        f"GPUs) is partly full; {NEXT} (5 x 8) holds any group. bench/groups/groups.py says how each group is judged.",
         "",
         "| path | groups | sized | mixed | stranded | sized spilled whole | unsized with Pods waiting "
         "| as the strict order promises |",

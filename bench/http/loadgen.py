@@ -1,13 +1,13 @@
 """The load generator: one process holding several persistent TLS connections, as the API server does.
 
-Run by bench/measure.py as separate processes (`python -m bench.loadgen PLAN.json`), so it does not
+Run by bench/http/measure.py as separate processes (`python -m bench.http.loadgen PLAN.json`), so it does not
 share an interpreter (or a GIL) with the measuring process. Handshake: once its connections are up it
 prints `ready`, reads the common start time (epoch seconds) from stdin, runs, and prints one JSON
 result.
 Standard library only, and lean on purpose: the request is one prebuilt buffer whose uid is
 overwritten in place, the response is parsed by hand (status line, Content-Length, JSON body), so
 the client spends far less CPU per request than the server and does not become the bottleneck on a
-small machine. bench/run.py reports the client's CPU per request next to the server's to show it.
+small machine. bench/http/run.py reports the client's CPU per request next to the server's to show it.
 
 Two modes:
 - closed: every connection sends its next request as soon as the previous answer arrived (peak rate);
@@ -33,7 +33,7 @@ WARM_SEQ = 0xFFFFFFFFFFFF  # the uid suffix of the warm-up request on each conne
 
 
 class Plan(TypedDict):
-    """What one load generator process does (written as JSON by bench/measure.py)."""
+    """What one load generator process does (written as JSON by bench/http/measure.py)."""
 
     host: str
     port: int
@@ -50,7 +50,7 @@ class Plan(TypedDict):
     duration_seconds: float
     expect_patch: bool
     timeout_seconds: float
-    # churn (bench/spread.py): the pool's TCP connections all made before any handshake, as a client's
+    # churn (bench/http/spread.py): the pool's TCP connections all made before any handshake, as a client's
     # burst opens them, and each left at the end in the middle of a request, as a client that exits does
     churn: bool
 

@@ -5,7 +5,7 @@ does after a restart or an idle timeout), all its connections at once, loads it 
 worker holds each connection and how many requests each worker answered, and leaves each connection
 in the middle of a request, as a client that exits under load does (gunicorn's gthread worker once
 miscounted such connections, and the next pool then went to one worker). The options
-(bench/variant.py `--placement`):
+(bench/common/variant.py `--placement`):
 
 - balanced: the project's worker (webhook/serving/balance.py), what `gpuclass serve` runs;
 - accept: gunicorn's gthread worker; the first worker to call accept() wins;
@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Callable
 
 from .measure import Body, LoadSettings, RoundFigures, Target, measure, prime
-from .procs import ServerProcess
-from .variant import PLACEMENTS
+from bench.common.procs import ServerProcess
+from bench.common.variant import PLACEMENTS
 
 
 @dataclass(frozen=True)

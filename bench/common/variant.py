@@ -3,7 +3,7 @@
 - `--app baseline`: the same gunicorn settings, TLS and Flask, answering every AdmissionReview with
   allowed: true and no patch. It still parses the body (to echo the uid), so the difference to the
   real server is the webhook's own work: review parsing, planning, the patch, its log line. With
-  `--answer-file`, it answers with the fields of that file too (bench/apiserver.py gives it the patch
+  `--answer-file`, it answers with the fields of that file too (bench/apiserver/apiserver.py gives it the patch
   and warnings gpu-class answers for the Pod it creates: the API server's work on the patch, without
   gpu-class's).
 - `--app mutation`: the real application, started as webhook.serving.server.serve() starts it, for
@@ -12,7 +12,7 @@
   worker where accept() decides, gunicorn's `reuse_port` (a SO_REUSEPORT listener per worker), or a
   per-worker connection cap (`worker_connections`) so a worker holding its share stops accepting).
 
-    python -m bench.variant --app baseline --cert-file F --key-file F --bind 127.0.0.1:PORT
+    python -m bench.common.variant --app baseline --cert-file F --key-file F --bind 127.0.0.1:PORT
 """
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ class VariantServer(WebhookServer):
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m bench.variant", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m bench.common.variant", description=__doc__.splitlines()[0])
     p.add_argument("--app", choices=("baseline", "mutation"), required=True)
     p.add_argument("--cert-file", required=True)
     p.add_argument("--key-file", required=True)

@@ -6,7 +6,7 @@ bench/RESULTS.md.
     .venv/bin/python -m bench --live     # also the live inventory's first sync at 5,000 nodes, 150,000 Pods
 
 Measured on the real `gpuclass serve` (gunicorn gthread over TLS), with a baseline on the same
-WebhookServer that allows everything (bench/variant.py); see bench/README.md for the method.
+WebhookServer that allows everything (bench/common/variant.py); see bench/README.md for the method.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ import shlex
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -31,32 +30,18 @@ from webhook.serving import certs
 from webhook.serving.config import ServeConfig
 
 from . import report
-from .idle import IdleProbe, probe_with_idle_connections
-from .sections import carry_sections
-from .spread import SpreadResult, measure_spread
-from .inventory_cost import LiveSyncCost, SnapshotCost, measure_live_sync, time_build_snapshot
+from .idle import probe_with_idle_connections
+from bench.common.sections import carry_sections
+from .spread import measure_spread
+from .inventory_cost import measure_live_sync, time_build_snapshot
 from .measure import Body, LoadResult, LoadSettings, Target, machine_busy_now, measure, prime
-from .procs import (
-    REPO_ROOT, Cores, Memory, ServerProcess, StartupFailed, free_port, split_cores, gpuclass_serve_command, start_server, variant_command,
+from bench.common.procs import (
+    REPO_ROOT, ServerProcess, StartupFailed, free_port, split_cores, gpuclass_serve_command, start_server, variant_command,
 )
-from .workload import build_request_body, make_fleet, make_node_list
+from bench.common.workload import build_request_body, make_fleet, make_node_list
+from .results import ConfigResult, Options, Results, ServerConfig, ServerInfo, SizeResult, StartupProblem
 
 DEFAULT_OUTPUT = REPO_ROOT / "bench" / "RESULTS.md"
-
-
-@dataclass(frozen=True)
-class ServerConfig:
-    """gunicorn settings of one server under test."""
-
-    workers: int
-    threads: int
-    worker_class: str = "gthread"
-
-    @property
-    def name(self) -> str:
-        if self.worker_class == "sync":
-            return f"sync workers={self.workers}"
-        return f"gthread workers={self.workers} threads={self.threads}"
 
 
 _SERVE_DEFAULTS = ServeConfig(cert_file="", key_file="")
@@ -66,99 +51,6 @@ CONFIGS_TO_COMPARE = tuple(c for c in (
     ServerConfig(2, 4), ServerConfig(2, 2), ServerConfig(2, 1), ServerConfig(3, 1), ServerConfig(4, 2),
     ServerConfig(1, 8), ServerConfig(2, 1, "sync"),
 ) if c != DEFAULT_CONFIG)
-
-
-@dataclass(frozen=True)
-class Options:
-    quick: bool
-    sizes: tuple[int, ...]
-    headline_nodes: int
-    settings: LoadSettings
-    compare_configs: bool
-    live: bool
-    live_nodes: int
-    live_pods: int
-    live_gpu_pods: int
-    output: Path
-    json_output: Path | None
-    workdir: Path
-    startup_timeout_seconds: float
-    snapshot_nodes: int
-    command: str
-    spread_trials: int = 0  # 0: placements not compared
-    instances: int = 1  # processes of the baseline and of the headline server, rounds spread over them
-    pin: bool = True  # servers and load on CPUs of their own (procs.split_cores)
-
-
-@dataclass(frozen=True)
-class ServerInfo:
-    label: str
-    nodes: int | None  # None: the baseline (no inventory)
-    config: ServerConfig
-    started_with: str  # the command line, shortened
-    startup_seconds: float
-    master_check_seconds: float
-    note: str = ""
-
-
-@dataclass(frozen=True)
-class StartupProblem:
-    label: str
-    nodes: int
-    reason: str
-
-
-@dataclass(frozen=True)
-class SizeResult:
-    nodes: int
-    file_mib: float
-    server: ServerInfo
-    closed: LoadResult
-    worker_memory: tuple[Memory, ...]
-    master_memory: Memory
-
-
-@dataclass(frozen=True)
-class ConfigResult:
-    config: ServerConfig
-    server: ServerInfo
-    closed: LoadResult
-    open: LoadResult
-    worker_memory: tuple[Memory, ...]
-    idle: IdleProbe
-
-
-@dataclass
-class Results:
-    options: Options
-    started: str
-    cores: int
-    python: str
-    versions: dict[str, str]
-    body_bytes: int
-    default_config: ServerConfig
-    busy_before: float  # share of the cores busy just before the run: other work on the machine
-    baseline_closed: LoadResult | None = None
-    mutation_closed: LoadResult | None = None
-    half_rate: float = 0.0
-    baseline_open: LoadResult | None = None
-    mutation_open: LoadResult | None = None
-    servers: list[ServerInfo] = field(default_factory=list)
-    startup_problems: list[StartupProblem] = field(default_factory=list)
-    sizes: list[SizeResult] = field(default_factory=list)
-    configs: list[ConfigResult] = field(default_factory=list)
-    snapshot: SnapshotCost | None = None
-    breakdown: list[tuple[str, float]] = field(default_factory=list)
-    live: LiveSyncCost | None = None
-    spread: list[SpreadResult] = field(default_factory=list)
-    wall_seconds: float = 0.0
-    cores_used: Cores | None = None  # None: servers and load shared every CPU
-
-    def correctness_errors(self) -> int:
-        loads = [self.baseline_closed, self.mutation_closed, self.baseline_open, self.mutation_open]
-        loads += [s.closed for s in self.sizes]
-        loads += [r for c in self.configs for r in (c.closed, c.open)]
-        return sum(r.failed for r in loads if r is not None) + sum(s.failed for s in self.spread)
 
 
 class Suite:
@@ -234,19 +126,19 @@ class Suite:
         return path
 
     def start_placement(self, nodes: int, placement: str) -> ServerProcess | None:
-        """The real app on bench/variant.py with another way of placing connections on workers."""
+        """The real app on bench/common/variant.py with another way of placing connections on workers."""
         try:
             command = variant_command(app="mutation", port=free_port(), cert_dir=self.cert_dir,
                                       nodes_file=self.nodes_file(nodes), workers=DEFAULT_CONFIG.workers,
                                       threads=DEFAULT_CONFIG.threads, placement=placement)
             return self._start(f"placement-{placement}-{nodes}", command, nodes, DEFAULT_CONFIG,
-                               note=f"bench/variant.py --placement {placement}")
+                               note=f"bench/common/variant.py --placement {placement}")
         except StartupFailed as exc:
             self.results.startup_problems.append(StartupProblem(f"placement-{placement}", nodes, str(exc)))
             return None
 
     def start_mutation(self, nodes: int, config: ServerConfig = DEFAULT_CONFIG, instance: int = 0) -> ServerProcess | None:
-        """`gpuclass serve --nodes` (sync workers: bench/variant.py); None when it does not start."""
+        """`gpuclass serve --nodes` (sync workers: bench/common/variant.py); None when it does not start."""
         label = f"mutation-{nodes}" + ("" if config == DEFAULT_CONFIG else f"-{config.worker_class}-{config.workers}x{config.threads}")
         label += _instance_suffix(instance)
         nodes_file = self.nodes_file(nodes)
@@ -259,7 +151,7 @@ class Suite:
             command = variant_command(app="mutation", port=port, cert_dir=self.cert_dir, nodes_file=nodes_file,
                                       workers=config.workers, threads=config.threads, worker_class=config.worker_class)
             return self._start(label, command, nodes, config,
-                               note="bench/variant.py: `gpuclass serve` has no worker class flag")
+                               note="bench/common/variant.py: `gpuclass serve` has no worker class flag")
         except StartupFailed as exc:
             self.results.startup_problems.append(StartupProblem(label, nodes, str(exc)))
             return None
@@ -352,8 +244,8 @@ def _instance_suffix(instance: int) -> str:
 
 
 def measure_breakdown(nodes_file: Path) -> list[tuple[str, float]]:
-    """The app's steps timed in a fresh process (bench/breakdown.py)."""
-    out = subprocess.run([sys.executable, "-m", "bench.breakdown", str(nodes_file)], capture_output=True,
+    """The app's steps timed in a fresh process (bench/http/breakdown.py)."""
+    out = subprocess.run([sys.executable, "-m", "bench.http.breakdown", str(nodes_file)], capture_output=True,
                          cwd=REPO_ROOT, check=True, timeout=300).stdout
     return [(str(step), float(us)) for step, us in json.loads(out)]
 

@@ -1,7 +1,7 @@
 """`python -m bench binds`: what judging each bind (webhook/core/fidelity.py) costs the watch, in-process.
 
 A LiveInventory that is not started (no threads, no HTTP) holds a fleet of GPU nodes
-(bench/workload.py's mix, a bound GPU Pod on each) and 1,000 Pods gpu-class placed and not yet
+(bench/common/workload.py's mix, a bound GPU Pod on each) and 1,000 Pods gpu-class placed and not yet
 bound: half of class high (performance), half of class standard (balanced), each with the types the
 planner gives it on that fleet. The bench then feeds it the 1,000 bind events as its Pod watch
 would: each event's JSON line decoded, then handed to the inventory, which applies it, publishes a
@@ -32,10 +32,10 @@ from webhook.core.inventory import Snapshot, UnboundGpuPod
 from webhook.core.planner import plan
 from webhook.serving.metrics import InventoryMetrics
 
-from .sections import write_section
-from .workload import make_cluster_pod, make_fleet
+from bench.common.sections import write_section
+from bench.common.workload import make_cluster_pod, make_fleet
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 CLASSES = ("high", "standard")  # performance: a type order; balanced: every node's share
 
 
@@ -135,7 +135,7 @@ def render(results: dict[int, list[Round]], binds: int, seconds: float, command:
         "",
         f"Command: `{command}`; {seconds:.0f} s wall. In-process, the server's own inventory and observer fed "
         f"{binds:,} bind events of Pods gpu-class placed (half of class high, half standard), alternating rounds "
-        "with and without judging each bind; CPU time of the thread handling each event (bench/binds.py).",
+        "with and without judging each bind; CPU time of the thread handling each event (bench/binds/binds.py).",
         "",
         "| GPU nodes | judged | bind events | per event, mean us | per event, p99 us | judgment, mean us | "
         "judgment, p99 us | burst of 1,000, ms |",

@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .procs import healthy
+from bench.common.procs import healthy
 
 
 @dataclass(frozen=True)

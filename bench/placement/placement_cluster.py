@@ -28,7 +28,7 @@ import kubernetes
 from kubernetes.client.exceptions import ApiException
 from kubernetes.watch.watch import iter_resp_lines
 
-from bench.placement_model import GPU, POD_MEMORY_MIB, NodeSpec, NodeState, Outcome, Workload
+from bench.placement.placement_model import GPU, POD_MEMORY_MIB, NodeSpec, NodeState, Outcome, Workload
 
 # The client's models are typed; the API takes the plain dict bodies we send, and answers are
 # read as the JSON they are.

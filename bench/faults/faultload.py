@@ -1,5 +1,5 @@
 """A steady stream of Pod creations from controllers, as workloads make them: Deployments scaled up
-and down, and Jobs whose Pods run a while and succeed. For bench/faults.py, on the local control
+and down, and Jobs whose Pods run a while and succeed. For bench/faults/faults.py, on the local control
 plane (tests/e2e/local-cluster).
 
 Every namespace gets the same stream at the same moments. Half of it comes from Deployments: every
@@ -20,7 +20,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from bench.kubeapi import MERGE_PATCH, Api, ApiError
+from bench.common.kubeapi import MERGE_PATCH, Api, ApiError
 
 NODE_LABEL = "bench.gpu-class.io/faults-node"
 GPU_CLASS = "high"

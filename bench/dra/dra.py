@@ -38,7 +38,7 @@ from typing import Any, Sequence
 import kubernetes
 from kubernetes.client.exceptions import ApiException
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 sys.path.insert(0, str(REPO_ROOT / "tests" / "e2e"))
 sys.path.insert(0, str(REPO_ROOT / "tests"))
 
@@ -46,7 +46,7 @@ import local_cluster  # noqa: E402  (tests/e2e is not a package)
 from builders import make_bare_node, make_device_node, make_pod, make_slice, nvidia_device_classes, nvidia_gpus  # noqa: E402
 from kubeobjects import delete_if_present  # noqa: E402
 
-from bench.sections import write_section  # noqa: E402
+from bench.common.sections import write_section  # noqa: E402
 from webhook.core.catalog import load_default_catalog  # noqa: E402
 from webhook.core.inventory import build_snapshot  # noqa: E402
 from webhook.core.patch import build_patch  # noqa: E402

@@ -1,0 +1,1 @@
+"""`python -m bench apiserver`: what gpu-class costs a Pod create through the real API server."""

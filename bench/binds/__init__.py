@@ -1,0 +1,1 @@
+"""`python -m bench binds`: what judging each bind costs the watch, in-process."""

@@ -1,0 +1,1 @@
+"""`python -m bench live_burst`: does the live inventory keep up with a burst of node changes?"""
