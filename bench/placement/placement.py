@@ -1,20 +1,24 @@
 """`python -m bench placement`: do Pods land where their class promised, on the real scheduler, at scale?
 
-On the local control plane (tests/e2e/local-cluster), a fleet of 100, 1,000 and 5,000 nodes
+On the local control plane (tests/e2e/local-cluster), a fleet of 100, 1,000, 5,000 and 15,000 nodes
 (bench/placement/placement_model.py: the best type of each class a handful of nodes, most nodes CPU-only,
 most GPU nodes tainted, CPU work on the best type's nodes), grown from one size to the next. At
 each size, streams for all four strategies (single Pods, Deployments and Jobs, 1 to 8 GPUs, enough
-to fill the best type and spill over), each run on three paths:
+to fill the best type and spill over), each run on every path of --paths:
 
   (a) the stock default scheduler with the webhook alone;
-  (b) gpu-class-scheduler: the strict profiles of the stock scheduler (deploy/scheduler);
-  (c) gpu-class-extender: the same profiles with gpu-class's extender.
+  (b) gpu-class-scheduler: the strict profiles (deploy/scheduler) on our build of kube-scheduler,
+      whose NodeLabelIndex plugin gives each Pod's cycle only the nodes of its class's types;
+  (c) gpu-class-extender: the same, with gpu-class's extender;
+  (d) gpu-class-stock: the same profiles on the stock kube-scheduler binary, which filters every node.
 
-The paths take turns: each strategy's stream runs on all three, one after the other from the same
+The paths take turns: each strategy's stream runs on all of them, one after the other from the same
 cluster state, starting with a different path from one strategy to the next. One watch per stream
 times each Pod from ADDED to bound; the binds, replayed in that watch's order, are judged as
 bench/placement/placement_model.py says. Then bursts: 30 one-GPU Pods created at once, in rounds that
-alternate the paths, give Pods per second (first Pod added to last bound).
+alternate the paths, give Pods per second (first Pod added to last bound). kube-scheduler's own
+metrics give each path's time per scheduling attempt of the streams, and its PreFilter, Filter and
+Score extension points.
 """
 
 from __future__ import annotations
