@@ -137,20 +137,25 @@ KUBECTL_PLUGIN = "kubectl gpu-class"
 NAMESPACED_COMMANDS = ("explain", "review")
 
 
-def kubectl_main(argv: Sequence[str] | None = None) -> int:
-    """`kubectl gpu-class ...`: kubectl hands a plugin every argument after its name, with kubectl's own flags
-    (--kubeconfig, --context, -n) wherever the user typed them, also before the subcommand."""
+def kubectl_argv(argv: Sequence[str]) -> list[str]:
+    """The `gpuclass` arguments of `kubectl gpu-class ARGV`: kubectl hands a plugin every argument after its name,
+    with kubectl's own flags (--kubeconfig, --context, -n) wherever the user typed them, also before the subcommand."""
     globals_parser = argparse.ArgumentParser(add_help=False)
     globals_parser.add_argument("--kubeconfig")
     globals_parser.add_argument("--context")
     globals_parser.add_argument("-n", "--namespace")
-    given, rest = globals_parser.parse_known_args(list(sys.argv[1:] if argv is None else argv))
+    given, rest = globals_parser.parse_known_args(list(argv))
     if rest and rest[0] not in NAMESPACED_COMMANDS:
         given.namespace = None  # kubectl habit: `-n` on a cluster-wide command changes nothing
     flags = [f"--{k}={v}" for k, v in vars(given).items() if v is not None]
     if not rest or rest[0].startswith("-"):  # no subcommand (or --help): let the parser say what exists
-        return main([*rest, *flags], prog=KUBECTL_PLUGIN)
-    return main([rest[0], *flags, *rest[1:]], prog=KUBECTL_PLUGIN)
+        return [*rest, *flags]
+    return [rest[0], *flags, *rest[1:]]
+
+
+def kubectl_main(argv: Sequence[str] | None = None) -> int:
+    """`kubectl gpu-class ...`, the same commands as a kubectl plugin."""
+    return main(kubectl_argv(sys.argv[1:] if argv is None else argv), prog=KUBECTL_PLUGIN)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
