@@ -364,9 +364,9 @@ def cmd_kueue(args: argparse.Namespace) -> int:
     if args.quota < 0:
         raise InputError("--quota must be 0 or more GPUs")
     objects, notes = kueue_objects(_catalog(args), args.quota)
-    header = ["# Kueue objects for gpu-class (README, \"With Kueue\"): a ResourceFlavor per GPU product, a ClusterQueue",
-              "# per class trying them in the class's order. Add your LocalQueues, and a resource group for cpu and",
-              "# memory if your Pods request them.", *(f"# not here: {n}" for n in notes)]
+    header = ["# Kueue objects for gpu-class (docs/operators/kueue-and-autoscalers.md): a ResourceFlavor per GPU",
+              "# product, a ClusterQueue per class trying them in the class's order. Add your LocalQueues, and a",
+              "# resource group for cpu and memory if your Pods request them.", *(f"# not here: {n}" for n in notes)]
     sys.stdout.write("\n".join(header) + "\n" + yaml.safe_dump_all(objects, sort_keys=False))
     return 0
 
