@@ -108,6 +108,7 @@ def test_json_inventory_reads_like_yaml(tmp_path: Path, capsys: pytest.CaptureFi
 
 
 README = Path(__file__).parent.parent / "README.md"
+INVENTORY_PAGE = README.parent / "docs" / "users" / "explain.md"
 
 
 def test_readme_starts_with_the_demo_command_alone() -> None:
@@ -123,7 +124,7 @@ def test_ci_runs_the_readme_test_command() -> None:
 
 
 @pytest.mark.parametrize("extra", [[], ["--nodes", str(DEMO / "dra.yaml")]], ids=["demo", "demo-with-dra"])
-def test_readme_shows_what_inventory_prints_on_the_demo(capsys: pytest.CaptureFixture[str], extra: list[str]) -> None:
+def test_docs_show_what_inventory_prints_on_the_demo(capsys: pytest.CaptureFixture[str], extra: list[str]) -> None:
     assert main(["inventory", *INVENTORY, *extra]) == 0
     printed = capsys.readouterr().out
-    assert f"```\n{printed}```\n" in README.read_text(), "paste `gpuclass inventory` on the demo into README.md again"
+    assert f"```\n{printed}```\n" in INVENTORY_PAGE.read_text(), "paste `gpuclass inventory` on the demo into docs/users/explain.md again"

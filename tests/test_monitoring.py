@@ -26,7 +26,7 @@ from tools import gotools
 
 MONITORING = deploy.DEPLOY / "components" / "monitoring"
 ALERT_TESTS = deploy.REPO / "tests" / "fixtures" / "monitoring" / "alerts_test.yaml"
-README = deploy.DEPLOY / "README.md"
+RUNBOOKS = deploy.REPO / "docs" / "operators" / "runbooks.md"
 # Prometheus's own series for each scrape target.
 PROMETHEUS_SERIES = {"up"}
 SUFFIXES = {"counter": ("_total",), "gauge": ("",), "histogram": ("_bucket", "_count", "_sum")}
@@ -129,15 +129,15 @@ def test_promtool_tests_use_exported_series() -> None:
 
 
 def test_every_alert_has_summary_severity_and_a_runbook_section() -> None:
-    readme = README.read_text()
+    runbooks = RUNBOOKS.read_text()
     anchors = {re.sub(r"[^a-z0-9 -]", "", h.lower()).strip().replace(" ", "-")
-               for h in re.findall(r"^#+\s+(.*)$", readme, re.M)}
+               for h in re.findall(r"^#+\s+(.*)$", runbooks, re.M)}
     assert {r["alert"] for r in rules()} == EXPECTED_ALERTS
     for rule in rules():
         assert rule["labels"]["severity"] in {"critical", "warning"}, rule["alert"]
         assert rule["annotations"]["summary"], rule["alert"]
         page, anchor = rule["annotations"]["runbook"].split("#")
-        assert page == "deploy/README.md" and anchor in anchors, f"{rule['alert']}: no section #{anchor} in {page}"
+        assert page == "docs/operators/runbooks.md" and anchor in anchors, f"{rule['alert']}: no section #{anchor} in {page}"
 
 
 def promtool(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:

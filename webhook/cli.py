@@ -137,20 +137,25 @@ KUBECTL_PLUGIN = "kubectl gpu-class"
 NAMESPACED_COMMANDS = ("explain", "review")
 
 
-def kubectl_main(argv: Sequence[str] | None = None) -> int:
-    """`kubectl gpu-class ...`: kubectl hands a plugin every argument after its name, with kubectl's own flags
-    (--kubeconfig, --context, -n) wherever the user typed them, also before the subcommand."""
+def kubectl_argv(argv: Sequence[str]) -> list[str]:
+    """The `gpuclass` arguments of `kubectl gpu-class ARGV`: kubectl hands a plugin every argument after its name,
+    with kubectl's own flags (--kubeconfig, --context, -n) wherever the user typed them, also before the subcommand."""
     globals_parser = argparse.ArgumentParser(add_help=False)
     globals_parser.add_argument("--kubeconfig")
     globals_parser.add_argument("--context")
     globals_parser.add_argument("-n", "--namespace")
-    given, rest = globals_parser.parse_known_args(list(sys.argv[1:] if argv is None else argv))
+    given, rest = globals_parser.parse_known_args(list(argv))
     if rest and rest[0] not in NAMESPACED_COMMANDS:
         given.namespace = None  # kubectl habit: `-n` on a cluster-wide command changes nothing
     flags = [f"--{k}={v}" for k, v in vars(given).items() if v is not None]
     if not rest or rest[0].startswith("-"):  # no subcommand (or --help): let the parser say what exists
-        return main([*rest, *flags], prog=KUBECTL_PLUGIN)
-    return main([rest[0], *flags, *rest[1:]], prog=KUBECTL_PLUGIN)
+        return [*rest, *flags]
+    return [rest[0], *flags, *rest[1:]]
+
+
+def kubectl_main(argv: Sequence[str] | None = None) -> int:
+    """`kubectl gpu-class ...`, the same commands as a kubectl plugin."""
+    return main(kubectl_argv(sys.argv[1:] if argv is None else argv), prog=KUBECTL_PLUGIN)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -359,9 +364,9 @@ def cmd_kueue(args: argparse.Namespace) -> int:
     if args.quota < 0:
         raise InputError("--quota must be 0 or more GPUs")
     objects, notes = kueue_objects(_catalog(args), args.quota)
-    header = ["# Kueue objects for gpu-class (README, \"With Kueue\"): a ResourceFlavor per GPU product, a ClusterQueue",
-              "# per class trying them in the class's order. Add your LocalQueues, and a resource group for cpu and",
-              "# memory if your Pods request them.", *(f"# not here: {n}" for n in notes)]
+    header = ["# Kueue objects for gpu-class (docs/operators/kueue-and-autoscalers.md): a ResourceFlavor per GPU",
+              "# product, a ClusterQueue per class trying them in the class's order. Add your LocalQueues, and a",
+              "# resource group for cpu and memory if your Pods request them.", *(f"# not here: {n}" for n in notes)]
     sys.stdout.write("\n".join(header) + "\n" + yaml.safe_dump_all(objects, sort_keys=False))
     return 0
 

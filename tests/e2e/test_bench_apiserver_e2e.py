@@ -2,7 +2,7 @@
 
 No latency targets here (a CI machine's speed says nothing); only that every arm's creates went
 through in every scenario, that every webhook was called by the API server, and that the report
-has the shape the README points to.
+has the shape docs/contributors/benchmarks.md points to.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """gpu-class with a real Karpenter (tests/e2e/karpenter.py, KWOK provider) on the local control plane: GPU
-pools at zero nodes grow in the class's order (README, "GPU pools that scale to zero").
+pools at zero nodes grow in the class's order (docs/users/scale-to-zero.md).
 
 The `karpenter` fixture starts Karpenter once for the module. The first test keeps gpu-class out (its
 namespace carries no opt-in label) and writes its Pod by hand: it proves that Karpenter, given a GPU

@@ -1,5 +1,5 @@
 """gpu-class beside a real Kueue (tests/e2e/kueue.py) on the local control plane: GPU quota never bypassed,
-Kueue's flavor and the class always agree (README, "With Kueue").
+Kueue's flavor and the class always agree (docs/users/kueue.md).
 
 The `kueue` fixture starts Kueue once for the module. The first test keeps gpu-class out (its namespace
 carries Kueue's label only, not gpu-class's opt-in): it proves the harness and Kueue's own admission.

@@ -22,7 +22,7 @@ def scheduler_guarantee(scheduler: str, catalog: Catalog) -> tuple[str, str]:
     """("strict" | "preferred", why) for a placed Pod scheduled by `scheduler`."""
     if catalog.strict_scheduler_of(scheduler) is not None:
         return "strict", (f"scheduled by {scheduler}, a profile that scores the class's strategy above every "
-                          "other score over all nodes (deploy/scheduler/README.md): the best allowed node with "
+                          "other score over all nodes (docs/operators/strict-scheduler.md): the best allowed node with "
                           "room at scheduling time")
     return "preferred", (f"scheduled by {scheduler}: the required affinity holds; the order is a preference that "
                          "the scheduler weighs against its own scores and only over the nodes it samples (for a "

@@ -6,7 +6,7 @@ a class's types are the planner's valid types for a one-GPU Pod (planner.class_f
 kept where the extender's node check (extender.judge_node) finds a node with a free GPU now; its
 Pending Pods are those the pending gauge counts (fidelity.placed_pending).
 
-The JSON is a stable interface (README.md, "Ask the cluster"): keys are only ever added.
+The JSON is a stable interface (docs/users/explain.md, "Ask the cluster"): keys are only ever added.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@
 # KubeSchedulerConfiguration of gpu-class-scheduler, the strict path: the stock
 # kube-scheduler with one profile per way of scoring a class's strategy.
 # kube-scheduler decodes this strictly: an unknown or misspelt field stops it
-# at start. README.md here works out every weight; tests/test_scheduler.py
+# at start. docs/operators/strict-scheduler.md works out every weight; tests/test_scheduler.py
 # recomputes that proof from this file and runs the real kube-scheduler on it.
 {{- end }}
 apiVersion: kubescheduler.config.k8s.io/v1
@@ -238,7 +238,7 @@ extenders:
       {{- end }}
     # Ignorable: if the webhook is unreachable or answers an error, the
     # profiles alone decide, which keeps the order strict by the scheduler's
-    # own counts (README.md here).
+    # own counts (docs/operators/strict-scheduler.md).
     ignorable: true
 {{- end }}
 {{- end -}}
