@@ -7,7 +7,10 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
+	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/util"
 )
 
 // Name is the plugin's name in a KubeSchedulerConfiguration.
@@ -73,10 +76,42 @@ func (pl *NodeLabelIndex) PreFilter(_ context.Context, _ fwk.CycleState, pod *v1
 
 func (pl *NodeLabelIndex) PreFilterExtensions() fwk.PreFilterExtensions { return nil }
 
-// EventsToRegister is empty: the plugin never rejects a Pod, so no event can
-// make a Pod it rejected schedulable.
+// EventsToRegister: the nodes the plugin left out count as rejected by it
+// (the scheduler marks them "didn't satisfy plugin(s) [NodeLabelIndex]"), and
+// no other plugin saw them. A node that comes, or whose labels change, so
+// that it matches a waiting Pod's affinity must bring the Pod back to the
+// queue; NodeAffinity, which would say so on the stock binary, never
+// filtered that node.
 func (pl *NodeLabelIndex) EventsToRegister(_ context.Context) ([]fwk.ClusterEventWithHint, error) {
-	return nil, nil
+	return []fwk.ClusterEventWithHint{
+		{Event: fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.Add | fwk.UpdateNodeLabel}, QueueingHintFn: pl.nodeNowMatches},
+	}, nil
+}
+
+// nodeNowMatches queues the Pod when the node matches its required affinity
+// and nodeSelector and did not before (or is new). It indexes the node first:
+// the hint runs in the scheduler's own handler of the event, before the Pod
+// goes back to the queue, while the index's handler of the same event may
+// not have run yet, and the Pod's next cycle would then leave the very node
+// that brought it back out. (A node added is safe either way: the index then
+// holds one node less than the snapshot, and PreFilter narrows nothing.)
+func (pl *NodeLabelIndex) nodeNowMatches(_ klog.Logger, pod *v1.Pod, oldObj, newObj any) (fwk.QueueingHint, error) {
+	was, now, err := util.As[*v1.Node](oldObj, newObj)
+	if err != nil {
+		return fwk.Queue, err
+	}
+	pl.index.Set(now.Name, now.Labels)
+	required := nodeaffinity.GetRequiredNodeAffinity(pod)
+	if matches, err := required.Match(now); err != nil || !matches {
+		return fwk.QueueSkip, err
+	}
+	if was == nil {
+		return fwk.Queue, nil
+	}
+	if matched, err := required.Match(was); err != nil || matched {
+		return fwk.QueueSkip, err
+	}
+	return fwk.Queue, nil
 }
 
 // SignPod says what the plugin reads of a Pod, as NodeAffinity does: Pods

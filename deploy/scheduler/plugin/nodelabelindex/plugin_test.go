@@ -1,0 +1,52 @@
+package nodelabelindex
+
+import (
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+)
+
+func TestNodeNowMatches(t *testing.T) {
+	h100 := map[string]string{product: "NVIDIA-H100-80GB-HBM3"}
+	l4 := map[string]string{product: "NVIDIA-L4"}
+	wants := pod(nil, []v1.NodeSelectorRequirement{in(product, "NVIDIA-H100-80GB-HBM3")})
+	for _, c := range []struct {
+		name     string
+		pod      *v1.Pod
+		was, now *v1.Node
+		want     fwk.QueueingHint
+	}{
+		{name: "added-of-the-type", pod: wants, now: node("n", h100), want: fwk.Queue},
+		{name: "added-of-another-type", pod: wants, now: node("n", l4), want: fwk.QueueSkip},
+		{name: "relabelled-to-the-type", pod: wants, was: node("n", l4), now: node("n", h100), want: fwk.Queue},
+		{name: "relabelled-away", pod: wants, was: node("n", h100), now: node("n", l4), want: fwk.QueueSkip},
+		{name: "other-labels-changed-on-a-matching-node", pod: wants,
+			was: node("n", h100), now: node("n", map[string]string{product: "NVIDIA-H100-80GB-HBM3", "zone": "a"}),
+			want: fwk.QueueSkip},
+		{name: "node-selector-now-met", pod: pod(map[string]string{"gpu-type": "A100"}),
+			was: node("n", nil), now: node("n", map[string]string{"gpu-type": "A100"}), want: fwk.Queue},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var was any
+			if c.was != nil {
+				was = c.was
+			}
+			pl := &NodeLabelIndex{index: NewIndex()}
+			if c.was != nil {
+				pl.index.Set(c.was.Name, c.was.Labels)
+			}
+			got, err := pl.nodeNowMatches(klog.Background(), c.pod, was, c.now)
+			if err != nil || got != c.want {
+				t.Errorf("got %v (%v), want %v", got, err, c.want)
+			}
+			// The Pod's next cycle finds the node as the event left it, whatever the informer's pace.
+			matches, _ := nodeaffinity.GetRequiredNodeAffinity(c.pod).Match(c.now)
+			if got, _ := pl.index.Candidates(c.pod); got.Has("n") != matches {
+				t.Errorf("the index does not hold the node as the event left it: %v", got)
+			}
+		})
+	}
+}

@@ -1,0 +1,118 @@
+"""gpu-class-scheduler's NodeLabelIndex on the real control plane: a Pod's cycle sees only the nodes its
+required affinity names, and the index follows the nodes as they come, go and change their labels.
+
+The stock binary's profiles (gpu-class-stock) run beside it as the control: the same Pods, filtered
+on every node. The nodes are this module's own, of a type label no other test uses, and the Pods
+name their affinity themselves in a namespace that has not opted in, so only the scheduler acts.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any, Iterator
+
+import kubernetes
+import pytest
+
+import local_cluster
+from kubeobjects import (create_node, delete_nodes, force_delete_pods, make_namespace, make_pod, read_pod, wait_bound,
+                         wait_for)
+
+SUFFIX = uuid.uuid4().hex[:6]
+TYPE_LABEL = "gpu-type"
+WANTED, OTHER = f"e2e-index-{SUFFIX}", f"e2e-other-{SUFFIX}"
+SMALL = f"e2e-index-small-{SUFFIX}"  # the one node of the wanted type at first: 1 GPU
+SCHEDULERS = [pytest.param(local_cluster.STRICT_SCHEDULER, id="gpu-class-scheduler"),
+              pytest.param(local_cluster.STOCK_SCHEDULER, id="stock-binary")]
+# The shared GPU nodes and a CPU-only node: the nodes of other types the index must leave out.
+pytestmark = pytest.mark.usefixtures("fleet")
+
+
+@pytest.fixture
+def plain_namespace(core: kubernetes.client.CoreV1Api) -> Iterator[str]:
+    name = make_namespace(core, "e2e-index")
+    yield name
+    force_delete_pods(core, name)
+    core.delete_namespace(name)
+
+
+@pytest.fixture
+def small_node(core: kubernetes.client.CoreV1Api) -> Iterator[list[str]]:
+    """The wanted type's one small node; a test appends the nodes it makes, all deleted afterwards."""
+    made = [SMALL]
+    create_node(core, SMALL, {TYPE_LABEL: WANTED}, gpus=1, taints=())
+    yield made
+    delete_nodes(core, made)
+
+
+def wanting(name: str, scheduler: str, gpus: int) -> dict[str, Any]:
+    required = {"nodeSelectorTerms": [{"matchExpressions": [
+        {"key": TYPE_LABEL, "operator": "In", "values": [WANTED]}]}]}
+    return make_pod(name, gpus=gpus, scheduler=scheduler,
+                    affinity={"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": required}})
+
+
+def unschedulable_message(core: kubernetes.client.CoreV1Api, namespace: str, name: str) -> str:
+    def message() -> str | None:
+        for c in read_pod(core, namespace, name)["status"].get("conditions", []):
+            if c["type"] == "PodScheduled" and c.get("reason") == "Unschedulable":
+                return str(c["message"])
+        return None
+    return str(wait_for(f"{namespace}/{name} found unschedulable", message))
+
+
+@pytest.mark.parametrize("scheduler", SCHEDULERS)
+def test_only_the_wanted_types_nodes_are_filtered(core: kubernetes.client.CoreV1Api, plain_namespace: str,
+                                                  small_node: list[str], scheduler: str) -> None:
+    """Too big for the one node of its type: the scheduler says why of every node. With the index,
+    every other node was left out before any Filter plugin ran; on the stock binary each of them went
+    through the Filter plugins (turned down by a taint, a cordon or NodeAffinity)."""
+    core.create_namespaced_pod(plain_namespace, wanting("too-big", scheduler, gpus=2))
+    message = unschedulable_message(core, plain_namespace, "too-big")
+    others = len(core.list_node().items) - 1
+    assert "1 Insufficient nvidia.com/gpu" in message, message
+    left_out = f"{others} node(s) didn't satisfy plugin(s) [NodeLabelIndex]"
+    if scheduler == local_cluster.STRICT_SCHEDULER:
+        assert left_out in message, message
+    else:
+        assert "NodeLabelIndex" not in message and "didn't match Pod's node affinity/selector" in message, message
+
+
+@pytest.mark.parametrize("scheduler", SCHEDULERS)
+def test_a_node_added_with_the_type_is_found(core: kubernetes.client.CoreV1Api, plain_namespace: str,
+                                             small_node: list[str], scheduler: str) -> None:
+    core.create_namespaced_pod(plain_namespace, wanting("waits", scheduler, gpus=4))
+    unschedulable_message(core, plain_namespace, "waits")
+    big = f"e2e-index-big-{scheduler}-{SUFFIX}"
+    small_node.append(big)
+    create_node(core, big, {TYPE_LABEL: WANTED}, gpus=4, taints=())
+    assert wait_bound(core, plain_namespace, "waits") == big
+
+
+@pytest.mark.parametrize("scheduler", SCHEDULERS)
+def test_a_node_relabelled_to_the_type_is_found(core: kubernetes.client.CoreV1Api, plain_namespace: str,
+                                                small_node: list[str], scheduler: str) -> None:
+    """The node count does not change, only a label: the index must move the node to its new type."""
+    relabelled = f"e2e-index-relabelled-{scheduler}-{SUFFIX}"
+    small_node.append(relabelled)
+    create_node(core, relabelled, {TYPE_LABEL: OTHER}, gpus=4, taints=())
+    core.create_namespaced_pod(plain_namespace, wanting("waits", scheduler, gpus=4))
+    unschedulable_message(core, plain_namespace, "waits")
+    core.patch_node(relabelled, {"metadata": {"labels": {TYPE_LABEL: WANTED}}})
+    assert wait_bound(core, plain_namespace, "waits") == relabelled
+
+
+@pytest.mark.parametrize("scheduler", SCHEDULERS)
+def test_a_deleted_node_is_not_offered(core: kubernetes.client.CoreV1Api, plain_namespace: str,
+                                       small_node: list[str], scheduler: str) -> None:
+    """The wanted type's big node goes away before the Pod comes: the Pod waits rather than bind to a
+    node that is no more, and takes the next one that comes."""
+    gone, later = f"e2e-index-gone-{scheduler}-{SUFFIX}", f"e2e-index-later-{scheduler}-{SUFFIX}"
+    small_node.extend([gone, later])
+    create_node(core, gone, {TYPE_LABEL: WANTED}, gpus=4, taints=())
+    delete_nodes(core, [gone])
+    core.create_namespaced_pod(plain_namespace, wanting("waits", scheduler, gpus=4))
+    message = unschedulable_message(core, plain_namespace, "waits")
+    assert "1 Insufficient nvidia.com/gpu" in message, message
+    create_node(core, later, {TYPE_LABEL: WANTED}, gpus=4, taints=())
+    assert wait_bound(core, plain_namespace, "waits") == later
