@@ -20,7 +20,6 @@ from typing import Any, Callable, Mapping, Sequence, TypeVar
 
 from .catalog import Catalog
 from .inventory import CLASS_ANNOTATION, GROUP_LABEL, TYPES_ANNOTATION, parse_gpu_count
-from .kueue import started_by_kueue
 from .quantity import quantity_mib
 
 PREFIX = "gpu-class.io/"
@@ -34,6 +33,9 @@ GROUP_SIZE_ANNOTATION = "gpu-class.io/group-size"
 # controller and JobSet put no Pod count on Pods (JobSet's replicas annotations count Jobs).
 LWS_SIZE_ANNOTATION = "leaderworkerset.sigs.k8s.io/size"
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
+# Set by Kueue on the pod template of every workload it starts (pkg/constants PodSetLabel), so
+# on every Pod created from it: its quota was counted from the template, not from the Pod.
+PODSET_LABEL = "kueue.x-k8s.io/podset"
 
 # the Pod annotations gpu-class reads (and the one it writes): any other gpu-class.io/ key is a slip
 POD_ANNOTATIONS = (CLASS_ANNOTATION, COUNT_ANNOTATION, CONTAINER_ANNOTATION, EXCLUDE_ANNOTATION, MIN_MEMORY_ANNOTATION,
@@ -103,7 +105,7 @@ class PodAsk:
     group: GroupAsk | None | str
     group_name: str  # gpu-class.io/group as written, "" when absent: a refused group is still named
     scheduler_name: str | None
-    kueue_started: bool  # Kueue's podset label: its workload was counted from the pod template
+    kueue_started: bool  # Kueue's podset label: kueue.py's rules apply
     types_written: str | None  # gpu-class.io/types as the Pod came; gpu-class writes it
     claims: tuple[str, ...] | Malformed  # the names of spec.resourceClaims
     node_selector: Mapping[str, Any] | Malformed
@@ -163,7 +165,7 @@ def read_pod(pod: Any, catalog: Catalog) -> PodAsk | None:
         group=read_group(annotations),
         group_name=group_name or "",
         scheduler_name=spec.get("schedulerName"),
-        kueue_started=started_by_kueue(labels),
+        kueue_started=PODSET_LABEL in labels,
         types_written=annotations.get(TYPES_ANNOTATION),
         claims=_caught(lambda: _own_claims(spec)),
         node_selector=_caught(lambda: _mapping(spec.get("nodeSelector"), "spec.nodeSelector")),

@@ -20,7 +20,7 @@ from .groups import ClassOffer, GroupOutcome, GroupPlan, GroupScope, decide_grou
 from .inventory import CLASS_ANNOTATION as CLASS_ANNOTATION  # the inventory reads both of unbound Pods too
 from .inventory import TYPES_ANNOTATION as TYPES_ANNOTATION
 from .inventory import GIB_MIB, NamespaceInfo, Pool, ProductGroup, Snapshot, Taint, split_types
-from .kueue import flavor_disagreement, uncounted_gpus_message
+from .kueue import decided_with_workload, flavor_disagreement, uncounted_gpus
 
 WARNING_MAX_CHARS = 120  # the API server asks webhooks to keep warnings this short
 
@@ -115,9 +115,7 @@ def decide(ask: PodAsk, snapshot: Snapshot, catalog: Catalog, *, namespace: str 
     ns_info = snapshot.namespace(namespace)
     if ns_info is not None and not ns_info.inject:
         return Decision("out-of-scope", f"namespace {namespace} is not opted in")
-    if ask.kueue_started and ask.types_written is not None:
-        # its Job's template was decided where Kueue counted it (workload.py): deciding again could
-        # disagree with the flavor Kueue chose since
+    if decided_with_workload(ask):
         return Decision("out-of-scope", "decided with its workload, which Kueue started")
 
     class_name = ask.class_name
@@ -184,8 +182,9 @@ def decide(ask: PodAsk, snapshot: Snapshot, catalog: Catalog, *, namespace: str 
     gpus = ask.gpus(container, resource)
     if isinstance(gpus, str):
         return Decision("refused", gpus, class_name=class_name)
-    if ask.kueue_started and gpus.set_limit:
-        return Decision("refused", uncounted_gpus_message(resource, gpus.count), class_name=class_name)
+    uncounted = uncounted_gpus(ask, resource, gpus)
+    if uncounted is not None:
+        return Decision("refused", uncounted, class_name=class_name)
     excluded, min_memory, group_ask = ask.excluded, ask.min_memory_mib, ask.group
     if isinstance(excluded, str):
         return Decision("refused", excluded, class_name=class_name)
@@ -228,12 +227,11 @@ def decide(ask: PodAsk, snapshot: Snapshot, catalog: Catalog, *, namespace: str 
         resource=fit.resource,
         group=group,
     )
-    if ask.kueue_started:
-        if isinstance(ask.node_selector, Malformed):
-            return _malformed(ask.node_selector.message)
-        disagreement = flavor_disagreement(ask.node_selector, fit.required, class_name)
-        if disagreement is not None:
-            return _from_fit("refused", class_name, fit, disagreement)
+    if ask.kueue_started and isinstance(ask.node_selector, Malformed):
+        return _malformed(ask.node_selector.message)
+    disagreement = flavor_disagreement(ask, fit.required, class_name)
+    if disagreement is not None:
+        return _from_fit("refused", class_name, fit, disagreement)
     if ask.types_written is not None and split_types(ask.types_written) != fit.types:
         ignored += (_short(f"gpu-class: {TYPES_ANNOTATION} is written by gpu-class: the Pod's value was replaced"),)
     return _from_fit("patched", class_name, fit, placement=placement, group=group, warnings=fit.warnings + ignored)
