@@ -150,9 +150,10 @@ def read_pod(pod: Any, catalog: Catalog) -> PodAsk | None:
     # refuses the Pod before it looks at a container otherwise
     shaped = not isinstance(requested, Malformed)
     read = tuple(_container(i, c, wanted, gpu_resources if shaped else frozenset()) for i, c in enumerate(containers))
-    init = spec.get("initContainers") or [] if shaped else []
-    init_held = {r: held for r in catalog.resources if (held := max((_held(c, r) for c in init), default=0))}
-    group_name = annotations.get(GROUP_ANNOTATION)
+    init_held: dict[str, int] = {}
+    for c in (spec.get("initContainers") or []) if shaped else []:
+        for r in _named(c, gpu_resources):
+            init_held[r] = max(init_held.get(r, 0), _held(c, r))
     return PodAsk(
         class_name=annotations.get(CLASS_ANNOTATION),
         containers=read,
@@ -163,7 +164,7 @@ def read_pod(pod: Any, catalog: Catalog) -> PodAsk | None:
         excluded=_excluded(annotations, catalog),
         min_memory_mib=_min_memory_mib(annotations),
         group=read_group(annotations),
-        group_name=group_name or "",
+        group_name=annotations.get(GROUP_ANNOTATION, ""),
         scheduler_name=spec.get("schedulerName"),
         kueue_started=PODSET_LABEL in labels,
         types_written=annotations.get(TYPES_ANNOTATION),
@@ -315,16 +316,27 @@ def _held(container: Any, resource: str) -> int:
     return parse_gpu_count(limits.get(resource, requests.get(resource)))
 
 
+def _named(container: Any, resources: frozenset[str]) -> set[str]:
+    """The resources a container's limits or requests name, with a value or null."""
+    if not isinstance(container, dict) or not resources:
+        return set()
+    limits, requests = _parts(container)
+    return (limits.keys() | requests.keys()) & resources
+
+
 def _container(index: int, container: Mapping[str, Any], wanted: int | None | str,
                resources: frozenset[str]) -> Container:
-    limits, requests = _parts(container) if resources else ({}, {})
-    named = {k for part in (limits, requests) for k, v in part.items() if v is not None} & resources
+    named = _named(container, resources)
+    if not named:  # most containers of most Pods: nothing more to read
+        return Container(index, container["name"], frozenset(), {}, {})
+    limits, requests = _parts(container)
+    given = {r for r in named if limits.get(r) is not None or requests.get(r) is not None}
     return Container(
         index=index,
         name=container["name"],
-        limited=frozenset(k for k in named if limits.get(k) is not None),
-        gpus={r: _gpus(wanted, f"container {container['name']}", limits.get(r), requests.get(r), r) for r in named},
-        held={r: held for r in (set(limits) | set(requests)) & resources if (held := _held(container, r))},
+        limited=frozenset(r for r in given if limits.get(r) is not None),
+        gpus={r: _gpus(wanted, f"container {container['name']}", limits.get(r), requests.get(r), r) for r in given},
+        held={r: held for r in named if (held := _held(container, r))},
     )
 
 

@@ -141,11 +141,16 @@ class GroupScope:
 
 def _scope(gpu_class: GpuClass, snapshot: Snapshot, catalog: Catalog, label_key: str,
            products: frozenset[str] | None = None, ruled_out: tuple[tuple[str, str], ...] = ()) -> GroupScope:
-    ruled = dict(ruled_out)
-    scope = GroupScope(label_key, products)
-    left_out = tuple((t, why) for t in gpu_class.types
-                     if (why := ruled.get(t) or _why_not(scope, t, snapshot, catalog)) is not None)
-    return GroupScope(label_key, products, left_out)
+    """The scope with the class's types it leaves out: worked out once per snapshot, as the class's fit is."""
+    key = ("group-scope", gpu_class.name, label_key, products, ruled_out)
+    found: GroupScope | None = snapshot.memo.get(key)
+    if found is None:
+        ruled = dict(ruled_out)
+        scope = GroupScope(label_key, products)
+        left_out = tuple((t, why) for t in gpu_class.types
+                         if (why := ruled.get(t) or _why_not(scope, t, snapshot, catalog)) is not None)
+        found = snapshot.memo[key] = GroupScope(label_key, products, left_out)
+    return found
 
 
 def _why_not(scope: GroupScope, type_name: str, snapshot: Snapshot, catalog: Catalog) -> str | None:
