@@ -15,7 +15,8 @@ from builders import assert_valid_pod, make_catalog, make_node, make_pod
 from test_planner import check_patch
 from webhook.core.catalog import Catalog
 from webhook.core.explain import explain_json, explain_text
-from webhook.core.groups import GroupAsk, read_group, room, runs_on
+from webhook.core.ask import GroupAsk, read_group
+from webhook.core.groups import room, runs_on
 from webhook.core.inventory import InventoryState, Snapshot, node_info_from_object
 from webhook.core.patch import build_patch
 from webhook.core.planner import Decision, plan

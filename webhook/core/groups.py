@@ -1,8 +1,9 @@
 """One GPU type per group of Pods (gpu-class.io/group, gpu-class.io/group-size). Pure.
 
-What a Pod asks for (its group and the group's size), where a group already runs (its bound Pods in
-the inventory), and how many of its Pods a type has room for. planner.py decides with these;
-patch.py writes what holds the group together at scheduling time:
+Where a group already runs (its bound Pods in the inventory), how many of its Pods a type has room
+for, and from these, in one step (decide_group), the nodes a Pod of the group may use: planner.py
+fits the Pod's class within that scope. ask.py reads the group from the Pod; patch.py writes what
+holds the group together at scheduling time:
 
 - the label gpu-class.io/group=NAME on the Pod, and
 - a required Pod affinity to that label (in the Pod's namespace) with the node label that names the
@@ -19,65 +20,17 @@ README.md ("One GPU type per group") says why this holds and what it costs.
 
 from __future__ import annotations
 
-import re
+import functools
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any, Literal, Mapping
+from typing import Any, Literal
 
-from .catalog import Catalog
+from .ask import GroupAsk
+from .catalog import Catalog, GpuClass
 from .dra import HOSTNAME_LABEL
 from .inventory import GROUP_LABEL, GroupName, NodeInfo, Offer, ProductGroup, Snapshot
 
-GROUP_ANNOTATION = "gpu-class.io/group"
-GROUP_SIZE_ANNOTATION = "gpu-class.io/group-size"
-# LeaderWorkerSet writes the number of Pods of its group (leader included) on each of them. The Job
-# controller and JobSet put no Pod count on Pods (JobSet's replicas annotations count Jobs).
-LWS_SIZE_ANNOTATION = "leaderworkerset.sigs.k8s.io/size"
-
 GroupOutcome = Literal["started", "followed", "no-room", "refused", "unplaced"]
-
-# a label value: the name becomes the Pod label the affinity selects on
-_NAME_RE = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
-_SIZE_RE = re.compile(r"[0-9]{1,6}")
-
-
-@dataclass(frozen=True)
-class GroupAsk:
-    """A Pod's group: its name, and the number of Pods it has when known (and which annotation said so)."""
-
-    name: str
-    size: int | None = None
-    size_from: str | None = None
-
-
-def _size(raw: str | None) -> int | None:
-    text = raw.strip() if isinstance(raw, str) else ""
-    return int(text) if _SIZE_RE.fullmatch(text) and int(text) > 0 else None
-
-
-def read_group(annotations: Mapping[str, str]) -> GroupAsk | None | str:
-    """The Pod's group, None when it has none, or the message refusing what it wrote."""
-    name = annotations.get(GROUP_ANNOTATION)
-    raw_size = annotations.get(GROUP_SIZE_ANNOTATION)
-    if name is None:
-        if raw_size is not None:
-            return (f"gpu-class: {GROUP_SIZE_ANNOTATION} needs {GROUP_ANNOTATION}: name the group whose size "
-                    "it is")
-        return None
-    if not _NAME_RE.fullmatch(name):
-        shown = repr(name) if len(name) <= 66 else repr(name[:60]) + "..."
-        return (f"gpu-class: {GROUP_ANNOTATION} must be 1 to 63 letters, digits, '-', '_' or '.', beginning and "
-                f"ending with a letter or digit (it becomes the Pod label {GROUP_LABEL}), not {shown}")
-    if raw_size is not None:
-        size = _size(raw_size)
-        if size is None:
-            shown = repr(raw_size) if len(raw_size) <= 30 else repr(raw_size[:27]) + "..."
-            return (f"gpu-class: {GROUP_SIZE_ANNOTATION} must be a positive whole number of Pods (like \"8\"), "
-                    f"not {shown}")
-        return GroupAsk(name, size, GROUP_SIZE_ANNOTATION)
-    # LeaderWorkerSet's webhook refuses a Pod whose size it cannot read, so a bad value never gets here
-    lws = _size(annotations.get(LWS_SIZE_ANNOTATION))
-    return GroupAsk(name, lws, LWS_SIZE_ANNOTATION if lws is not None else None)
 
 
 @dataclass(frozen=True)
@@ -173,31 +126,46 @@ def room(snapshot: Snapshot, catalog: Catalog, type_name: str, label_key: str, g
 
 @dataclass(frozen=True)
 class GroupScope:
-    """The nodes a group's Pod may use: those of one label key, and once the group runs, of its values."""
+    """The nodes a group's Pod may use: those of one label key, and once the group runs, of its values.
+
+    Which of the class's types that leaves out, and why, is decided with the scope: the planner only
+    reads it."""
 
     label_key: str
     products: frozenset[str] | None = None  # None: any value of label_key
-    ruled_out: tuple[tuple[str, str], ...] = ()  # (type, why) where the group cannot start whole
+    left_out: tuple[tuple[str, str], ...] = ()  # (type, why) for each type of the class the group may not use
 
     def admits(self, group: ProductGroup) -> bool:
         return group.label_key == self.label_key and (self.products is None or group.product in self.products)
 
-    def why_not(self, type_name: str, snapshot: Snapshot, catalog: Catalog) -> str | None:
-        """Why the scope leaves out a type otherwise valid for the Pod; None when it does not."""
-        ruled = dict(self.ruled_out).get(type_name)
-        if ruled is not None:
-            return ruled
-        if self.products is not None:
-            runs = any(self.admits(g) for g in snapshot.groups(type_name))
-            return None if runs else f"the group runs on {self.label_key}={', '.join(sorted(self.products))}"
-        groups = snapshot.groups(type_name)
-        pools = snapshot.pools(type_name)
-        keys = ({g.label_key for g in groups} | {p.label_key for p in pools} if groups or pools else
-                # a scalable pool at zero: the keys it will have
-                {k for k, _ in catalog.types[type_name].exact_values(catalog.product_labels)})
-        if self.label_key in keys:
-            return None
-        return f"its nodes are labelled {', '.join(sorted(keys))}; the group's Pods meet on {self.label_key}"
+
+def _scope(gpu_class: GpuClass, snapshot: Snapshot, catalog: Catalog, label_key: str,
+           products: frozenset[str] | None = None, ruled_out: tuple[tuple[str, str], ...] = ()) -> GroupScope:
+    """The scope with the class's types it leaves out: worked out once per snapshot, as the class's fit is."""
+    key = ("group-scope", gpu_class.name, label_key, products, ruled_out)
+    found: GroupScope | None = snapshot.memo.get(key)
+    if found is None:
+        ruled = dict(ruled_out)
+        scope = GroupScope(label_key, products)
+        left_out = tuple((t, why) for t in gpu_class.types
+                         if (why := ruled.get(t) or _why_not(scope, t, snapshot, catalog)) is not None)
+        found = snapshot.memo[key] = GroupScope(label_key, products, left_out)
+    return found
+
+
+def _why_not(scope: GroupScope, type_name: str, snapshot: Snapshot, catalog: Catalog) -> str | None:
+    """Why the scope leaves out a type otherwise valid for the Pod; None when it does not."""
+    if scope.products is not None:
+        runs = any(scope.admits(g) for g in snapshot.groups(type_name))
+        return None if runs else f"the group runs on {scope.label_key}={', '.join(sorted(scope.products))}"
+    groups = snapshot.groups(type_name)
+    pools = snapshot.pools(type_name)
+    keys = ({g.label_key for g in groups} | {p.label_key for p in pools} if groups or pools else
+            # a scalable pool at zero: the keys it will have
+            {k for k, _ in catalog.types[type_name].exact_values(catalog.product_labels)})
+    if scope.label_key in keys:
+        return None
+    return f"its nodes are labelled {', '.join(sorted(keys))}; the group's Pods meet on {scope.label_key}"
 
 
 @dataclass(frozen=True)
@@ -215,3 +183,79 @@ class GroupPlan:
     def affinity_term(self) -> dict[str, Any]:
         """The required Pod affinity term that keeps the group on one value of topology_key."""
         return {"labelSelector": {"matchLabels": {GROUP_LABEL: self.name}}, "topologyKey": self.topology_key}
+
+
+@dataclass(frozen=True)
+class ClassOffer:
+    """What the Pod's class offers it without a group, as far as the group's decision reads it."""
+
+    placeable: bool  # some type of the class can take one Pod
+    resource: str | None  # the resource chosen for the Pod
+    label_keys: tuple[tuple[str, str], ...]  # (type, node label key) of the valid types' nodes, best type first
+
+
+@dataclass(frozen=True)
+class GroupDecision:
+    """What a Pod's group decides before the class is fitted to it: the nodes it may use, or that it cannot run."""
+
+    plan: GroupPlan
+    scope: GroupScope | None = None  # None: the class's offer without a group stands (see refusal)
+    resource: str | None = None  # the resource to fit the class on within the scope
+    refusal: str | None = None  # the group can never run on one type of the class
+    warning: str | None = None
+
+
+def decide_group(ask: GroupAsk, namespace: str, gpu_class: GpuClass, gpus_needed: int, min_memory_mib: float | None,
+                 fixed: str | None, offer: ClassOffer, snapshot: Snapshot, catalog: Catalog) -> GroupDecision:
+    """The scope of a Pod of a group, and what was decided for the group.
+
+    A group that runs (a Pod of it is bound) keeps the Pod to its products. One that does not yet
+    gets the class's types under one label key, the one its best type is labelled by (kube-scheduler
+    needs the affinity's topologyKey on every node it admits); with a size, only the types whose
+    free devices hold every Pod of it, else, when none does now, those that can ever hold it.
+    """
+    plan = functools.partial(GroupPlan, ask.name, size=ask.size, size_from=ask.size_from)
+    running = runs_on(snapshot, (namespace, ask.name), fixed)
+    if running is not None:
+        scope = _scope(gpu_class, snapshot, catalog, running.label_key, frozenset(running.products))
+        return GroupDecision(plan("followed", topology_key=running.label_key, runs_on=running), scope,
+                             fixed or running.resource)
+    if not offer.placeable:  # no node can take even one of its Pods
+        return GroupDecision(plan("unplaced"))
+    rank = {k: i for i, k in enumerate(catalog.product_labels)}
+    keys_of: dict[str, list[str]] = {}
+    for type_name, label_key in offer.label_keys:
+        keys_of.setdefault(type_name, []).append(label_key)
+    candidates = [(t, k) for t, keys in keys_of.items()
+                  for k in sorted(keys, key=lambda key: (rank.get(key, len(rank)), key))]
+    if ask.size is None:
+        key = candidates[0][1]
+        return GroupDecision(plan("started", topology_key=key), _scope(gpu_class, snapshot, catalog, key),
+                             offer.resource)
+    size = ask.size
+    rooms = [room(snapshot, catalog, t, k, gpus_needed, min_memory_mib) for t, k in candidates]
+    holding = [r for r in rooms if r.now >= size]
+    outcome: GroupOutcome = "started"
+    if not holding:
+        holding = [r for r in rooms if r.most is None or r.most >= size]
+        outcome = "no-room"
+    if not holding:
+        best = max(rooms, key=lambda r: r.most or 0)
+        return GroupDecision(plan("refused"), refusal=(
+            f"gpu-class: group {ask.name} of {size} Pods x {gpus_needed} GPU(s) can never run on one type of class "
+            f"{gpu_class.name}: the most one type holds is {best.most} such Pods ({best.type_name}, all its nodes "
+            f"empty). Ask for fewer Pods or GPUs per Pod ({ask.size_from}), or another class"))
+    key = holding[0].label_key
+    under_key = tuple(r for r in rooms if r.label_key == key)
+    ruled = tuple((r.type_name, _short_of_room(r, size, outcome)) for r in under_key if r not in holding)
+    warning = None if outcome != "no-room" else (
+        f"gpu-class: group {ask.name}: no type has room for its {size} Pods now; they wait for room "
+        f"where the first one runs")
+    return GroupDecision(plan(outcome, topology_key=key, rooms=under_key),
+                         _scope(gpu_class, snapshot, catalog, key, None, ruled), offer.resource, warning=warning)
+
+
+def _short_of_room(r: Room, size: int, outcome: GroupOutcome) -> str:
+    if outcome == "started":
+        return f"room for {r.now} of the group's {size} Pods now"
+    return f"holds at most {r.most} of the group's {size} Pods"

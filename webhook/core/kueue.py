@@ -13,35 +13,43 @@ from __future__ import annotations
 import re
 from typing import Any, Mapping, Sequence
 
+from .ask import PODSET_LABEL as PODSET_LABEL  # read on the Pod by ask.py; tests and docs find it here
+from .ask import Gpus, Malformed, PodAsk
 from .catalog import Catalog, GpuClass
 from .inventory import TYPES_ANNOTATION, split_types
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"  # on a workload (a Job) or a plain Pod Kueue queues
-# Set by Kueue on the pod template of every workload it starts (pkg/constants PodSetLabel), so
-# on every Pod created from it: its quota was counted from the template, not from the Pod.
-PODSET_LABEL = "kueue.x-k8s.io/podset"
 
 
-def started_by_kueue(labels: Mapping[str, str]) -> bool:
-    return PODSET_LABEL in labels
+# --- the rules for a Pod Kueue started (its PODSET_LABEL, as ask.py read it) ------------
 
 
-def uncounted_gpus_message(resource: str, count: int) -> str:
-    """Why a Pod Kueue started is refused when only gpu-class would give it its GPUs."""
+def decided_with_workload(ask: PodAsk) -> bool:
+    """A Pod Kueue started that carries gpu-class's types: its Job's template was decided where
+    Kueue counted it (workload.py), and deciding again could disagree with the flavor Kueue chose since."""
+    return ask.kueue_started and ask.types_written is not None
+
+
+def uncounted_gpus(ask: PodAsk, resource: str, gpus: Gpus) -> str | None:
+    """The message refusing a Pod Kueue started when only gpu-class would give it its GPUs, or None."""
+    if not (ask.kueue_started and gpus.set_limit):
+        return None
     return (
         f"gpu-class: Kueue started this Pod's workload and counted its quota from the pod template, which asks for "
-        f"no {resource}; gpu-class would add {count} here, GPUs the quota never counted. Queue it as a batch/v1 Job "
-        f"(gpu-class decides those at the Job, where Kueue counts them) or write the limit ({resource}: {count}) in "
-        f"the workload's pod template"
+        f"no {resource}; gpu-class would add {gpus.count} here, GPUs the quota never counted. Queue it as a batch/v1 "
+        f"Job (gpu-class decides those at the Job, where Kueue counts them) or write the limit ({resource}: "
+        f"{gpus.count}) in the workload's pod template"
     )
 
 
-def flavor_disagreement(node_selector: Mapping[str, Any], required: Sequence[tuple[str, Sequence[str]]],
-                        class_name: str) -> str | None:
-    """The message refusing a Pod whose nodeSelector (Kueue's flavor) names a product its class does
-    not allow now, or None. Admitted, such a Pod would wait Pending for good while holding quota."""
+def flavor_disagreement(ask: PodAsk, required: Sequence[tuple[str, Sequence[str]]], class_name: str) -> str | None:
+    """The message refusing a Pod Kueue started whose nodeSelector (Kueue's flavor) names a product its
+    class does not allow now, or None. Admitted, such a Pod would wait Pending for good while holding quota.
+    A nodeSelector that is not an object is the planner's to refuse, as a malformed Pod."""
+    if not ask.kueue_started or isinstance(ask.node_selector, Malformed):
+        return None
     for key, products in required:
-        value = node_selector.get(key)
+        value = ask.node_selector.get(key)
         if isinstance(value, str) and value not in products:
             return (f"gpu-class: the Pod's nodeSelector (its Kueue flavor's nodeLabels) asks for {key}={value}, which "
                     f"class {class_name} cannot place on now (it allows {', '.join(products)}); give the workload a "

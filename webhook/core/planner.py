@@ -1,43 +1,30 @@
 """Decide what to do with a Pod: out of scope, refused, or placed on which GPU types. Pure.
 
-plan() reads the Pod (wire JSON), the namespace's settings, an inventory Snapshot and the Catalog,
-and returns a Decision. It never performs I/O; patch.py turns a Placement into a JSON Patch.
+decide() takes what the Pod asks (ask.py reads it once, into a PodAsk), the namespace's settings,
+an inventory Snapshot and the Catalog, and returns a Decision; plan() is the two in one, from the
+Pod's wire JSON. A Pod of a group gets its scope from groups.py in one step (_group_fit). Nothing here
+performs I/O; patch.py turns a Placement into a JSON Patch.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-import re
 from dataclasses import dataclass
 from typing import Any, Callable, Literal, Mapping, Sequence
 
+from .ask import EXCLUDE_ANNOTATION as EXCLUDE_ANNOTATION  # e2e tests import it from here
+from .ask import POD_ANNOTATIONS, PREFIX, GroupAsk, Malformed, MalformedPod, PodAsk, quoted, read_pod
 from .catalog import Catalog, GpuClass, Strategy, profile_suffix
-from .groups import (
-    GROUP_ANNOTATION, GROUP_SIZE_ANNOTATION, GroupAsk, GroupOutcome, GroupPlan, GroupScope, Room, read_group, room,
-    runs_on,
-)
+from .groups import ClassOffer, GroupOutcome, GroupPlan, GroupScope, decide_group
 from .inventory import CLASS_ANNOTATION as CLASS_ANNOTATION  # the inventory reads both of unbound Pods too
 from .inventory import TYPES_ANNOTATION as TYPES_ANNOTATION
-from .inventory import GIB_MIB, NamespaceInfo, Pool, ProductGroup, Snapshot, Taint, pod_gpus, split_types
-from .kueue import flavor_disagreement, started_by_kueue, uncounted_gpus_message
-from .quantity import quantity_mib
-
-PREFIX = "gpu-class.io/"
-COUNT_ANNOTATION = PREFIX + "count"
-CONTAINER_ANNOTATION = PREFIX + "container"
-EXCLUDE_ANNOTATION = PREFIX + "exclude-types"
-MIN_MEMORY_ANNOTATION = PREFIX + "min-memory"
-MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
+from .inventory import GIB_MIB, NamespaceInfo, Pool, ProductGroup, Snapshot, Taint, split_types
+from .kueue import decided_with_workload, flavor_disagreement, uncounted_gpus
 
 WARNING_MAX_CHARS = 120  # the API server asks webhooks to keep warnings this short
-_COUNT_RE = re.compile(r"[0-9]{1,6}")
 
 Outcome = Literal["out-of-scope", "refused", "patched", "admitted-unsatisfiable"]
-
-
-class MalformedPod(ValueError):
-    """The Pod does not have the shape of a Pod where the webhook must read or write it."""
 
 
 @dataclass(frozen=True)
@@ -108,36 +95,35 @@ def plan(
     *,
     namespace: str = "",
 ) -> Decision:
-    """The whole admission decision for a Pod being created in `namespace`."""
+    """The whole admission decision for a Pod being created in `namespace`: its ask, read once, decided."""
     try:
-        return _plan(pod, snapshot, catalog, namespace)
+        ask = read_pod(pod, catalog)
     except MalformedPod as exc:
-        return Decision("refused", f"gpu-class: malformed Pod: {exc}")
-
-
-def _plan(pod: Mapping[str, Any], snapshot: Snapshot, catalog: Catalog, namespace: str) -> Decision:
-    if not isinstance(pod, dict):
-        raise MalformedPod("the object is not a JSON object")
-    annotations = _mapping(pod.get("metadata"), "metadata").get("annotations")
-    annotations = _string_map(annotations, "metadata.annotations")
-    if MIRROR_ANNOTATION in annotations:
+        return _malformed(str(exc))
+    if ask is None:
         return Decision("out-of-scope", "mirror Pod")
-    containers = _containers(pod)
-    _check_patchable(pod)
+    return decide(ask, snapshot, catalog, namespace=namespace)
+
+
+def _malformed(message: str) -> Decision:
+    return Decision("refused", f"gpu-class: malformed Pod: {message}")
+
+
+def decide(ask: PodAsk, snapshot: Snapshot, catalog: Catalog, *, namespace: str = "") -> Decision:
+    """The decision for what a Pod asks, in `namespace`. The refusals come in a fixed order: the
+    first thing wrong is the one the user hears of."""
     ns_info = snapshot.namespace(namespace)
     if ns_info is not None and not ns_info.inject:
         return Decision("out-of-scope", f"namespace {namespace} is not opted in")
-    labels = _string_map(_mapping(pod.get("metadata"), "metadata").get("labels"), "metadata.labels")
-    kueue_started = started_by_kueue(labels)
-    if kueue_started and TYPES_ANNOTATION in annotations:
-        # its Job's template was decided where Kueue counted it (workload.py): deciding again could
-        # disagree with the flavor Kueue chose since
+    if decided_with_workload(ask):
         return Decision("out-of-scope", "decided with its workload, which Kueue started")
 
-    class_name = annotations.get(CLASS_ANNOTATION)
+    class_name = ask.class_name
     from_default = class_name is None
     if class_name is None:
-        if not _requested_resources(pod, catalog.resources):
+        if isinstance(ask.requested, Malformed):
+            return _malformed(ask.requested.message)
+        if not ask.requested:
             return Decision("out-of-scope", "no class annotation and no GPU request")
         class_name, source = _default_class(ns_info, catalog)
         if class_name is None:
@@ -145,32 +131,33 @@ def _plan(pod: Mapping[str, Any], snapshot: Snapshot, catalog: Catalog, namespac
         if class_name not in catalog.classes:
             return Decision(
                 "refused",
-                f"gpu-class: the {source} names class {_quoted(class_name)}, which does not exist; "
+                f"gpu-class: the {source} names class {quoted(class_name)}, which does not exist; "
                 f"an administrator must set it to one of: {', '.join(catalog.classes)}",
             )
     gpu_class = catalog.classes.get(class_name)
     if gpu_class is None:
         return Decision(
             "refused",
-            f"gpu-class: unknown class {_quoted(class_name)} in {CLASS_ANNOTATION}; "
+            f"gpu-class: unknown class {quoted(class_name)} in {CLASS_ANNOTATION}; "
             f"write one of: {', '.join(_allowed(catalog, ns_info))}",
             class_name=class_name,
         )
     if ns_info is not None and ns_info.allowed_classes is not None and class_name not in ns_info.allowed_classes:
         return Decision(
             "refused",
-            f"gpu-class: class {_quoted(class_name)} is not allowed in namespace {namespace}; "
+            f"gpu-class: class {quoted(class_name)} is not allowed in namespace {namespace}; "
             f"allowed classes: {', '.join(ns_info.allowed_classes) or '(none)'}",
             class_name=class_name,
         )
 
-    claims = _own_claims(pod)
-    if claims:
+    if isinstance(ask.claims, Malformed):
+        return _malformed(ask.claims.message)
+    if ask.claims:
         drop = (f"the {CLASS_ANNOTATION} annotation" if not from_default else
                 "its GPU limit (the namespace's default class applies to Pods that ask for one)")
         return Decision(
             "refused",
-            f"gpu-class: the Pod has resource claims of its own (spec.resourceClaims: {_quoted(', '.join(claims))[1:-1]}); "
+            f"gpu-class: the Pod has resource claims of its own (spec.resourceClaims: {quoted(', '.join(ask.claims))[1:-1]}); "
             "gpu-class gives a Pod GPUs through its GPU limit and its node and cannot see what a claim asks for, so "
             f"the Pod could get GPUs twice, or of a type its class does not allow. Drop the claims to let gpu-class "
             f"place it, or drop {drop} and ask for GPUs through the claims alone",
@@ -183,39 +170,40 @@ def _plan(pod: Mapping[str, Any], snapshot: Snapshot, catalog: Catalog, namespac
             "unreachable); retry in a few seconds",
             class_name=class_name,
         )
-    fixed, refusal = _fixed_resource(pod, gpu_class, catalog)
+    if isinstance(ask.requested, Malformed):
+        return _malformed(ask.requested.message)
+    fixed, refusal = _fixed_resource(ask.requested, gpu_class, catalog)
     if refusal is not None:
         return Decision("refused", refusal, class_name=class_name)
     resource = fixed or catalog.class_resources(class_name)[0]
-    target = _target_container(annotations, containers, resource)
-    if isinstance(target, str):
-        return Decision("refused", target, class_name=class_name)
-    index, container = target
-    count = _count(annotations, container, resource)
-    if isinstance(count, str):
-        return Decision("refused", count, class_name=class_name)
-    count_value, set_limit = count
-    if kueue_started and set_limit:
-        return Decision("refused", uncounted_gpus_message(resource, count_value), class_name=class_name)
-    excluded = _excluded(annotations, catalog)
+    container = ask.container_for(resource)
+    if isinstance(container, str):
+        return Decision("refused", container, class_name=class_name)
+    gpus = ask.gpus(container, resource)
+    if isinstance(gpus, str):
+        return Decision("refused", gpus, class_name=class_name)
+    uncounted = uncounted_gpus(ask, resource, gpus)
+    if uncounted is not None:
+        return Decision("refused", uncounted, class_name=class_name)
+    excluded, min_memory, group_ask = ask.excluded, ask.min_memory_mib, ask.group
     if isinstance(excluded, str):
         return Decision("refused", excluded, class_name=class_name)
-    min_memory = _min_memory_mib(annotations)
     if isinstance(min_memory, str):
         return Decision("refused", min_memory, class_name=class_name)
-    ask = read_group(annotations)
-    if isinstance(ask, str):
-        return Decision("refused", ask, class_name=class_name,
-                        group=GroupPlan(annotations.get(GROUP_ANNOTATION, ""), "refused"))
+    if isinstance(group_ask, str):
+        return Decision("refused", group_ask, class_name=class_name, group=GroupPlan(ask.group_name, "refused"))
 
     # with no resource fixed the Pod asks for none of the class's, so every one needs the same
-    gpus_needed = pod_gpus(pod, resource, target=(index, count_value))
+    gpus_needed = ask.gpus_needed(resource, container, gpus.count)
+    fit_class = functools.partial(class_fit, gpu_class, gpus_needed, excluded, snapshot, catalog,
+                                  min_memory_mib=min_memory)
     group: GroupPlan | None = None
-    if ask is None:
-        fit = class_fit(gpu_class, gpus_needed, excluded, snapshot, catalog, min_memory_mib=min_memory, resource=fixed)
+    if group_ask is None:
+        fit = fit_class(resource=fixed)
     else:
-        fit, group = _group_fit(ask, gpu_class, gpus_needed, excluded, snapshot, catalog, namespace, min_memory, fixed)
-    ignored = _ignored_input(annotations, gpu_class, excluded)
+        fit, group = _group_fit(group_ask, fit_class, gpu_class, gpus_needed, min_memory, fixed, snapshot, catalog,
+                                namespace)
+    ignored = _ignored_input(ask.unknown_annotations, gpu_class, excluded)
     if fit.unsatisfiable is not None:
         # a group that can never fit is the Pod's mistake, not the cluster's state: refused either way
         if catalog.on_unsatisfiable == "admit" and (group is None or group.outcome != "refused"):
@@ -225,30 +213,56 @@ def _plan(pod: Mapping[str, Any], snapshot: Snapshot, catalog: Catalog, namespac
         return _from_fit("refused", class_name, fit, fit.unsatisfiable, group=_ended(group, "refused"))
     assert fit.resource is not None  # a satisfiable fit has chosen one
     placement = Placement(
-        container_index=index,
-        container_name=container["name"],
-        count=count_value,
-        set_limit=set_limit,
+        container_index=container.index,
+        container_name=container.name,
+        count=gpus.count,
+        set_limit=gpus.set_limit,
         class_name=class_name,
         types=fit.types,
         required=fit.required,
         preferences=fit.preferences,
         tolerations=fit.tolerations,
-        scheduler_name=route_scheduler(_mapping(pod.get("spec"), "spec").get("schedulerName"), catalog,
-                                       gpu_class.strategy, fit.resource),
+        scheduler_name=route_scheduler(ask.scheduler_name, catalog, gpu_class.strategy, fit.resource),
         record_class=from_default,
         resource=fit.resource,
         group=group,
     )
-    if kueue_started:
-        node_selector = _mapping(_mapping(pod.get("spec"), "spec").get("nodeSelector"), "spec.nodeSelector")
-        disagreement = flavor_disagreement(node_selector, fit.required, class_name)
-        if disagreement is not None:
-            return _from_fit("refused", class_name, fit, disagreement)
-    written = annotations.get(TYPES_ANNOTATION)
-    if written is not None and split_types(written) != fit.types:
+    if ask.kueue_started and isinstance(ask.node_selector, Malformed):
+        return _malformed(ask.node_selector.message)
+    disagreement = flavor_disagreement(ask, fit.required, class_name)
+    if disagreement is not None:
+        return _from_fit("refused", class_name, fit, disagreement)
+    if ask.types_written is not None and split_types(ask.types_written) != fit.types:
         ignored += (_short(f"gpu-class: {TYPES_ANNOTATION} is written by gpu-class: the Pod's value was replaced"),)
     return _from_fit("patched", class_name, fit, placement=placement, group=group, warnings=fit.warnings + ignored)
+
+
+def _group_fit(
+    group: GroupAsk, fit_class: Callable[..., ClassFit], gpu_class: GpuClass, gpus_needed: int, min_memory_mib: float | None,
+    fixed: str | None, snapshot: Snapshot, catalog: Catalog, namespace: str,
+) -> tuple[ClassFit, GroupPlan]:
+    """The class's fit for a Pod of a group, and what was decided for the group.
+
+    The group enters the decision here, once: decide_group reads what the class offers the Pod
+    without a group and returns the scope to fit the class within (groups.py says how it is chosen).
+    """
+    base = fit_class(resource=fixed)
+    offer = ClassOffer(base.unsatisfiable is None, base.resource,
+                       tuple((p.type_name, p.label_key) for p in base.preferences))
+    decided = decide_group(group, namespace, gpu_class, gpus_needed, min_memory_mib, fixed, offer, snapshot, catalog)
+    if decided.scope is None:
+        refused = base if decided.refusal is None else dataclasses.replace(base, unsatisfiable=decided.refusal)
+        return refused, decided.plan
+    scoped: ClassFit = fit_class(resource=decided.resource, scope=decided.scope)
+    running = decided.plan.runs_on
+    if running is not None and scoped.unsatisfiable is not None:
+        why = "; ".join(f"{v.type_name}: {v.reason}" for v in scoped.verdicts if v.type_name in running.types)
+        scoped = dataclasses.replace(scoped, unsatisfiable=(
+            f"gpu-class: group {group.name} runs on {running.describe()}, which this Pod cannot use "
+            f"({why or f'not in class {gpu_class.name}'}); the Pods of a group must all be able to run on its type"))
+    if decided.warning is not None:
+        scoped = dataclasses.replace(scoped, warnings=scoped.warnings + (_short(decided.warning),))
+    return scoped, decided.plan
 
 
 def _from_fit(outcome: Outcome, class_name: str, fit: ClassFit, message: str = "", *,
@@ -280,100 +294,11 @@ def route_scheduler(pod_scheduler: str | None, catalog: Catalog, strategy: Strat
     return target if strict is None else strict + profile_suffix(strategy, resource)
 
 
-# --- reading the Pod ----------------------------------------------------------------------
+# --- the class and its resource ---------------------------------------------------------
 
 
-def _mapping(value: Any, where: str) -> Mapping[str, Any]:
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise MalformedPod(f"{where} must be an object")
-    return value
-
-
-def _item(value: Any, where: str) -> Mapping[str, Any]:
-    if not isinstance(value, dict):
-        raise MalformedPod(f"{where} must be an object")
-    return value
-
-
-def _list(value: Any, where: str) -> Sequence[Any]:
-    if value is None:
-        return []
-    if not isinstance(value, list):
-        raise MalformedPod(f"{where} must be a list")
-    return value
-
-
-def _string_map(value: Any, where: str) -> Mapping[str, str]:
-    mapping = _mapping(value, where)
-    for key, item in mapping.items():
-        if not isinstance(item, str):
-            raise MalformedPod(f"{where}[{_quoted(key)}] must be a string")
-    return mapping
-
-
-def _containers(pod: Mapping[str, Any]) -> Sequence[Mapping[str, Any]]:
-    spec = _mapping(pod.get("spec"), "spec")
-    containers = _list(spec.get("containers"), "spec.containers")
-    if not containers:
-        raise MalformedPod("spec.containers is empty")
-    for i, c in enumerate(containers):
-        if not isinstance(c, dict) or not isinstance(c.get("name"), str):
-            raise MalformedPod(f"spec.containers[{i}] must be an object with a name")
-    return containers
-
-
-def _own_claims(pod: Mapping[str, Any]) -> list[str]:
-    """The names of the Pod's spec.resourceClaims (DRA claims it brings itself)."""
-    claims = _list(_mapping(pod.get("spec"), "spec").get("resourceClaims"), "spec.resourceClaims")
-    return [str(_item(c, f"spec.resourceClaims[{i}]").get("name") or "?") for i, c in enumerate(claims)]
-
-
-def _check_patchable(pod: Mapping[str, Any]) -> None:
-    """The parts patch.py reads and extends must have their API shapes."""
-    spec = _mapping(pod.get("spec"), "spec")
-    node_affinity = _mapping(_mapping(spec.get("affinity"), "spec.affinity").get("nodeAffinity"), "nodeAffinity")
-    required = _mapping(node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution"), "nodeAffinity.required")
-    for i, term in enumerate(_list(required.get("nodeSelectorTerms"), "nodeSelectorTerms")):
-        _list(_item(term, f"nodeSelectorTerms[{i}]").get("matchExpressions"), f"nodeSelectorTerms[{i}].matchExpressions")
-    for i, pref in enumerate(_list(node_affinity.get("preferredDuringSchedulingIgnoredDuringExecution"), "nodeAffinity.preferred")):
-        _item(pref, f"nodeAffinity.preferred[{i}]")
-    for i, toleration in enumerate(_list(spec.get("tolerations"), "spec.tolerations")):
-        _item(toleration, f"spec.tolerations[{i}]")
-    pod_affinity = _mapping(_mapping(spec.get("affinity"), "spec.affinity").get("podAffinity"), "podAffinity")
-    for i, term in enumerate(_list(pod_affinity.get("requiredDuringSchedulingIgnoredDuringExecution"),
-                                   "podAffinity.required")):
-        _item(term, f"podAffinity.required[{i}]")
-    _string_map(_mapping(pod.get("metadata"), "metadata").get("labels"), "metadata.labels")
-    if not isinstance(spec.get("schedulerName", ""), (str, type(None))):
-        raise MalformedPod("spec.schedulerName must be a string")
-
-
-def _resource_value(container: Mapping[str, Any], part: str, resource: str, where: str) -> Any:
-    resources = _mapping(container.get("resources"), f"{where}.resources")
-    return _mapping(resources.get(part), f"{where}.resources.{part}").get(resource)
-
-
-def _requested_resources(pod: Mapping[str, Any], resources: Sequence[str]) -> list[str]:
-    """The catalog's resources the Pod's containers or init containers limit or request, in catalog order."""
-    spec = _mapping(pod.get("spec"), "spec")
-    found: set[str] = set()
-    for field in ("containers", "initContainers"):
-        for i, c in enumerate(_list(spec.get(field), f"spec.{field}")):
-            where = f"spec.{field}[{i}]"
-            container_resources = _mapping(_mapping(c, where).get("resources"), f"{where}.resources")
-            # Each container's few keys against the catalog's resources, not every resource looked up
-            # in every container: this runs on every admission.
-            for part in ("limits", "requests"):
-                found.update(k for k, v in _mapping(container_resources.get(part), f"{where}.resources.{part}").items()
-                             if v is not None)
-    return [r for r in resources if r in found]
-
-
-def _fixed_resource(pod: Mapping[str, Any], gpu_class: GpuClass, catalog: Catalog) -> tuple[str | None, str | None]:
+def _fixed_resource(asked: Sequence[str], gpu_class: GpuClass, catalog: Catalog) -> tuple[str | None, str | None]:
     """(the catalog resource the Pod already asks for or None, the message refusing it or None)."""
-    asked = _requested_resources(pod, catalog.resources)
     usable = catalog.class_resources(gpu_class.name)
     if len(asked) > 1:
         return None, (f"gpu-class: the Pod asks for {' and '.join(asked)}; a Pod can be placed on one GPU "
@@ -382,18 +307,6 @@ def _fixed_resource(pod: Mapping[str, Any], gpu_class: GpuClass, catalog: Catalo
         return None, (f"gpu-class: the Pod asks for {asked[0]}, which no type of class {gpu_class.name} uses; "
                       f"ask for one of {', '.join(usable)}, or for none and let gpu-class choose")
     return (asked[0] if asked else None), None
-
-
-def _min_memory_mib(annotations: Mapping[str, str]) -> float | None | str:
-    """gpu-class.io/min-memory as MiB (a Kubernetes quantity), or the message refusing it."""
-    raw = annotations.get(MIN_MEMORY_ANNOTATION)
-    if raw is None:
-        return None
-    mib = quantity_mib(raw)
-    if mib is None:
-        return (f"gpu-class: {MIN_MEMORY_ANNOTATION} must be a positive Kubernetes quantity of memory per GPU, "
-                f"like \"40Gi\", \"40960Mi\" or \"48G\", not {_quoted(raw)}")
-    return mib
 
 
 def _default_class(ns_info: NamespaceInfo | None, catalog: Catalog) -> tuple[str | None, str]:
@@ -409,89 +322,18 @@ def _allowed(catalog: Catalog, ns_info: NamespaceInfo | None) -> list[str]:
     return names
 
 
-def _target_container(
-    annotations: Mapping[str, str], containers: Sequence[Mapping[str, Any]], resource: str
-) -> tuple[int, Mapping[str, Any]] | str:
-    wanted = annotations.get(CONTAINER_ANNOTATION)
-    if wanted is not None:
-        for i, c in enumerate(containers):
-            if c["name"] == wanted:
-                return i, c
-        names = ", ".join(c["name"] for c in containers)
-        return f"gpu-class: {CONTAINER_ANNOTATION} names container {_quoted(wanted)}, which this Pod does not have; containers: {names}"
-    # a Pod that already asks for GPUs in one container means that one
-    for i, c in enumerate(containers):
-        if _resource_value(c, "limits", resource, f"spec.containers[{i}]") is not None:
-            return i, c
-    return 0, containers[0]
-
-
-def _parse_count(value: Any) -> int | None:
-    text = str(value).strip() if isinstance(value, (str, int)) and not isinstance(value, bool) else ""
-    if not _COUNT_RE.fullmatch(text) or int(text) == 0:
-        return None
-    return int(text)
-
-
-def _count(annotations: Mapping[str, str], container: Mapping[str, Any], resource: str) -> tuple[int, bool] | str:
-    """The GPUs for the Pod, and whether the limit must be written. An existing limit is the count."""
-    where = f"container {container['name']}"
-    wanted_raw = annotations.get(COUNT_ANNOTATION)
-    wanted = None if wanted_raw is None else _parse_count(wanted_raw)
-    if wanted_raw is not None and wanted is None:
-        return f"gpu-class: {COUNT_ANNOTATION} must be a positive whole number of GPUs (like \"1\" or \"4\"), not {_quoted(wanted_raw)}"
-    limit_raw = _resource_value(container, "limits", resource, where)
-    request_raw = _resource_value(container, "requests", resource, where)
-    limit = None if limit_raw is None else _parse_count(limit_raw)
-    request = None if request_raw is None else _parse_count(request_raw)
-    if limit_raw is not None and limit is None:
-        return f"gpu-class: {where} has {resource} limit {_quoted(limit_raw)}; it must be a positive whole number"
-    if request_raw is not None and request is None:
-        return f"gpu-class: {where} has {resource} request {_quoted(request_raw)}; it must be a positive whole number"
-    existing = limit if limit is not None else request
-    if limit is not None and request is not None and limit != request:
-        return f"gpu-class: {where} requests {request} but limits {limit} of {resource}; they must be equal"
-    if existing is not None and wanted is not None and existing != wanted:
-        return (
-            f"gpu-class: {COUNT_ANNOTATION} says {wanted} but {where} already has {existing} {resource}; "
-            "remove one of them or make them equal"
-        )
-    count = existing if existing is not None else wanted if wanted is not None else 1
-    return count, limit is None
-
-
-# the Pod annotations gpu-class reads (and the one it writes): any other gpu-class.io/ key is a slip
-POD_ANNOTATIONS = (CLASS_ANNOTATION, COUNT_ANNOTATION, CONTAINER_ANNOTATION, EXCLUDE_ANNOTATION, MIN_MEMORY_ANNOTATION,
-                   GROUP_ANNOTATION, GROUP_SIZE_ANNOTATION, TYPES_ANNOTATION)
-
-
-def _ignored_input(annotations: Mapping[str, str], gpu_class: GpuClass, excluded: frozenset[str]) -> tuple[str, ...]:
+def _ignored_input(unknown: Sequence[str], gpu_class: GpuClass, excluded: frozenset[str]) -> tuple[str, ...]:
     """Warnings for what the user wrote to no effect: a gpu-class.io/ annotation nobody reads (a typo
     such as gpu-class.io/min-mem would otherwise pass unnoticed), excluded types the class lacks."""
     warnings = []
-    unknown = sorted(k for k in annotations if k.startswith(PREFIX) and k not in POD_ANNOTATIONS)
     if unknown:
         read = ", ".join(k[len(PREFIX):] for k in POD_ANNOTATIONS if k != TYPES_ANNOTATION)
-        warnings.append(_short(f"gpu-class: {_quoted(', '.join(unknown))[1:-1]} ignored; known: {read}"))
+        warnings.append(_short(f"gpu-class: {quoted(', '.join(unknown))[1:-1]} ignored; known: {read}"))
     outside = sorted(excluded - set(gpu_class.types))
     if outside:
         warnings.append(_short(f"gpu-class: {EXCLUDE_ANNOTATION}: {', '.join(outside)} ignored: not in class "
                                f"{gpu_class.name}"))
     return tuple(warnings)
-
-
-def _excluded(annotations: Mapping[str, str], catalog: Catalog) -> frozenset[str] | str:
-    raw = annotations.get(EXCLUDE_ANNOTATION)
-    if raw is None:
-        return frozenset()
-    names = {n.strip() for n in raw.split(",") if n.strip()}
-    unknown = sorted(n for n in names if n not in catalog.types)
-    if unknown:
-        return (
-            f"gpu-class: {EXCLUDE_ANNOTATION} names unknown types {_quoted(', '.join(unknown))[1:-1]}; "
-            f"types: {', '.join(catalog.types)}"
-        )
-    return frozenset(names)
 
 
 # --- deciding -----------------------------------------------------------------------------
@@ -644,72 +486,6 @@ def class_fit(
     return fit
 
 
-def _group_fit(
-    ask: GroupAsk, gpu_class: GpuClass, gpus_needed: int, excluded: frozenset[str], snapshot: Snapshot,
-    catalog: Catalog, namespace: str, min_memory_mib: float | None, fixed: str | None,
-) -> tuple[ClassFit, GroupPlan]:
-    """The class's fit for a Pod of a group, and what was decided for the group.
-
-    A group that runs (a Pod of it is bound) keeps the Pod to its products. One that does not yet
-    gets the class's types under one label key, the one its best type is labelled by (kube-scheduler
-    needs the affinity's topologyKey on every node it admits); with a size, only the types whose
-    free devices hold every Pod of it, else, when none does now, those that can ever hold it.
-    """
-    fit = functools.partial(class_fit, gpu_class, gpus_needed, excluded, snapshot, catalog,
-                            min_memory_mib=min_memory_mib)
-    plan = functools.partial(GroupPlan, ask.name, size=ask.size, size_from=ask.size_from)
-    running = runs_on(snapshot, (namespace, ask.name), fixed)
-    if running is not None:
-        scope = GroupScope(running.label_key, frozenset(running.products))
-        followed = fit(resource=fixed or running.resource, scope=scope)
-        if followed.unsatisfiable is not None:
-            why = "; ".join(f"{v.type_name}: {v.reason}" for v in followed.verdicts if v.type_name in running.types)
-            followed = dataclasses.replace(followed, unsatisfiable=(
-                f"gpu-class: group {ask.name} runs on {running.describe()}, which this Pod cannot use "
-                f"({why or f'not in class {gpu_class.name}'}); the Pods of a group must all be able to run on its type"))
-        return followed, plan("followed", topology_key=running.label_key, runs_on=running)
-    base = fit(resource=fixed)
-    if base.unsatisfiable is not None:  # no node can take even one of its Pods
-        return base, plan("unplaced")
-    rank = {k: i for i, k in enumerate(catalog.product_labels)}
-    keys_of: dict[str, list[str]] = {}
-    for p in base.preferences:  # best type first, each type's label keys
-        keys_of.setdefault(p.type_name, []).append(p.label_key)
-    candidates = [(t, k) for t, keys in keys_of.items()
-                  for k in sorted(keys, key=lambda key: (rank.get(key, len(rank)), key))]
-    if ask.size is None:
-        key = candidates[0][1]
-        return fit(resource=base.resource, scope=GroupScope(key)), plan("started", topology_key=key)
-    size = ask.size
-    rooms = [room(snapshot, catalog, t, k, gpus_needed, min_memory_mib) for t, k in candidates]
-    holding = [r for r in rooms if r.now >= size]
-    outcome: GroupOutcome = "started"
-    if not holding:
-        holding = [r for r in rooms if r.most is None or r.most >= size]
-        outcome = "no-room"
-    if not holding:
-        best = max(rooms, key=lambda r: r.most or 0)
-        return dataclasses.replace(base, unsatisfiable=(
-            f"gpu-class: group {ask.name} of {size} Pods x {gpus_needed} GPU(s) can never run on one type of class "
-            f"{gpu_class.name}: the most one type holds is {best.most} such Pods ({best.type_name}, all its nodes "
-            f"empty). Ask for fewer Pods or GPUs per Pod ({ask.size_from}), or another class")), plan("refused")
-    key = holding[0].label_key
-    under_key = tuple(r for r in rooms if r.label_key == key)
-    ruled = tuple((r.type_name, _short_of_room(r, size, outcome)) for r in under_key if r not in holding)
-    scoped = fit(resource=base.resource, scope=GroupScope(key, None, ruled))
-    if outcome == "no-room":
-        scoped = dataclasses.replace(scoped, warnings=scoped.warnings + (_short(
-            f"gpu-class: group {ask.name}: no type has room for its {size} Pods now; they wait for room "
-            f"where the first one runs"),))
-    return scoped, plan(outcome, topology_key=key, rooms=under_key)
-
-
-def _short_of_room(r: Room, size: int, outcome: GroupOutcome) -> str:
-    if outcome == "started":
-        return f"room for {r.now} of the group's {size} Pods now"
-    return f"holds at most {r.most} of the group's {size} Pods"
-
-
 def _choose_resource(
     verdicts: Sequence[TypeVerdict], gpu_class: GpuClass, catalog: Catalog, fixed: str | None
 ) -> tuple[str | None, tuple[tuple[str, str], ...]]:
@@ -770,7 +546,7 @@ def _scoped_verdict(
     # the scope has its say where the type is valid, or where it took all of the type's nodes away
     if scope is None or type_name in excluded or not (v.valid or (snapshot.groups(type_name) and not scoped)):
         return v
-    why = scope.why_not(type_name, snapshot, catalog)
+    why = dict(scope.left_out).get(type_name)
     return v if why is None else dataclasses.replace(v, valid=False, reason=why)
 
 
@@ -855,7 +631,7 @@ def _worse_than_best(gpu_class: GpuClass, verdicts: Sequence[TypeVerdict], best_
     best = present[0] if present else None
     if best is None or best.valid or best.type_name in excluded:
         return ()
-    if scope is not None and scope.why_not(best.type_name, snapshot, catalog) is not None:
+    if scope is not None and best.type_name in dict(scope.left_out):
         return ()
     return (_short(f"gpu-class: class {gpu_class.name}: not on {best.type_name} ({best.reason}); "
                    f"best allowed: {best_valid}"),)
@@ -900,12 +676,6 @@ def _dra_note(snapshot: Snapshot) -> str:
     shown = "; ".join(f"{p.devices} {p.product or p.driver}: {p.reason.split(': ')[0]}" for p in problems[:2])
     more = f"; and {len(problems) - 2} more" if len(problems) > 2 else ""
     return f"DRA devices not placed on: {shown}{more} (gpuclass inventory lists them). "
-
-
-def _quoted(value: Any) -> str:
-    """A value from the Pod, quoted for a message; annotations can be long, messages should not be."""
-    text = repr(value)
-    return text if len(text) <= 66 else text[:63] + "..."
 
 
 def _short(text: str) -> str:

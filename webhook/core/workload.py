@@ -4,7 +4,7 @@ Kueue builds a Job's Workload from the Job's pod template, when the Job is creat
 its quota there. GPUs that gpu-class added only when each Pod is created would never be counted,
 so for a Job that Kueue queues (label kueue.x-k8s.io/queue-name) the template gets the GPU limit,
 the class's node affinity, tolerations, scheduler name and the types annotation. Its Pods come with
-the decision made and Kueue's podset label, and planner.py leaves them as they are.
+the decision made and Kueue's podset label, and kueue.decided_with_workload leaves them as they are.
 
 Other Jobs are placed Pod by Pod, as before: a Pod created an hour after its Job should be placed
 on the cluster of that hour.
@@ -29,7 +29,9 @@ def is_job_create(kind: str, group: str, operation: str, sub_resource: str) -> b
 
 def plan_job(job: Mapping[str, Any], snapshot: Snapshot, catalog: Catalog, namespace: str
              ) -> tuple[Decision, list[PatchOp]]:
-    """The decision for a Job's pod template and the patch that writes it into the Job."""
+    """The decision for a Job's pod template and the patch that writes it into the Job.
+
+    The template is read as a Pod is (ask.read_pod, through plan) and decided by the same rules."""
     if not isinstance(job, dict):
         return Decision("refused", "gpu-class: malformed Job: the object is not a JSON object"), []
     metadata = job.get("metadata")
