@@ -523,3 +523,11 @@ def test_scheduler_binary_follows_the_values(values: list[str], image: str, comm
         pre_filter = [p["name"] for p in (profile["plugins"].get("preFilter") or {}).get("enabled") or []]
         assert pre_filter == (["NodeLabelIndex"] if label_index else []), profile["schedulerName"]
 
+
+def test_image_pull_secrets_reach_the_webhook_and_the_scheduler(chart_renders: dict[str, list[Obj]]) -> None:
+    """gpu-class-scheduler's image comes from the same registry as the webhook's."""
+    values = yaml.safe_load((VALUES_DIR / "self-managed-monitoring.yaml").read_text())
+    objects = chart_renders["self-managed-monitoring.yaml"]
+    for name in ("gpu-class", "gpu-class-scheduler"):
+        spec = one_of(objects, "Deployment", name, NAMESPACE)["spec"]["template"]["spec"]
+        assert spec["imagePullSecrets"] == values["imagePullSecrets"], name
