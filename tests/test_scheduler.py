@@ -16,7 +16,9 @@ objects: tests/test_chart.py).
 
 from __future__ import annotations
 
+import configparser
 import copy
+import re
 import subprocess
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -264,15 +266,15 @@ def test_our_binary_narrows_every_profile_at_prefilter(shipped_configs: dict[str
 
 def without_label_index(config: Mapping[str, Any]) -> dict[str, Any]:
     """`config` with NodeLabelIndex taken out of every profile, as if it had never been enabled."""
-    config = copy.deepcopy(dict(config))
-    for p in config["profiles"]:
+    result = copy.deepcopy(dict(config))
+    for p in result["profiles"]:
         for plugins in p["plugins"].values():
             enabled = [e for e in (plugins or {}).get("enabled") or [] if e["name"] != LABEL_INDEX]
             if enabled:
                 plugins["enabled"] = enabled
             elif plugins:
                 plugins.pop("enabled", None)
-    return config
+    return result
 
 
 def test_the_stock_configuration_is_the_profiles_without_the_label_index(profiles_config: dict[str, Any],
@@ -336,6 +338,12 @@ def test_scheduler_verifies_the_webhook_and_shows_its_own_certificate(extender_c
 # --- the installs -------------------------------------------------------------------------
 
 
+def package_version() -> str:
+    setup = configparser.ConfigParser()
+    setup.read(DEPLOY.parent / "setup.cfg")
+    return setup["metadata"]["version"]
+
+
 def scheduler_deployment(objects: Sequence[Obj]) -> Obj:
     return one_of(objects, "Deployment", "gpu-class-scheduler", SYSTEM_NAMESPACE)
 
@@ -355,8 +363,9 @@ def scheduler_config_text(objects: Sequence[Obj]) -> str:
     return text
 
 
-OURS = ("gpu-class-scheduler:", "gpu-class-scheduler")
-STOCK_BINARY = ("registry.k8s.io/kube-scheduler:v1.", "kube-scheduler")
+# (image, command): our image is tagged with the package version, as the webhook's is.
+OURS = (re.escape(f"gpu-class-scheduler:{package_version()}"), "gpu-class-scheduler")
+STOCK_BINARY = (r"registry\.k8s\.io/kube-scheduler:v1\.\d+\.\d+", "kube-scheduler")
 INSTALLED_SCHEDULERS = [
     pytest.param(SELF_MANAGED, PROFILES_FILE, OURS, id="self-managed"),
     pytest.param(CERT_MANAGER, PROFILES_FILE, OURS, id="cert-manager"),
@@ -366,7 +375,7 @@ INSTALLED_SCHEDULERS = [
 
 
 def test_every_strict_install_is_in_the_table() -> None:
-    assert sorted(p.values[0] for p in INSTALLED_SCHEDULERS) == sorted(STRICT_INSTALLS)
+    assert sorted(str(p.values[0]) for p in INSTALLED_SCHEDULERS) == sorted(STRICT_INSTALLS)
 
 
 @pytest.mark.parametrize("rel, config_file, binary", INSTALLED_SCHEDULERS)
@@ -378,7 +387,7 @@ def test_installs_run_the_strict_scheduler_on_its_configuration(renders: Renders
     assert scheduler_config_text(objects) == config_file.read_text()
     (container,) = scheduler_deployment(objects)["spec"]["template"]["spec"]["containers"]
     image, command = binary
-    assert container["image"].startswith(image)
+    assert re.fullmatch(image, container["image"]), container["image"]
     assert container["command"] == [command, "--config=/etc/gpu-class-scheduler/config.yaml"]
 
 
