@@ -425,6 +425,10 @@ SAME_INSTALLS = [
         {f"Namespace {NAMESPACE}"}, id="cert-manager-scheduler-extender",
     ),
     pytest.param(
+        [deploy.CERT_MANAGER], [deploy.STOCK], ["--set", "tls.mode=cert-manager", "--set", "scheduler.stockBinary=true"],
+        {f"Namespace {NAMESPACE}"}, id="cert-manager-stock-scheduler",
+    ),
+    pytest.param(
         [deploy.CERT_MANAGER], [deploy.WITHOUT_STRICT], ["--set", "tls.mode=cert-manager", "--set", "scheduler.enabled=false"],
         {f"Namespace {NAMESPACE}"}, id="cert-manager-without-strict-scheduler",
     ),
@@ -490,3 +494,40 @@ def test_optional_parts_are_off_by_default(chart_renders: dict[str, list[Obj]]) 
     # the strict path is not optional: the default install keeps the promise
     assert kinds["Deployment"] == ["gpu-class", "gpu-class-scheduler"]
     assert "Certificate" not in kinds
+
+
+SCHEDULER_BINARIES = [
+    pytest.param([], "gpu-class-scheduler:0.1.0", "gpu-class-scheduler", True, id="defaults-our-binary"),
+    pytest.param(["--set", "scheduler.image.repository=mirror.example/gpu-class-scheduler"],
+                 "mirror.example/gpu-class-scheduler:0.1.0", "gpu-class-scheduler", True, id="our-binary-mirrored"),
+    pytest.param(["--set", "scheduler.stockBinary=true"], "registry.k8s.io/kube-scheduler:v1.35.0", "kube-scheduler",
+                 False, id="stock-binary"),
+    pytest.param(["--set", "scheduler.stockBinary=true", "--set", "scheduler.extender=true"],
+                 "registry.k8s.io/kube-scheduler:v1.35.0", "kube-scheduler", False, id="stock-binary-extender"),
+    pytest.param(["--set", "scheduler.stockBinary=true", "--set", "scheduler.image.repository=mirror.example/kube-scheduler",
+                  "--set", "scheduler.image.tag=v1.34.3"], "mirror.example/kube-scheduler:v1.34.3", "kube-scheduler",
+                 False, id="stock-binary-own-image"),
+]
+
+
+@pytest.mark.parametrize(("values", "image", "command", "label_index"), SCHEDULER_BINARIES)
+def test_scheduler_binary_follows_the_values(values: list[str], image: str, command: str, label_index: bool) -> None:
+    """Our binary by default, its profiles narrowed by NodeLabelIndex; with scheduler.stockBinary the stock
+    kube-scheduler, whose profiles must not name the plugin it does not have (it would refuse to start)."""
+    objects = template(*values)
+    (container,) = one_of(objects, "Deployment", "gpu-class-scheduler", NAMESPACE)["spec"]["template"]["spec"]["containers"]
+    assert (container["image"], container["command"]) == (image, [command, "--config=/etc/gpu-class-scheduler/config.yaml"])
+    config = yaml.safe_load(one_of(objects, "ConfigMap", "gpu-class-scheduler-config", NAMESPACE)["data"]["config.yaml"])
+    assert ("extenders" in config) is ("scheduler.extender=true" in values)
+    for profile in config["profiles"]:
+        pre_filter = [p["name"] for p in (profile["plugins"].get("preFilter") or {}).get("enabled") or []]
+        assert pre_filter == (["NodeLabelIndex"] if label_index else []), profile["schedulerName"]
+
+
+def test_image_pull_secrets_reach_the_webhook_and_the_scheduler(chart_renders: dict[str, list[Obj]]) -> None:
+    """gpu-class-scheduler's image comes from the same registry as the webhook's."""
+    values = yaml.safe_load((VALUES_DIR / "self-managed-monitoring.yaml").read_text())
+    objects = chart_renders["self-managed-monitoring.yaml"]
+    for name in ("gpu-class", "gpu-class-scheduler"):
+        spec = one_of(objects, "Deployment", name, NAMESPACE)["spec"]["template"]["spec"]
+        assert spec["imagePullSecrets"] == values["imagePullSecrets"], name

@@ -88,11 +88,13 @@ CERT_MANAGER = "overlays/cert-manager"
 # Components that change an install rather than add to one: each is rendered on top of the
 # self-managed overlay, as its comment tells users to use it.
 EXTENDER = "components/scheduler-extender"
+STOCK = "components/stock-scheduler"
 WITHOUT_STRICT = "components/without-strict-scheduler"
-ON_AN_INSTALL = (EXTENDER, WITHOUT_STRICT)
+ON_AN_INSTALL = (EXTENDER, STOCK, WITHOUT_STRICT)
 INSTALLS = (SELF_MANAGED, CERT_MANAGER, *ON_AN_INSTALL)
-# The strict path: installs that run gpu-class-scheduler and send the webhook's Pods there.
-STRICT_INSTALLS = (SELF_MANAGED, CERT_MANAGER, EXTENDER)
+# The strict path: installs that run gpu-class-scheduler (our binary, or the stock one with STOCK) and
+# send the webhook's Pods there.
+STRICT_INSTALLS = (SELF_MANAGED, CERT_MANAGER, EXTENDER, STOCK)
 WITH_WEBHOOK = (BASE, *INSTALLS)
 WITH_BACKSTOP = (BACKSTOP, *INSTALLS)
 

@@ -1,11 +1,14 @@
 """gpu-class-scheduler, the strict path: its KubeSchedulerConfiguration, the proof that each profile
 carries out its strategy, and how the installs run it.
 
-Both shipped configurations (deploy/scheduler/config.yaml, the profiles; and
-deploy/components/scheduler-extender/config.yaml, the same profiles with gpu-class's extender) go
-through the real kube-scheduler of the pinned release with `--write-config-to`: it decodes them
-strictly, validates them and writes out what it would run, defaults filled in. The proof is computed
-from that: the weights of the score plugins a profile runs, against the scores they can give.
+The shipped configurations (deploy/scheduler/config.yaml, the profiles;
+deploy/components/scheduler-extender/config.yaml, the same profiles with gpu-class's extender; and
+deploy/components/stock-scheduler/config.yaml, the profiles without NodeLabelIndex) go through the
+binary that runs each with `--write-config-to`: gpu-class-scheduler (kube-scheduler of the pinned
+release with NodeLabelIndex) for the first two, the stock kube-scheduler of that release for the
+third. It decodes them strictly, validates them and writes out what it would run, defaults filled
+in. The proof is computed from that: the weights of the score plugins a profile runs, against the
+scores they can give.
 
 The install checks run on the kustomize renders of tests/test_deploy.py (the chart renders the same
 objects: tests/test_chart.py).
@@ -13,6 +16,9 @@ objects: tests/test_chart.py).
 
 from __future__ import annotations
 
+import configparser
+import copy
+import re
 import subprocess
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -21,8 +27,8 @@ import pytest
 import yaml
 
 import local_cluster
-from test_deploy import (CERT_MANAGER, CLIENT_SECRET, DEPLOY, EXTENDER, SELF_MANAGED, STRICT_INSTALLS, SYSTEM_NAMESPACE,
-                         WITHOUT_STRICT, Obj, Renders, all_of, make_test_certificates, objects_of, one_of, port_number,
+from test_deploy import (CERT_MANAGER, CLIENT_SECRET, DEPLOY, EXTENDER, SELF_MANAGED, STOCK, STRICT_INSTALLS,
+                         SYSTEM_NAMESPACE, WITHOUT_STRICT, Obj, Renders, all_of, make_test_certificates, objects_of, one_of, port_number,
                          renders, webhook_container, webhook_deployment)
 from test_extender import make_app
 from webhook.core.catalog import (
@@ -36,6 +42,9 @@ PROFILES_FILE = DEPLOY / "scheduler" / "config.yaml"
 POD_CA_FILE = "/etc/gpu-class-scheduler/tls/ca.crt"
 POD_CLIENT_FILES = ("/etc/gpu-class-scheduler/tls/client.crt", "/etc/gpu-class-scheduler/tls/client.key")
 EXTENDER_FILE = DEPLOY / EXTENDER / "config.yaml"
+STOCK_FILE = DEPLOY / STOCK / "config.yaml"
+# gpu-class-scheduler's own PreFilter plugin, which the stock binary does not have.
+LABEL_INDEX = "NodeLabelIndex"
 SHIPPED = load_catalog_file(str(DEPLOY / "base" / "catalog.yaml"))
 # framework.MaxNodeScore: what every score plugin gives a node at most, after its normalisation.
 MAX_NODE_SCORE = 100
@@ -46,8 +55,17 @@ DOMINANT = {"": ("NodeAffinity", "MostAllocated"), "-binpack": ("NodeResourcesFi
             "-balanced": ("NodeResourcesFit", "LeastAllocated")}
 
 
-def effective(config_file: Path, tmp_path: Path) -> dict[str, Any]:
-    """What kube-scheduler runs for `config_file`: decoded strictly, validated, defaults filled in."""
+def our_scheduler() -> Path:
+    return local_cluster.build_scheduler()
+
+
+def stock_scheduler() -> Path:
+    return local_cluster.build() / "kube-scheduler"
+
+
+def effective(config_file: Path, tmp_path: Path, scheduler: Path) -> dict[str, Any]:
+    """What the kube-scheduler binary `scheduler` runs for `config_file`: decoded strictly, validated,
+    defaults filled in."""
     kubeconfig = tmp_path / "kubeconfig"
     # never contacted: --write-config-to exits once the configuration is complete
     kubeconfig.write_text(yaml.safe_dump({
@@ -66,23 +84,39 @@ def effective(config_file: Path, tmp_path: Path) -> dict[str, Any]:
         text = text.replace(f"File: {pod_file}\n", f"File: {local}\n")
     given, written = tmp_path / "config.yaml", tmp_path / "effective.yaml"
     given.write_text(text)
-    scheduler = local_cluster.build() / "kube-scheduler"
     done = subprocess.run([str(scheduler), f"--config={given}", f"--write-config-to={written}",
                            "--authentication-skip-lookup", f"--authentication-kubeconfig={kubeconfig}",
                            f"--authorization-kubeconfig={kubeconfig}"], capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0 and written.exists(), f"kube-scheduler refused {config_file}:\n{done.stderr}"
+    assert done.returncode == 0 and written.exists(), f"{scheduler.name} refused {config_file}:\n{done.stderr}"
     config: dict[str, Any] = yaml.safe_load(written.read_text())
     return config
 
 
 @pytest.fixture(scope="module")
 def profiles_config(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    return effective(PROFILES_FILE, tmp_path_factory.mktemp("profiles"))
+    return effective(PROFILES_FILE, tmp_path_factory.mktemp("profiles"), our_scheduler())
 
 
 @pytest.fixture(scope="module")
 def extender_config(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    return effective(EXTENDER_FILE, tmp_path_factory.mktemp("extender"))
+    return effective(EXTENDER_FILE, tmp_path_factory.mktemp("extender"), our_scheduler())
+
+
+@pytest.fixture(scope="module")
+def stock_config(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    return effective(STOCK_FILE, tmp_path_factory.mktemp("stock"), stock_scheduler())
+
+
+@pytest.fixture(scope="module")
+def shipped_configs(profiles_config: dict[str, Any], extender_config: dict[str, Any],
+                    stock_config: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Each shipped configuration as its binary runs it, by name."""
+    return {"profiles": profiles_config, "extender": extender_config, "stock": stock_config}
+
+
+# The configurations without the extender, on each binary: the proof holds on both.
+BINARIES = [pytest.param("profiles", id="gpu-class-scheduler"), pytest.param("stock", id="stock-kube-scheduler")]
+ALL_CONFIGS = ["profiles", "extender", "stock"]
 
 
 def profile(config: Mapping[str, Any], name: str) -> dict[str, Any]:
@@ -119,18 +153,20 @@ WHOLE_GPUS = [r for r in SHIPPED.resources if not r.startswith(MIG_RESOURCE_PREF
 GPU_SLICES = [r for r in SHIPPED.resources if r.startswith(MIG_RESOURCE_PREFIX)]
 
 
+@pytest.mark.parametrize("which", BINARIES)
 @pytest.mark.parametrize("strategy", STRATEGIES)
 @pytest.mark.parametrize("resource, suffix, scored_on", [
     pytest.param("nvidia.com/gpu", "", WHOLE_GPUS, id="whole-gpus"),
     pytest.param("amd.com/gpu", "", WHOLE_GPUS, id="amd"),
     pytest.param("nvidia.com/mig-1g.10gb", SLICES_SUFFIX, GPU_SLICES, id="mig-slices"),
 ])
-def test_each_strategy_has_a_profile_that_scores_it_first(profiles_config: dict[str, Any], strategy: str,
-                                                          resource: str, suffix: str, scored_on: list[str]) -> None:
+def test_each_strategy_has_a_profile_that_scores_it_first(shipped_configs: dict[str, dict[str, Any]], which: str,
+                                                          strategy: str, resource: str, suffix: str,
+                                                          scored_on: list[str]) -> None:
     """The profile the webhook routes a class's Pods to is there, and its dominant score is the strategy's."""
     name = route_scheduler(STRICT_SCHEDULER, SHIPPED, strategy, resource)  # type: ignore[arg-type]
     assert name == STRICT_SCHEDULER + PROFILE_SUFFIX[strategy] + suffix  # type: ignore[index]
-    p = profile(profiles_config, name)
+    p = profile(shipped_configs[which], name)
     dominant, scoring = DOMINANT[PROFILE_SUFFIX[strategy]]  # type: ignore[index]
     weights = score_weights(p)
     assert max(weights, key=weights.__getitem__) == dominant
@@ -143,12 +179,14 @@ def test_each_strategy_has_a_profile_that_scores_it_first(profiles_config: dict[
     assert {r["weight"] for r in fit["resources"]} == {1}
 
 
-def test_type_order_outweighs_every_other_score(profiles_config: dict[str, Any]) -> None:
+@pytest.mark.parametrize("which", BINARIES)
+def test_type_order_outweighs_every_other_score(shipped_configs: dict[str, dict[str, Any]], which: str) -> None:
     """performance and cost: when the best types are full, the best type left leads the next by
     rank_gap (NodeAffinity scales the best feasible node to 100), times NodeAffinity's weight; every
     other plugin together cannot make that up, for any number of ranks the webhook writes."""
-    weights = score_weights(profile(profiles_config, STRICT_SCHEDULER))
-    assert score_weights(profile(profiles_config, STRICT_SCHEDULER + SLICES_SUFFIX)) == weights
+    config = shipped_configs[which]
+    weights = score_weights(profile(config, STRICT_SCHEDULER))
+    assert score_weights(profile(config, STRICT_SCHEDULER + SLICES_SUFFIX)) == weights
     rest = worst_case_rest(weights, "NodeAffinity")
     for n in range(2, MAX_RANKS + 1):
         assert weights["NodeAffinity"] * smallest_rank_gap(n) > rest, f"{n} ranks"
@@ -158,23 +196,24 @@ def test_type_order_outweighs_every_other_score(profiles_config: dict[str, Any])
     assert largest <= MAX_RANKS
 
 
+@pytest.mark.parametrize("which", BINARIES)
 @pytest.mark.parametrize("suffix", ["-binpack", "-balanced", "-binpack" + SLICES_SUFFIX, "-balanced" + SLICES_SUFFIX])
-def test_share_of_gpus_outweighs_every_other_score(profiles_config: dict[str, Any], suffix: str) -> None:
+def test_share_of_gpus_outweighs_every_other_score(shipped_configs: dict[str, dict[str, Any]], which: str,
+                                                   suffix: str) -> None:
     """binpack and balanced: NodeResourcesFit's score is a whole number of percent, so two nodes it
     tells apart differ by at least 1 point, times its weight: more than all the rest can add."""
-    weights = score_weights(profile(profiles_config, STRICT_SCHEDULER + suffix))
+    weights = score_weights(profile(shipped_configs[which], STRICT_SCHEDULER + suffix))
     assert weights["NodeResourcesFit"] * 1 > worst_case_rest(weights, "NodeResourcesFit")
 
 
-@pytest.mark.parametrize("which", ["profiles", "extender"])
-def test_every_profile_allocates_dra_devices_and_leaves_their_score_out(profiles_config: dict[str, Any],
-                                                                        extender_config: dict[str, Any],
+@pytest.mark.parametrize("which", ALL_CONFIGS)
+def test_every_profile_allocates_dra_devices_and_leaves_their_score_out(shipped_configs: dict[str, dict[str, Any]],
                                                                         which: str) -> None:
     """On a DRA node the Pod's GPU limit is served by DynamicResources (filter, reserve, pre-bind make and
     allocate its claim): a profile without it would leave such Pods Pending. Its score stays out of the
     proof: the claims made for an extended resource have no firstAvailable, so it would score 0 everywhere,
     and NodeResourcesFit already scores the DRA-backed resource from the devices."""
-    config = profiles_config if which == "profiles" else extender_config
+    config = shipped_configs[which]
     for p in config["profiles"]:
         assert "DynamicResources" in {x["name"] for x in p["plugins"]["multiPoint"]["enabled"]}, p["schedulerName"]
         assert "DynamicResources" not in {d["name"] for stage in p["plugins"].values()
@@ -182,13 +221,12 @@ def test_every_profile_allocates_dra_devices_and_leaves_their_score_out(profiles
         assert "DynamicResources" not in score_weights(p), p["schedulerName"]
 
 
-@pytest.mark.parametrize("which", ["profiles", "extender"])
-def test_every_node_is_scored_and_no_default_spreading(profiles_config: dict[str, Any],
-                                                        extender_config: dict[str, Any], which: str) -> None:
+@pytest.mark.parametrize("which", ALL_CONFIGS)
+def test_every_node_is_scored_and_no_default_spreading(shipped_configs: dict[str, dict[str, Any]], which: str) -> None:
     """kube-scheduler's adaptive sampling would stop at 10% of 5,000 nodes, and the system-default
     topology spread (up to 200 points per ReplicaSet Pod in the default profile) would pull a
     Deployment's replicas off the best type."""
-    config = profiles_config if which == "profiles" else extender_config
+    config = shipped_configs[which]
     assert config["percentageOfNodesToScore"] == 100
     for p in config["profiles"]:
         assert p["percentageOfNodesToScore"] == 100, p["schedulerName"]
@@ -204,6 +242,48 @@ def test_the_extender_configuration_is_the_profiles_and_the_extender(profiles_co
     ours = ("extenders", "clientConnection")  # the kubeconfig effective() gave each
     assert {k: v for k, v in extender_config.items() if k not in ours} == {
         k: v for k, v in profiles_config.items() if k not in ours}
+
+
+def label_index_stages(p: Mapping[str, Any]) -> list[str]:
+    """The extension points at which the profile enables NodeLabelIndex."""
+    return [stage for stage, plugins in p["plugins"].items()
+            if LABEL_INDEX in {e["name"] for e in (plugins or {}).get("enabled") or []}]
+
+
+@pytest.mark.parametrize("which, stages", [
+    pytest.param("profiles", ["preFilter"], id="profiles"),
+    pytest.param("extender", ["preFilter"], id="extender"),
+    pytest.param("stock", [], id="stock"),
+])
+def test_our_binary_narrows_every_profile_at_prefilter(shipped_configs: dict[str, dict[str, Any]], which: str,
+                                                       stages: list[str]) -> None:
+    """NodeLabelIndex gives each cycle only the nodes the Pod's required affinity names, in every
+    profile our binary runs, and only at preFilter (it never filters nor scores); the stock binary has
+    no such plugin."""
+    for p in shipped_configs[which]["profiles"]:
+        assert label_index_stages(p) == stages, p["schedulerName"]
+
+
+def without_label_index(config: Mapping[str, Any]) -> dict[str, Any]:
+    """`config` with NodeLabelIndex taken out of every profile, as if it had never been enabled."""
+    result = copy.deepcopy(dict(config))
+    for p in result["profiles"]:
+        for plugins in p["plugins"].values():
+            enabled = [e for e in (plugins or {}).get("enabled") or [] if e["name"] != LABEL_INDEX]
+            if enabled:
+                plugins["enabled"] = enabled
+            elif plugins:
+                plugins.pop("enabled", None)
+    return result
+
+
+def test_the_stock_configuration_is_the_profiles_without_the_label_index(profiles_config: dict[str, Any],
+                                                                        stock_config: dict[str, Any]) -> None:
+    """Both binaries are the same kube-scheduler release: what the stock one runs is what ours runs,
+    NodeLabelIndex aside, defaults included."""
+    ours = ("clientConnection",)  # the kubeconfig effective() gave each
+    assert {k: v for k, v in stock_config.items() if k not in ours} == {
+        k: v for k, v in without_label_index(profiles_config).items() if k not in ours}
 
 
 def test_the_extender_is_this_webhook(extender_config: dict[str, Any], renders: Renders) -> None:
@@ -258,6 +338,12 @@ def test_scheduler_verifies_the_webhook_and_shows_its_own_certificate(extender_c
 # --- the installs -------------------------------------------------------------------------
 
 
+def package_version() -> str:
+    setup = configparser.ConfigParser()
+    setup.read(DEPLOY.parent / "setup.cfg")
+    return setup["metadata"]["version"]
+
+
 def scheduler_deployment(objects: Sequence[Obj]) -> Obj:
     return one_of(objects, "Deployment", "gpu-class-scheduler", SYSTEM_NAMESPACE)
 
@@ -277,17 +363,32 @@ def scheduler_config_text(objects: Sequence[Obj]) -> str:
     return text
 
 
-@pytest.mark.parametrize("rel, config_file", [
-    pytest.param(SELF_MANAGED, PROFILES_FILE, id="self-managed"),
-    pytest.param(CERT_MANAGER, PROFILES_FILE, id="cert-manager"),
-    pytest.param(EXTENDER, EXTENDER_FILE, id="extender"),
-])
-def test_installs_run_the_strict_scheduler_on_its_configuration(renders: Renders, rel: str, config_file: Path) -> None:
+# (image, command): our image is tagged with the package version, as the webhook's is.
+OURS = (re.escape(f"gpu-class-scheduler:{package_version()}"), "gpu-class-scheduler")
+STOCK_BINARY = (r"registry\.k8s\.io/kube-scheduler:v1\.\d+\.\d+", "kube-scheduler")
+INSTALLED_SCHEDULERS = [
+    pytest.param(SELF_MANAGED, PROFILES_FILE, OURS, id="self-managed"),
+    pytest.param(CERT_MANAGER, PROFILES_FILE, OURS, id="cert-manager"),
+    pytest.param(EXTENDER, EXTENDER_FILE, OURS, id="extender"),
+    pytest.param(STOCK, STOCK_FILE, STOCK_BINARY, id="stock-scheduler"),
+]
+
+
+def test_every_strict_install_is_in_the_table() -> None:
+    assert sorted(str(p.values[0]) for p in INSTALLED_SCHEDULERS) == sorted(STRICT_INSTALLS)
+
+
+@pytest.mark.parametrize("rel, config_file, binary", INSTALLED_SCHEDULERS)
+def test_installs_run_the_strict_scheduler_on_its_configuration(renders: Renders, rel: str, config_file: Path,
+                                                                binary: tuple[str, str]) -> None:
+    """Our binary by default, on the profiles (or the profiles and the extender); the stock binary on
+    the profiles without NodeLabelIndex, which it would refuse."""
     objects = objects_of(renders, rel)
-    assert rel in STRICT_INSTALLS
     assert scheduler_config_text(objects) == config_file.read_text()
     (container,) = scheduler_deployment(objects)["spec"]["template"]["spec"]["containers"]
-    assert container["image"].startswith("registry.k8s.io/kube-scheduler:v1.")
+    image, command = binary
+    assert re.fullmatch(image, container["image"]), container["image"]
+    assert container["command"] == [command, "--config=/etc/gpu-class-scheduler/config.yaml"]
 
 
 def test_without_the_strict_scheduler_nothing_of_it_is_left(renders: Renders) -> None:

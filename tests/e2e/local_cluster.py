@@ -134,7 +134,13 @@ def build(log: Callable[[str], None] = print) -> Path:
     log(f"building Kubernetes {version} components into {out} (the first build, downloads included, took 6 minutes on 2 cores)")
     return go_build(go, MODULE_DIR, ["k8s.io/kubernetes/cmd/kube-apiserver", "k8s.io/kubernetes/cmd/kube-controller-manager",
                                      "k8s.io/kubernetes/cmd/kube-scheduler", "./etcd"],
-                    out, ldflags=ldflags, expect=COMPONENTS, stamp=version, log=log)
+                    out, ldflags=ldflags, expect=COMPONENTS, stamp=version, log=log, env=STATIC)
+
+
+# Static binaries, as Kubernetes releases its own and as gpu-class-scheduler's image builds it
+# (deploy/scheduler/plugin/Dockerfile): with one CGO setting, Go's build cache serves all of them, and
+# the image's build (tests/tools/scheduler_image.py) is mostly a link.
+STATIC = {"CGO_ENABLED": "0"}
 
 
 def version_ldflags(version: str) -> str:
@@ -170,7 +176,7 @@ def build_scheduler(log: Callable[[str], None] = print) -> Path:
                                f"tests/e2e/cluster/go.mod {kube_version()}: pin one release in both")
         log(f"building gpu-class-scheduler (Kubernetes {version} and NodeLabelIndex) into {out}")
         go_build(go, SCHEDULER_MODULE_DIR, ["./cmd/gpu-class-scheduler"], out, ldflags=version_ldflags(version),
-                 expect=["gpu-class-scheduler"], stamp=version, log=log)
+                 expect=["gpu-class-scheduler"], stamp=version, log=log, env=STATIC)
     return out / "gpu-class-scheduler"
 
 

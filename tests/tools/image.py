@@ -196,14 +196,18 @@ def rootfs_tarball(log: Callable[[str], None]) -> Path:
     return tarball
 
 
-def base_image(log: Callable[[str], None]) -> str:
-    name = base_image_name()
+def import_base(name: str, label: str, changes: Sequence[str], log: Callable[[str], None]) -> str:
+    """The root filesystem imported as image `name` with `changes` (Dockerfile instructions) and
+    `label` (key=value), unless an image of that name carries the label already."""
     tarball = rootfs_tarball(log)
-    label = f"gpu-class.test/recipe={recipe_digest()}"
     present = podman("images", "--filter", f"label={label}", "--filter", f"reference={name}", "--quiet").strip()
     if not present:
-        podman("import", "--change", f"LABEL {label}", "--change", 'CMD ["python3"]', str(tarball), name)
+        podman("import", *(a for c in [f"LABEL {label}", *changes] for a in ("--change", c)), str(tarball), name)
     return name
+
+
+def base_image(log: Callable[[str], None]) -> str:
+    return import_base(base_image_name(), f"gpu-class.test/recipe={recipe_digest()}", ['CMD ["python3"]'], log)
 
 
 def labelled_image(digest: str) -> str | None:
@@ -223,6 +227,24 @@ def remove_images_of_other_sources(digest: str) -> None:
             subprocess.run(podman_argv("rmi", image_id), capture_output=True, env=podman_env(), timeout=120, check=False)
 
 
+def build_labelled(dockerfile: Path, context: Path, tag: str, digest: str, *, network: str,
+                   mounts: Sequence[str]) -> str:
+    """`dockerfile` built without podman's layer cache, labelled with its sources' digest; the image's ID.
+    `mounts` (host:container[:options]) reach the RUN steps only."""
+    iid_file = work_dir() / f"iid-{digest}-{os.getpid()}"
+    try:
+        podman("build", "--pull=never", "--no-cache", "--network", network,
+               *(f"--volume={m}" for m in mounts), "--label", f"{SOURCES_LABEL}={digest}",
+               "--iidfile", str(iid_file), "-t", tag, "-f", str(dockerfile), str(context))
+        image_id = iid_file.read_text().strip().removeprefix("sha256:")
+    finally:
+        iid_file.unlink(missing_ok=True)
+    labels = json.loads(podman("image", "inspect", "--format", "{{json .Labels}}", image_id)) or {}
+    if labels.get(SOURCES_LABEL) != digest:
+        raise ImageError(f"image {image_id[:12]} carries {SOURCES_LABEL}={labels.get(SOURCES_LABEL)}, not {digest}")
+    return image_id
+
+
 def build_image(log: Callable[[str], None] = print) -> str:
     """The Dockerfile built on the local base image from the sources as they are now; returns the
     image's ID."""
@@ -239,18 +261,8 @@ def build_image(log: Callable[[str], None] = print) -> str:
     mounts = [f"{HOST_CA_BUNDLE}:/etc/ssl/certs/ca-certificates.crt:ro"]
     if HOST_PIP_CONF.exists():
         mounts.append(f"{HOST_PIP_CONF}:/etc/pip.conf:ro")
-    iid_file = work_dir() / f"iid-{digest}-{os.getpid()}"
-    try:
-        podman("build", "--pull=never", "--no-cache", "--network", "host",
-               *(f"--volume={m}" for m in mounts), "--label", f"{SOURCES_LABEL}={digest}",
-               "--iidfile", str(iid_file), "-t", f"{IMAGE_REPOSITORY}:{digest}",
-               "-f", str(REPO / "Dockerfile"), str(REPO))
-        image_id = iid_file.read_text().strip().removeprefix("sha256:")
-    finally:
-        iid_file.unlink(missing_ok=True)
-    labels = json.loads(podman("image", "inspect", "--format", "{{json .Labels}}", image_id)) or {}
-    if labels.get(SOURCES_LABEL) != digest:
-        raise ImageError(f"image {image_id[:12]} carries {SOURCES_LABEL}={labels.get(SOURCES_LABEL)}, not {digest}")
+    image_id = build_labelled(REPO / "Dockerfile", REPO, f"{IMAGE_REPOSITORY}:{digest}", digest,
+                              network="host", mounts=mounts)
     log(f"image {image_id[:12]} ({IMAGE_REPOSITORY}:{digest}) built in {time.monotonic() - started:.0f} s")
     remove_images_of_other_sources(digest)
     return image_id

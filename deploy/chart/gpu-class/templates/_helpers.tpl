@@ -14,6 +14,17 @@ helm.sh/chart: {{ printf "%s-%s" .root.Chart.Name .root.Chart.Version }}
 {{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
 {{- end -}}
 
+{{/* The second scheduler's image: gpu-class-scheduler of the chart's appVersion, or with
+scheduler.stockBinary the stock kube-scheduler, unless scheduler.image names another. */}}
+{{- define "gpu-class.schedulerImage" -}}
+{{- $image := .Values.scheduler.image -}}
+{{- if .Values.scheduler.stockBinary -}}
+{{ eq $image.repository "gpu-class-scheduler" | ternary "registry.k8s.io/kube-scheduler" $image.repository }}:{{ $image.tag | default "v1.35.0" }}
+{{- else -}}
+{{ $image.repository }}:{{ $image.tag | default .Chart.AppVersion }}
+{{- end -}}
+{{- end -}}
+
 {{/* The Secret holding tls.crt, tls.key and ca.crt. */}}
 {{- define "gpu-class.tlsSecret" -}}
 {{- if eq .Values.tls.mode "secret" -}}

@@ -1,11 +1,25 @@
 {{- define "gpu-class.schedulerConfig" -}}
-{{- if .Values.scheduler.extender -}}
+{{- /* NodeLabelIndex is gpu-class-scheduler's own plugin: the stock binary (scheduler.stockBinary) has none */}}
+{{- $labelIndex := not .Values.scheduler.stockBinary }}
+{{- if and .Values.scheduler.extender .Values.scheduler.stockBinary -}}
+# KubeSchedulerConfiguration of gpu-class-scheduler with gpu-class's
+# extender on the stock kube-scheduler binary: deploy/scheduler/config.yaml
+# without the NodeLabelIndex plugin, which the stock binary does not have, and
+# the extender below, which applies to every profile.
+{{- else if .Values.scheduler.extender -}}
 # KubeSchedulerConfiguration of gpu-class-scheduler with gpu-class's
 # extender: deploy/scheduler/config.yaml (the profiles, word for word; a test
 # keeps the two alike) and the extender below, which applies to every profile.
+{{- else if .Values.scheduler.stockBinary -}}
+# KubeSchedulerConfiguration of gpu-class-scheduler on the stock
+# kube-scheduler binary: deploy/scheduler/config.yaml (the profiles, word for
+# word; a test keeps the two alike) without the NodeLabelIndex plugin, which
+# the stock binary does not have. The order holds the same; each Pod's cycle
+# filters every node of the cluster (docs: "How strictly the order holds").
 {{- else -}}
-# KubeSchedulerConfiguration of gpu-class-scheduler, the strict path: the stock
-# kube-scheduler with one profile per way of scoring a class's strategy.
+# KubeSchedulerConfiguration of gpu-class-scheduler, the strict path:
+# kube-scheduler with our NodeLabelIndex plugin (deploy/scheduler/plugin) and
+# one profile per way of scoring a class's strategy.
 # kube-scheduler decodes this strictly: an unknown or misspelt field stops it
 # at start. docs/operators/strict-scheduler.md works out every weight; tests/test_scheduler.py
 # recomputes that proof from this file and runs the real kube-scheduler on it.
@@ -46,6 +60,7 @@ profiles:
   - schedulerName: gpu-class-scheduler
     percentageOfNodesToScore: 100
     plugins:
+      {{- if $labelIndex }}
       # NodeLabelIndex (gpu-class-scheduler's own PreFilter plugin) gives
       # the Pod's cycle only the nodes its required affinity names: the
       # Filter and Score plugins then run on the class's nodes alone, not
@@ -53,6 +68,7 @@ profiles:
       preFilter:
         enabled: &label-index
           - name: NodeLabelIndex
+      {{- end }}
       score:
         disabled:
           - name: "*"
@@ -93,8 +109,10 @@ profiles:
   - schedulerName: gpu-class-scheduler-binpack
     percentageOfNodesToScore: 100
     plugins:
+      {{- if $labelIndex }}
       preFilter:
         enabled: *label-index
+      {{- end }}
       score:
         disabled:
           - name: "*"
@@ -122,8 +140,10 @@ profiles:
   - schedulerName: gpu-class-scheduler-balanced
     percentageOfNodesToScore: 100
     plugins:
+      {{- if $labelIndex }}
       preFilter:
         enabled: *label-index
+      {{- end }}
       score:
         disabled:
           - name: "*"
@@ -142,8 +162,10 @@ profiles:
   - schedulerName: gpu-class-scheduler-slices
     percentageOfNodesToScore: 100
     plugins:
+      {{- if $labelIndex }}
       preFilter:
         enabled: *label-index
+      {{- end }}
       score:
         disabled:
           - name: "*"
@@ -162,8 +184,10 @@ profiles:
   - schedulerName: gpu-class-scheduler-binpack-slices
     percentageOfNodesToScore: 100
     plugins:
+      {{- if $labelIndex }}
       preFilter:
         enabled: *label-index
+      {{- end }}
       score:
         disabled:
           - name: "*"
@@ -179,8 +203,10 @@ profiles:
   - schedulerName: gpu-class-scheduler-balanced-slices
     percentageOfNodesToScore: 100
     plugins:
+      {{- if $labelIndex }}
       preFilter:
         enabled: *label-index
+      {{- end }}
       score:
         disabled:
           - name: "*"
