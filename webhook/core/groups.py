@@ -15,7 +15,7 @@ the Pod matches its own: the first Pod of a group goes wherever its class sends 
 follow. The scheduler counts the Pods it has assumed (chosen a node for, not yet bound) as running
 there, and schedules one Pod at a time, so a group created in one burst cannot split between two
 products. Pods with inter-pod affinity are never batched by the scheduler's opportunistic batching.
-README.md ("One GPU type per group") says why this holds and what it costs.
+docs/users/groups.md says why this holds and what it costs.
 """
 
 from __future__ import annotations

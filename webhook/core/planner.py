@@ -426,7 +426,7 @@ def weights_for(n: int) -> tuple[int, ...]:
     kube-scheduler's NodeAffinity sums the weights of the preferred terms a node matches and scales
     them so the best feasible node gets 100: when the best types are full, the best type left leads
     the next by rank_gap of their weights, whichever ranks they are. That smallest gap, times the
-    plugin's weight, is what the other score plugins must not outweigh (deploy/scheduler/README.md
+    plugin's weight, is what the other score plugins must not outweigh (docs/operators/strict-scheduler.md,
     works it out for the shipped profiles; the default profile weighs NodeAffinity 2). Ranks are
     distinct up to 100 types; beyond that the tail shares weight 1.
     """
