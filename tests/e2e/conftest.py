@@ -54,6 +54,15 @@ def namespace(core: kubernetes.client.CoreV1Api) -> Iterator[str]:
 
 
 
+@pytest.fixture
+def plain_namespace(core: kubernetes.client.CoreV1Api) -> Iterator[str]:
+    """A namespace of the test's own that has not opted in: the webhook leaves its Pods alone."""
+    name = make_namespace(core, "e2e-plain")
+    yield name
+    force_delete_pods(core, name)
+    core.delete_namespace(name)
+
+
 @pytest.fixture(scope="session")
 def fleet(core: kubernetes.client.CoreV1Api) -> Iterator[None]:
     """The shared GPU nodes (fleet.py) and a CPU-only node, for the whole session."""

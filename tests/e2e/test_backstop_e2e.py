@@ -10,17 +10,9 @@ from kubernetes.client.exceptions import ApiException
 
 import local_cluster
 from fleet import TYPE_OF
-from kubeobjects import TYPES, force_delete_pods, make_namespace, make_pod, read_pod, wait_bound
+from kubeobjects import TYPES, make_pod, read_pod, wait_bound
 
 pytestmark = pytest.mark.usefixtures("fleet")
-
-
-@pytest.fixture
-def plain_namespace(core: kubernetes.client.CoreV1Api) -> Iterator[str]:
-    name = make_namespace(core, "e2e-plain")
-    yield name
-    force_delete_pods(core, name)
-    core.delete_namespace(name)
 
 
 @pytest.fixture

@@ -31,15 +31,6 @@ def karpenter(cluster: local_cluster.Cluster) -> Iterator[Karpenter]:
         yield running
 
 
-@pytest.fixture
-def plain_namespace(core: kubernetes.client.CoreV1Api) -> Iterator[str]:
-    """A namespace without gpu-class's opt-in label: its webhook leaves the Pods there alone."""
-    name = make_namespace(core, "e2e-karpenter")
-    yield name
-    force_delete_pods(core, name)
-    core.delete_namespace(name)
-
-
 def gpu_pod(name: str, *, product: str, pools: list[str]) -> dict[str, Any]:
     """One GPU for the default scheduler, on a node of `product` from one of `pools` (not on a session
     node of the same product), tolerating the pools' taints."""

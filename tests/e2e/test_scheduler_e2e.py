@@ -15,8 +15,7 @@ import kubernetes
 import pytest
 
 import local_cluster
-from kubeobjects import (create_node, delete_nodes, force_delete_pods, make_namespace, make_pod, read_pod, wait_bound,
-                         wait_for)
+from kubeobjects import create_node, delete_nodes, make_pod, read_pod, wait_bound, wait_for
 
 SUFFIX = uuid.uuid4().hex[:6]
 TYPE_LABEL = "gpu-type"
@@ -26,14 +25,6 @@ SCHEDULERS = [pytest.param(local_cluster.STRICT_SCHEDULER, id="gpu-class-schedul
               pytest.param(local_cluster.STOCK_SCHEDULER, id="stock-binary")]
 # The shared GPU nodes and a CPU-only node: the nodes of other types the index must leave out.
 pytestmark = pytest.mark.usefixtures("fleet")
-
-
-@pytest.fixture
-def plain_namespace(core: kubernetes.client.CoreV1Api) -> Iterator[str]:
-    name = make_namespace(core, "e2e-index")
-    yield name
-    force_delete_pods(core, name)
-    core.delete_namespace(name)
 
 
 @pytest.fixture
