@@ -102,6 +102,35 @@ def test_starts_before_the_api_is_reachable(tmp_path: Path) -> None:
         api.stop()
 
 
+def test_ready_only_once_the_snapshot_holds_every_answer(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Readiness counts each watch's flag; the snapshot counts what the applier has published. Here the
+    API server's answer that it does not serve DRA comes last (its first list fails and is retried
+    after the others are in), and a slow applier (a loaded machine) widens the gap: whenever a replica
+    says ready, the snapshot must be synced, that answer included."""
+    original = LiveInventory._apply_batch
+
+    def slow_apply_batch(self: LiveInventory) -> None:
+        time.sleep(0.2)
+        original(self)
+
+    monkeypatch.setattr(LiveInventory, "_apply_batch", slow_apply_batch)
+    api = FakeApiServer(bookmark_interval_seconds=0.2).start()
+    api.create(make_node("h100-a", "NVIDIA-H100-80GB-HBM3"))
+    api.create(make_namespace("ml"))
+    api.fail_next(1, 500, path_prefix="/apis/resource.k8s.io/")
+    inv = start_inventory(api)
+    try:
+        deadline = time.monotonic() + 40
+        while not inv.readiness()[0]:
+            assert time.monotonic() < deadline, "never ready"
+            time.sleep(0.005)
+        assert inv.snapshot().synced, "ready while the published snapshot is not synced"
+        assert types_for(inv) == ("H100",)
+    finally:
+        inv.stop()
+        api.stop()
+
+
 def swap_nodes_unseen(api: FakeApiServer) -> None:
     """Node h100-a replaced by t4-a in changes the watch will not replay: the history is compacted
     and the watch cut, so only a relist (after 410) sees them."""

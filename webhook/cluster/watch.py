@@ -259,11 +259,13 @@ class Reflector:
         first = self.off is None
         self.off = reason
         self.resource_version = None
+        if first:
+            # Told (and published) before the flag is set, as a list is: readiness counts the flag, and
+            # a replica ready before the snapshot knows the resource's answer refuses GPU Pods as unsynced.
+            self.on_off(self.name, reason)
         self.synced = True  # off is an answer: readiness does not wait for it
         self.connected = False
         self._contact()
-        if first:
-            self.on_off(self.name, reason)
 
     def _watch(self) -> None:
         timeout = random.randint(*WATCH_TIMEOUT_SECONDS)
