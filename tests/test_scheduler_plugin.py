@@ -7,7 +7,6 @@ suite fails when they do. How the real scheduler uses the plugin is tests/e2e/te
 
 from __future__ import annotations
 
-import os
 import subprocess
 
 import local_cluster
@@ -16,7 +15,7 @@ import local_cluster
 def test_the_plugins_go_tests_pass() -> None:
     go = local_cluster.go_toolchain("NodeLabelIndex's tests are Go tests in deploy/scheduler/plugin")
     done = subprocess.run([go, "test", "-count=1", "-trimpath", "./..."], cwd=local_cluster.SCHEDULER_MODULE_DIR,
-                          env=dict(os.environ, GOTOOLCHAIN="local", GOFLAGS="-mod=readonly", CGO_ENABLED="0"),
+                          env=local_cluster.go_env(),
                           capture_output=True, text=True, timeout=1200)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     assert "ok  \tgpu-class.io/scheduler/nodelabelindex" in done.stdout, done.stdout

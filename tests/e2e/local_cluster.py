@@ -134,13 +134,19 @@ def build(log: Callable[[str], None] = print) -> Path:
     log(f"building Kubernetes {version} components into {out} (the first build, downloads included, took 6 minutes on 2 cores)")
     return go_build(go, MODULE_DIR, ["k8s.io/kubernetes/cmd/kube-apiserver", "k8s.io/kubernetes/cmd/kube-controller-manager",
                                      "k8s.io/kubernetes/cmd/kube-scheduler", "./etcd"],
-                    out, ldflags=ldflags, expect=COMPONENTS, stamp=version, log=log, env=STATIC)
+                    out, ldflags=ldflags, expect=COMPONENTS, stamp=version, log=log)
 
 
-# Static binaries, as Kubernetes releases its own and as gpu-class-scheduler's image builds it
-# (deploy/scheduler/plugin/Dockerfile): with one CGO setting, Go's build cache serves all of them, and
-# the image's build (tests/tools/scheduler_image.py) is mostly a link.
-STATIC = {"CGO_ENABLED": "0"}
+# Every go command of the project runs so: the pinned modules as go.sum has them, the local toolchain
+# (or the one a caller names), and static binaries, as Kubernetes releases its own and as
+# gpu-class-scheduler's image builds it (deploy/scheduler/plugin/Dockerfile): with one CGO setting,
+# Go's build cache serves every build and test, and the image's build (tests/tools/scheduler_image.py)
+# is mostly a link.
+GO_ENV = {"GOTOOLCHAIN": "local", "GOFLAGS": "-mod=readonly", "CGO_ENABLED": "0"}
+
+
+def go_env() -> dict[str, str]:
+    return dict(os.environ, **GO_ENV)
 
 
 def version_ldflags(version: str) -> str:
@@ -176,19 +182,17 @@ def build_scheduler(log: Callable[[str], None] = print) -> Path:
                                f"tests/e2e/cluster/go.mod {kube_version()}: pin one release in both")
         log(f"building gpu-class-scheduler (Kubernetes {version} and NodeLabelIndex) into {out}")
         go_build(go, SCHEDULER_MODULE_DIR, ["./cmd/gpu-class-scheduler"], out, ldflags=version_ldflags(version),
-                 expect=["gpu-class-scheduler"], stamp=version, log=log, env=STATIC)
+                 expect=["gpu-class-scheduler"], stamp=version, log=log)
     return out / "gpu-class-scheduler"
 
 
 def go_build(go: str, module_dir: Path, packages: Sequence[str], out: Path, *, ldflags: str, expect: Sequence[str],
-             stamp: str, log: Callable[[str], None], env: Mapping[str, str] | None = None) -> Path:
+             stamp: str, log: Callable[[str], None]) -> Path:
     """`go build` of `packages` into `out`, showing progress; marks `out` complete when `expect` is all there."""
     out.mkdir(parents=True, exist_ok=True)
     cmd = [go, "build", "-v", "-trimpath", "-buildvcs=false", f"-ldflags={ldflags}", "-o", str(out) + "/", *packages]
     started = time.monotonic()
-    proc = subprocess.Popen(cmd, cwd=module_dir, env=dict(os.environ, GOTOOLCHAIN="local", GOFLAGS="-mod=readonly",
-                                                          **(env or {})),
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(cmd, cwd=module_dir, env=go_env(), stderr=subprocess.PIPE, text=True)
     assert proc.stderr is not None
     tail: list[str] = []
     count = 0

@@ -23,7 +23,7 @@ from typing import Callable
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
 # The one cache the project's builds share, and how they are keyed.
 from local_cluster import (  # noqa: E402
-    ClusterError, cache_dir, files_digest, go_build, go_toolchain, pinned_version)
+    ClusterError, cache_dir, files_digest, go_build, go_env, go_toolchain, pinned_version)
 
 MODULE_DIR = Path(__file__).resolve().parent
 # The package each tool is built from, and the go.mod line that pins its version.
@@ -74,7 +74,7 @@ def _build(log: Callable[[str], None]) -> Path:
     log(f"building helm {helm_version} and promtool {pinned(TOOLS['promtool'][1])} into {out} "
         f"(the first build took {FIRST_BUILD} on 2 cores)")
     return go_build(go, MODULE_DIR, [package for package, _ in TOOLS.values()], out, ldflags=ldflags,
-                    expect=list(TOOLS), stamp=helm_version, log=log, env={"CGO_ENABLED": "0"})
+                    expect=list(TOOLS), stamp=helm_version, log=log)
 
 
 def path_of(name: str) -> Path:
@@ -105,7 +105,7 @@ def build_kueue(log: Callable[[str], None] = print) -> Path:
         ldflags = (f"-s -w -X {KUEUE_MODULE}/pkg/version.GitVersion={version} "
                    f"-X {KUEUE_MODULE}/pkg/version.GitCommit= -X {KUEUE_MODULE}/pkg/version.BuildDate=")
         return go_build(go, KUEUE_DIR, [f"{KUEUE_MODULE}/cmd/kueue"], out, ldflags=ldflags, expect=["kueue"],
-                        stamp=version, log=log, env={"CGO_ENABLED": "0"})
+                        stamp=version, log=log)
     except ClusterError as e:
         raise ToolError(str(e)) from None
 
@@ -121,7 +121,7 @@ def kueue_source() -> Path:
         go = go_toolchain("Kueue's CRDs and manifests are read from its module (tests/tools/kueue/go.mod)")
     except ClusterError as e:
         raise ToolError(str(e)) from None
-    env = dict(os.environ, GOTOOLCHAIN="local", GOFLAGS="-mod=readonly")
+    env = go_env()
     found = subprocess.run([go, "mod", "download", "-json", KUEUE_MODULE], cwd=KUEUE_DIR, env=env,
                            capture_output=True, text=True, timeout=600)
     if found.returncode != 0:
@@ -182,7 +182,7 @@ def build_karpenter(log: Callable[[str], None] = print) -> Path:
         # The version, as Karpenter's release stamps it (it logs it and sends it in its user agent).
         ldflags = f"-s -w -X {KARPENTER_MODULE}/pkg/operator.Version={version}"
         return go_build(go, KARPENTER_DIR, [f"{KARPENTER_MODULE}/kwok"], out, ldflags=ldflags, expect=["kwok"],
-                        stamp=version, log=log, env={"CGO_ENABLED": "0"})
+                        stamp=version, log=log)
     except ClusterError as e:
         raise ToolError(str(e)) from None
 
@@ -194,7 +194,7 @@ def karpenter_path() -> Path:
 def karpenter_source() -> Path:
     """Karpenter's module at the pinned version, in the Go module cache (downloaded if missing): its
     CRDs are read from there, so they are the ones of the binary's release."""
-    env = dict(os.environ, GOTOOLCHAIN="local", GOFLAGS="-mod=readonly")
+    env = go_env()
     go = karpenter_go("Karpenter's CRDs are read from its module (tests/tools/karpenter/go.mod)")
     found = subprocess.run([go, "mod", "download", "-json", KARPENTER_MODULE], cwd=KARPENTER_DIR, env=env,
                            capture_output=True, text=True, timeout=600)

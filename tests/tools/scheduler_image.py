@@ -18,7 +18,6 @@ Dockerfile is built again without podman's layer cache. The caller gets the imag
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 import subprocess
 import sys
@@ -109,7 +108,7 @@ def build_image(log: Callable[[str], None] = print) -> str:
     # The Dockerfile's `go mod download` fetches every module the main module's packages and tests
     # need on any platform, a few more than the build: into the host's cache first, from the proxy.
     done = subprocess.run([go, "mod", "download"], cwd=CONTEXT, capture_output=True, text=True, timeout=600,
-                          env=dict(os.environ, GOTOOLCHAIN="local", GOFLAGS="-mod=readonly"))
+                          env=local_cluster.go_env())
     if done.returncode != 0:
         raise ImageError(f"go mod download in {CONTEXT} failed:\n{done.stderr}")
     base_image(log)

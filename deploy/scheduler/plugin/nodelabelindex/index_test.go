@@ -147,9 +147,10 @@ func TestLabelsAreCopied(t *testing.T) {
 	x := NewIndex()
 	labels := map[string]string{product: "NVIDIA-L4"}
 	x.Set("l4", labels)
-	labels[product] = "NVIDIA-H100-80GB-HBM3" // the informer's object changes under us
-	x.Set("l4", map[string]string{product: "NVIDIA-L4"})
-	if got, _ := x.Candidates(pod(nil, []v1.NodeSelectorRequirement{in(product, "NVIDIA-L4")})); !got.Has("l4") {
-		t.Errorf("the index followed a map it does not own: %v", sets.List(got))
+	labels[product] = "NVIDIA-H100-80GB-HBM3" // the caller's map changes after the event
+	x.Delete("l4")
+	// The index forgets the node under the labels it indexed, not under what the caller's map holds now.
+	if got, _ := x.Candidates(pod(nil, []v1.NodeSelectorRequirement{in(product, "NVIDIA-L4")})); got.Has("l4") || x.Len() != 0 {
+		t.Errorf("the index followed a map it does not own: %v, %d nodes", sets.List(got), x.Len())
 	}
 }
