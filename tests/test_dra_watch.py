@@ -81,14 +81,28 @@ def test_without_resource_k8s_io_dra_is_off_and_nodes_work_as_before(caplog: pyt
             inv.stop()
 
 
+class Reading(NoObserver):
+    """What each list said of each resource: read (True) or off (False), in order (what the gauge shows)."""
+
+    def __init__(self) -> None:
+        self.said: dict[str, list[bool]] = {}
+
+    def reading(self, resource: str, read: bool) -> None:
+        self.said.setdefault(resource, []).append(read)
+
+
 def test_without_rbac_for_dra_it_is_off_saying_what_to_grant(caplog: pytest.LogCaptureFixture,
                                                               dra_api: FakeApiServer, quick_recheck: None) -> None:
     caplog.set_level(logging.INFO, logger="gpu_class.watch")
     dra_api.create(make_bare_node("dra-1"))
     dra_api.create(make_slice("dra-1", nvidia_gpus(4)))
     dra_api.fail_next(10**6, status=403, path_prefix=DRA_PATH + "resourceslices")
-    inv = start(dra_api)
+    reading = Reading()
+    inv = start(dra_api, observer=reading)
     try:
+        # (asked again every OFF_RECHECK_SECONDS while off)
+        assert set(reading.said["resourceslices"]) == {False} and reading.said["nodes"] == [True]
+        assert set(reading.said["nodepools"]) == {False}  # no Karpenter on this API server
         off = inv.snapshot().dra.off
         assert off is not None and off.startswith("not allowed to list resourceslices.resource.k8s.io (HTTP 403")
         assert "grant the webhook's ServiceAccount get, list and watch on it (deploy/base/rbac.yaml)" in off
@@ -97,6 +111,7 @@ def test_without_rbac_for_dra_it_is_off_saying_what_to_grant(caplog: pytest.LogC
         dra_api.clear_failures()
         eventually(lambda: types_for(inv) == ("H100",), what="DRA read once allowed")
         assert inv.snapshot().dra.off is None
+        assert reading.said["resourceslices"][0] is False and reading.said["resourceslices"][-1] is True
         messages = [r.getMessage() for r in caplog.records]
         assert sum(m.startswith("DRA is off") for m in messages) == 1
         assert "DRA is on: reading ResourceSlices and DeviceClasses" in messages

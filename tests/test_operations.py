@@ -98,7 +98,8 @@ def series(samples: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: 
              "gpu_class_watch_restarts_total": ("resource", "reason"),
              "gpu_class_group_pods_total": ("outcome",),
              "gpu_class_placements_total": ("class", "outcome"),
-             "gpu_class_pending_pods": ("class", "longer_than")}[name]
+             "gpu_class_pending_pods": ("class", "longer_than"),
+             "gpu_class_inventory_resource_read": ("resource",)}[name]
     return {tuple(dict(labels)[k] for k in order): v for (n, labels), v in samples.items() if n == name}
 
 
@@ -153,6 +154,10 @@ def test_watch_restart_series_are_exported_at_zero(tmp_path: Path) -> None:
                                 for resource in ("nodes", "namespaces", "pods", "deviceclasses", "resourceslices",
                                                  "resourceclaims", "nodepools")
                                 for reason in ("timeout", "expired", "error")}
+            # this fake serves neither DRA nor Karpenter: read, and not read, by every worker
+            read = series(scrape(server), "gpu_class_inventory_resource_read")
+            assert read == {("nodes",): 1, ("namespaces",): 1, ("pods",): 1, ("deviceclasses",): 0,
+                            ("resourceslices",): 0, ("resourceclaims",): 0, ("nodepools",): 0}, read
             api.drop_watches()
             deadline = time.monotonic() + 10
             while sum(series(scrape(server), "gpu_class_watch_restarts_total").values()) < 3:

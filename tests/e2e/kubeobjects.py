@@ -118,14 +118,24 @@ def set_node_status(core: kubernetes.client.CoreV1Api, name: str, *, allocatable
     core.patch_node_status(name, {"status": status})
 
 
-def expired_restarts(cluster: Any, resource: str) -> float:
-    """How often the webhook's watch of `resource` listed again after 410 Gone, from its metrics."""
+def webhook_metrics(cluster: Any) -> str:
     context = ssl.create_default_context(cafile=str(cluster.dir / "webhook" / "ca.crt"))
     with urllib.request.urlopen(cluster.webhook_url + "/metrics", context=context, timeout=5) as r:
-        text = r.read().decode()
+        return str(r.read().decode())
+
+
+def expired_restarts(cluster: Any, resource: str) -> float:
+    """How often the webhook's watch of `resource` listed again after 410 Gone, from its metrics."""
     pattern = (r'^gpu_class_watch_restarts_total\{(?=[^}]*reason="expired")'
                rf'(?=[^}}]*resource="{re.escape(resource)}")[^}}]*\}} (\S+)$')
-    return sum(float(v) for v in re.findall(pattern, text, re.M))
+    return sum(float(v) for v in re.findall(pattern, webhook_metrics(cluster), re.M))
+
+
+def read_by_every_worker(cluster: Any, resource: str) -> bool:
+    """Whether every gunicorn worker of the webhook has listed `resource` (its gauge is the least of any worker)."""
+    found = re.search(rf'^gpu_class_inventory_resource_read\{{resource="{re.escape(resource)}"\}} (\S+)$',
+                      webhook_metrics(cluster), re.M)
+    return found is not None and float(found.group(1)) == 1
 
 
 def delete_if_present(delete: Callable[..., Any], *args: Any) -> None:
@@ -190,14 +200,15 @@ def force_delete_pods(core: kubernetes.client.CoreV1Api, namespace: str) -> None
     core.delete_collection_namespaced_pod(namespace, grace_period_seconds=0)
 
 
-def admission_records(log_file: Path, namespace: str, pod: str) -> list[dict[str, Any]]:
-    """gpu-class's one-line-per-admission log records for a Pod."""
+def admission_records(log_file: Path, namespace: str, pod: str | None = None) -> list[dict[str, Any]]:
+    """gpu-class's one-line-per-admission log records for a Pod (its name, or its generateName), or for every Pod
+    of the namespace."""
     records = []
     for line in log_file.read_text(errors="replace").splitlines():
         if not line.startswith("{"):
             continue
         record = json.loads(line)
-        if record.get("msg") == "admission" and record.get("namespace") == namespace and record.get("pod") == pod:
+        if record.get("msg") == "admission" and record.get("namespace") == namespace and pod in (None, record.get("pod")):
             records.append(record)
     return records
 

@@ -20,8 +20,8 @@ import pytest
 import local_cluster
 from karpenter import (A100, H100, INSTANCE_TYPE_LABEL, ISOLATION_TAINT, NODEPOOL_LABEL, PRODUCT_LABEL, T4,
                        Karpenter, has_condition, node_pool, running_karpenter)
-from kubeobjects import (CLASS, GPU_TAINT, TYPES, dry_run_create, force_delete_pods, make_namespace, make_pod,
-                         node_label, read_pod, wait_bound, wait_for)
+from kubeobjects import (CLASS, GPU_TAINT, TYPES, admission_records, dry_run_create, force_delete_pods,
+                         make_namespace, make_pod, node_label, read_by_every_worker, read_pod, wait_bound, wait_for)
 from webhook.core.catalog import load_default_catalog
 
 
@@ -141,11 +141,14 @@ def placed_types(core: kubernetes.client.CoreV1Api, namespace: str, gpus: int = 
     return str((pod["metadata"].get("annotations") or {}).get(TYPES))
 
 
-def sees_pools(core: kubernetes.client.CoreV1Api, namespace: str, types: str) -> None:
-    """Until every gunicorn worker of gpu-class has read the pools (a worker that found no Karpenter API at its
-    start looks again every minute): a few answers in a row, since each call may reach another worker."""
+def sees_pools(karpenter: Karpenter, core: kubernetes.client.CoreV1Api, namespace: str, types: str) -> None:
+    """Until every gunicorn worker of gpu-class reads NodePools (one that found no Karpenter API at its start
+    looks again every minute; an answer reaches one worker only, and the API server may send every probe to the
+    same one), then until its answers place class high on the pools' types."""
+    wait_for("every webhook worker reading NodePools",
+             lambda: read_by_every_worker(karpenter.cluster, "nodepools"), seconds=90, interval=1.0)
     wait_for(f"gpu-class to place class high on {types}",
-             lambda: all(placed_types(core, namespace) == types for _ in range(4)), seconds=90, interval=1.0)
+             lambda: all(placed_types(core, namespace) == types for _ in range(4)), seconds=30, interval=0.5)
 
 
 @contextlib.contextmanager
@@ -156,7 +159,7 @@ def class_pools(karpenter: Karpenter, core: kubernetes.client.CoreV1Api, namespa
     names = {key: f"{namespace}-{key}" for key in pools}
     karpenter.apply_node_pools(*({**pool, "metadata": {"name": names[key]}} for key, pool in pools.items()))
     try:
-        sees_pools(core, namespace, "H100,A100-40GB")
+        sees_pools(karpenter, core, namespace, "H100,A100-40GB")
         yield names
     finally:
         force_delete_pods(core, namespace)
@@ -204,8 +207,12 @@ def test_class_pods_at_zero_nodes_grow_the_best_types_pool_and_bind_there(
             "completions": 3, "parallelism": 3, "completionMode": "Indexed",
             "template": {**template("train", gpus=2, group="train"),
                          "spec": {**template("train", gpus=2)["spec"], "restartPolicy": "Never"}}}})
-        bound = wait_for("the Deployment's and the Job's 5 Pods bound",
-                         lambda: b if len(b := bound_pods(core, ns)) == 6 else None, seconds=180)
+        try:
+            bound = wait_for("the Deployment's and the Job's 5 Pods bound",
+                             lambda: b if len(b := bound_pods(core, ns)) == 6 else None, seconds=180)
+        except pytest.fail.Exception as e:
+            decided = admission_records(karpenter.cluster.logs / "gpuclass.log", ns)
+            pytest.fail(f"{e}\ngpu-class decided in {ns}:\n" + "\n".join(map(str, decided)), pytrace=False)
         h100_nodes = {n["metadata"]["name"] for n in karpenter.nodes(pools["h100"])}
         assert node in h100_nodes and set(bound.values()) <= h100_nodes, (bound, h100_nodes)
         assert karpenter.node_claims(pools["a100"]) == [] and karpenter.node_claims(pools["t4"]) == []

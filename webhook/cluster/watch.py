@@ -120,6 +120,9 @@ class InventoryObserver(Protocol):
 
     def contacted(self, resource: str) -> None: ...
 
+    def reading(self, resource: str, read: bool) -> None:
+        """After each list: whether the resource is read (False: off, not served or not allowed)."""
+
     def published(self, snapshot: Snapshot) -> None: ...
 
     def lagging(self, seconds: float) -> None:
@@ -138,6 +141,9 @@ class NoObserver:
         pass
 
     def contacted(self, resource: str) -> None:
+        pass
+
+    def reading(self, resource: str, read: bool) -> None:
         pass
 
     def published(self, snapshot: Snapshot) -> None:
@@ -240,6 +246,7 @@ class Reflector:
             self.off = None
             self.on_off(self.name, None)
         self.replace(items)
+        self.observer.reading(self.name, True)  # before the flag, as the state: readiness counts the flag
         self.resource_version = metadata.get("resourceVersion")
         self.relists += 1
         self.synced = True
@@ -263,6 +270,7 @@ class Reflector:
             # Told (and published) before the flag is set, as a list is: readiness counts the flag, and
             # a replica ready before the snapshot knows the resource's answer refuses GPU Pods as unsynced.
             self.on_off(self.name, reason)
+        self.observer.reading(self.name, False)
         self.synced = True  # off is an answer: readiness does not wait for it
         self.connected = False
         self._contact()

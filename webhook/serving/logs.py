@@ -32,6 +32,7 @@ class JsonFormatter(logging.Formatter):
             "time": self._time(record.created),
             "level": record.levelname.lower(),
             "logger": record.name,
+            "pid": record.process,  # which gunicorn worker: each reads the cluster on its own
             "msg": record.getMessage(),
         }
         fields = getattr(record, "fields", None)
@@ -52,7 +53,8 @@ def write_record(logger: str, msg: str, fields: dict[str, Any]) -> None:
     cost more than the decision itself; a single os.write of one line under PIPE_BUF is atomic,
     so lines from several threads never interleave. Callers check the level first.
     """
-    entry = {"time": _TIME._time(time.time()), "level": "info", "logger": logger, "msg": msg, **fields}
+    entry = {"time": _TIME._time(time.time()), "level": "info", "logger": logger, "pid": os.getpid(), "msg": msg,
+             **fields}
     os.write(2, (_ENCODER.encode(entry) + "\n").encode())
 
 

@@ -77,6 +77,11 @@ LAST_CONTACT = Gauge(
     "Unix time of the last list, event or bookmark, by resource (staleness = time() - this)", ["resource"],
     multiprocess_mode="livemax",
 )
+RESOURCE_READ = Gauge(
+    "gpu_class_inventory_resource_read",
+    "1 when every live worker reads the resource, 0 when one does not (an optional API not served, or not allowed: "
+    "the logs say which); by resource", ["resource"], multiprocess_mode="livemin",
+)
 INVENTORY_LAG = Gauge(
     "gpu_class_inventory_lag_seconds",
     "Age of the oldest watch event this worker has read and not yet applied to the inventory it answers from "
@@ -175,6 +180,10 @@ def observe_contact(resource: str) -> None:
     LAST_CONTACT.labels(resource).set(time.time())
 
 
+def observe_reading(resource: str, read: bool) -> None:
+    RESOURCE_READ.labels(resource).set(1 if read else 0)
+
+
 def observe_lag(seconds: float) -> None:
     INVENTORY_LAG.set(seconds)
 
@@ -264,6 +273,9 @@ class InventoryMetrics:
 
     def contacted(self, resource: str) -> None:
         observe_contact(resource)
+
+    def reading(self, resource: str, read: bool) -> None:
+        observe_reading(resource, read)
 
     def lagging(self, seconds: float) -> None:
         observe_lag(seconds)
