@@ -177,6 +177,14 @@ def test_each_strategy_has_a_profile_that_scores_it_first(shipped_configs: dict[
     assert resource in scored_on
     assert [r["name"] for r in fit["resources"]] == scored_on
     assert {r["weight"] for r in fit["resources"]} == {1}
+    # NodeLabelIndex keeps to the nodes this very score ranks first, on the same resources
+    if which != "stock":
+        order = plugin_args(p, LABEL_INDEX)
+        if dominant == "NodeAffinity":
+            assert order == {"order": "PreferredTypes"}
+        else:
+            assert order["order"] == {"MostAllocated": "MostUsed", "LeastAllocated": "MostFree"}[scoring]
+            assert order["resources"] == fit["resources"] and order["nodes"] >= 100
 
 
 @pytest.mark.parametrize("which", BINARIES)
@@ -251,29 +259,38 @@ def label_index_stages(p: Mapping[str, Any]) -> list[str]:
 
 
 @pytest.mark.parametrize("which, stages", [
-    pytest.param("profiles", ["preFilter"], id="profiles"),
-    pytest.param("extender", ["preFilter"], id="extender"),
+    pytest.param("profiles", ["postFilter", "preFilter"], id="profiles"),
+    pytest.param("extender", ["postFilter", "preFilter"], id="extender"),
     pytest.param("stock", [], id="stock"),
 ])
 def test_our_binary_narrows_every_profile_at_prefilter(shipped_configs: dict[str, dict[str, Any]], which: str,
                                                        stages: list[str]) -> None:
-    """NodeLabelIndex gives each cycle only the nodes the Pod's required affinity names, in every
-    profile our binary runs, and only at preFilter (it never filters nor scores); the stock binary has
-    no such plugin."""
+    """NodeLabelIndex gives each cycle only the nodes the Pod's required affinity names (the best of
+    them), in every profile our binary runs, at preFilter, and widens at postFilter (it never filters
+    nor scores); the stock binary has no such plugin."""
     for p in shipped_configs[which]["profiles"]:
-        assert label_index_stages(p) == stages, p["schedulerName"]
+        assert sorted(label_index_stages(p)) == stages, p["schedulerName"]
+        if stages:
+            # it widens a Pod its best nodes all refused before preemption evicts anything for it
+            assert [e["name"] for e in p["plugins"]["postFilter"]["enabled"]] == [LABEL_INDEX, "DefaultPreemption"]
 
 
 def without_label_index(config: Mapping[str, Any]) -> dict[str, Any]:
-    """`config` with NodeLabelIndex taken out of every profile, as if it had never been enabled."""
+    """`config` with NodeLabelIndex taken out of every profile, as if it had never been enabled: its
+    args gone, and preemption no longer moved behind it."""
     result = copy.deepcopy(dict(config))
     for p in result["profiles"]:
-        for plugins in p["plugins"].values():
+        for stage, plugins in p["plugins"].items():
             enabled = [e for e in (plugins or {}).get("enabled") or [] if e["name"] != LABEL_INDEX]
+            if stage == "postFilter" and plugins and [e["name"] for e in enabled] == [
+                    d["name"] for d in plugins.get("disabled") or []]:
+                enabled = []
+                plugins.pop("disabled", None)
             if enabled:
                 plugins["enabled"] = enabled
             elif plugins:
                 plugins.pop("enabled", None)
+        p["pluginConfig"] = [c for c in p["pluginConfig"] if c["name"] != LABEL_INDEX]
     return result
 
 

@@ -8,6 +8,7 @@ name their affinity themselves in a namespace that has not opted in, so only the
 
 from __future__ import annotations
 
+import time
 import uuid
 from typing import Any, Iterator
 
@@ -107,3 +108,35 @@ def test_a_deleted_node_is_not_offered(core: kubernetes.client.CoreV1Api, plain_
     assert "1 Insufficient nvidia.com/gpu" in message, message
     create_node(core, later, {TYPE_LABEL: WANTED}, gpus=4, taints=())
     assert wait_bound(core, plain_namespace, "waits") == later
+
+
+@pytest.mark.parametrize("scheduler", SCHEDULERS)
+def test_best_nodes_all_refused_by_a_filter_the_order_does_not_know_widen_the_next_attempt(
+        core: kubernetes.client.CoreV1Api, plain_namespace: str, small_node: list[str], scheduler: str) -> None:
+    """The best type's one node has room for the Pod's CPU and devices but takes no more Pods (its
+    `pods` allocatable is used up), which NodeResourcesFit's Filter checks and NodeLabelIndex's order
+    does not: the cycle given only the best node finds no node, NodeLabelIndex's PostFilter gives the
+    next attempt every node of the Pod's types, and the Pod binds on the next type, as on the stock
+    binary, where one cycle saw both."""
+    best, worse = f"e2e-order-best-{scheduler}-{SUFFIX}", f"e2e-order-next-{scheduler}-{SUFFIX}"
+    best_type, worse_type = f"e2e-order-best-{SUFFIX}", f"e2e-order-next-{SUFFIX}"
+    small_node.extend([best, worse])
+    create_node(core, best, {TYPE_LABEL: best_type}, gpus=4, taints=(), extra_allocatable={"pods": "0"})
+    create_node(core, worse, {TYPE_LABEL: worse_type}, gpus=4, taints=())
+    required = {"nodeSelectorTerms": [{"matchExpressions": [
+        {"key": TYPE_LABEL, "operator": "In", "values": [best_type, worse_type]}]}]}
+    preferred = [{"weight": w, "preference": {"matchExpressions": [
+        {"key": TYPE_LABEL, "operator": "In", "values": [t]}]}} for w, t in ((100, best_type), (50, worse_type))]
+    created = time.monotonic()
+    core.create_namespaced_pod(plain_namespace, make_pod("ordered", gpus=1, scheduler=scheduler, affinity={
+        "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": required,
+                         "preferredDuringSchedulingIgnoredDuringExecution": preferred}}))
+    assert wait_bound(core, plain_namespace, "ordered", seconds=60) == worse
+    print(f"\nbest nodes all refused, create to bind on the next type: {time.monotonic() - created:.1f} s "
+          f"({scheduler})")
+    failures = [e.message for e in core.list_namespaced_event(
+        plain_namespace, field_selector="involvedObject.name=ordered").items if e.reason == "FailedScheduling"]
+    if scheduler == local_cluster.STRICT_SCHEDULER:
+        assert any("its next attempt looks at every node of its types" in m for m in failures), failures
+    else:
+        assert failures == []

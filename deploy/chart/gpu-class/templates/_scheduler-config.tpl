@@ -68,6 +68,16 @@ profiles:
       preFilter:
         enabled: &label-index
           - name: NodeLabelIndex
+      # With an order (its args), NodeLabelIndex keeps to the best of those
+      # nodes: every node it leaves out scores below one it keeps. When a
+      # Filter it does not know of refuses them all, its PostFilter gives the
+      # Pod all of its types' nodes at once, before any preemption.
+      postFilter: &widen-first
+        disabled:
+          - name: DefaultPreemption
+        enabled:
+          - name: NodeLabelIndex
+          - name: DefaultPreemption
       {{- end }}
       score:
         disabled:
@@ -84,6 +94,11 @@ profiles:
           - name: InterPodAffinity
             weight: 1
     pluginConfig:
+      {{- if $labelIndex }}
+      - name: NodeLabelIndex
+        args:
+          order: PreferredTypes
+      {{- end }}
       - name: NodeResourcesFit
         args:
           scoringStrategy:
@@ -112,6 +127,7 @@ profiles:
       {{- if $labelIndex }}
       preFilter:
         enabled: *label-index
+      postFilter: *widen-first
       {{- end }}
       score:
         disabled:
@@ -128,6 +144,14 @@ profiles:
           - name: InterPodAffinity
             weight: 1
     pluginConfig:
+      {{- if $labelIndex }}
+      - name: NodeLabelIndex
+        args:
+          order: MostUsed
+          resources: *whole-gpus
+          # any of the best is as right as another: at most this many a cycle
+          nodes: 100
+      {{- end }}
       - name: NodeResourcesFit
         args:
           scoringStrategy:
@@ -143,12 +167,20 @@ profiles:
       {{- if $labelIndex }}
       preFilter:
         enabled: *label-index
+      postFilter: *widen-first
       {{- end }}
       score:
         disabled:
           - name: "*"
         enabled: *share-scores
     pluginConfig:
+      {{- if $labelIndex }}
+      - name: NodeLabelIndex
+        args:
+          order: MostFree
+          resources: *whole-gpus
+          nodes: 100
+      {{- end }}
       - name: NodeResourcesFit
         args:
           scoringStrategy:
@@ -165,12 +197,18 @@ profiles:
       {{- if $labelIndex }}
       preFilter:
         enabled: *label-index
+      postFilter: *widen-first
       {{- end }}
       score:
         disabled:
           - name: "*"
         enabled: *order-scores
     pluginConfig:
+      {{- if $labelIndex }}
+      - name: NodeLabelIndex
+        args:
+          order: PreferredTypes
+      {{- end }}
       - name: NodeResourcesFit
         args:
           scoringStrategy:
@@ -187,12 +225,20 @@ profiles:
       {{- if $labelIndex }}
       preFilter:
         enabled: *label-index
+      postFilter: *widen-first
       {{- end }}
       score:
         disabled:
           - name: "*"
         enabled: *share-scores
     pluginConfig:
+      {{- if $labelIndex }}
+      - name: NodeLabelIndex
+        args:
+          order: MostUsed
+          resources: *gpu-slices
+          nodes: 100
+      {{- end }}
       - name: NodeResourcesFit
         args:
           scoringStrategy:
@@ -206,12 +252,20 @@ profiles:
       {{- if $labelIndex }}
       preFilter:
         enabled: *label-index
+      postFilter: *widen-first
       {{- end }}
       score:
         disabled:
           - name: "*"
         enabled: *share-scores
     pluginConfig:
+      {{- if $labelIndex }}
+      - name: NodeLabelIndex
+        args:
+          order: MostFree
+          resources: *gpu-slices
+          nodes: 100
+      {{- end }}
       - name: NodeResourcesFit
         args:
           scoringStrategy:

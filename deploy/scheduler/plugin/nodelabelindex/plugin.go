@@ -6,10 +6,12 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
+	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
 	"k8s.io/kubernetes/pkg/scheduler/util"
 )
 
@@ -17,20 +19,43 @@ import (
 const Name = "NodeLabelIndex"
 
 // NodeLabelIndex is a PreFilter plugin: it only ever narrows the nodes a
-// cycle looks at, never rejects a Pod and never scores.
+// cycle looks at, never rejects a Pod and never scores. With an order, its
+// PostFilter gives a Pod whose best nodes all refused it every candidate in
+// its next cycle.
 type NodeLabelIndex struct {
-	index *Index
+	index    *Index
+	args     Args
+	handle   fwk.Handle
+	widened  *widened
+	snapshot func() fwk.NodeInfoLister
 }
 
 var (
 	_ fwk.PreFilterPlugin   = &NodeLabelIndex{}
+	_ fwk.PostFilterPlugin  = &NodeLabelIndex{}
 	_ fwk.EnqueueExtensions = &NodeLabelIndex{}
 	_ fwk.SignPlugin        = &NodeLabelIndex{}
 )
 
+// narrowedKey marks, in a cycle's state, a cycle given only the best nodes.
+const narrowedKey fwk.StateKey = Name + "/narrowed"
+
+type narrowedState struct{}
+
+func (narrowedState) Clone() fwk.StateData { return narrowedState{} }
+
 // New registers the index's handlers on the scheduler's own node informer,
 // the one its cache is fed from, before the informers start.
-func New(_ context.Context, _ runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
+func New(_ context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
+	var args Args
+	if obj != nil {
+		if err := frameworkruntime.DecodeInto(obj, &args); err != nil {
+			return nil, fmt.Errorf("%s: args: %w", Name, err)
+		}
+	}
+	if err := args.check(); err != nil {
+		return nil, fmt.Errorf("%s: args: %w", Name, err)
+	}
 	index := NewIndex()
 	_, err := h.SharedInformerFactory().Core().V1().Nodes().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { setNode(index, obj) },
@@ -47,7 +72,8 @@ func New(_ context.Context, _ runtime.Object, h fwk.Handle) (fwk.Plugin, error) 
 	if err != nil {
 		return nil, fmt.Errorf("%s: watching nodes: %w", Name, err)
 	}
-	return &NodeLabelIndex{index: index}, nil
+	return &NodeLabelIndex{index: index, args: args, handle: h, widened: newWidened(),
+		snapshot: func() fwk.NodeInfoLister { return h.SnapshotSharedLister().NodeInfos() }}, nil
 }
 
 func setNode(index *Index, obj any) {
@@ -66,12 +92,47 @@ func (pl *NodeLabelIndex) Name() string { return Name }
 // cache are fed by the same informer but by different handlers, so for a
 // moment after a node is added or deleted one can be ahead of the other, and
 // a node the snapshot holds must never be left out.
-func (pl *NodeLabelIndex) PreFilter(_ context.Context, _ fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
+//
+// With an order, it then keeps only the best of the candidates (order.go's
+// best), unless the Pod's last cycle was given only those and none took it.
+func (pl *NodeLabelIndex) PreFilter(_ context.Context, state fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
 	candidates, narrowed := pl.index.Candidates(pod)
 	if !narrowed || candidates.Len() == 0 || pl.index.Len() != len(nodes) {
 		return nil, nil
 	}
-	return &fwk.PreFilterResult{NodeNames: candidates}, nil
+	if pl.args.Order == Class || pl.widened.take(pod.UID) {
+		return &fwk.PreFilterResult{NodeNames: candidates}, nil
+	}
+	infos := make([]fwk.NodeInfo, 0, candidates.Len())
+	lister := pl.snapshot()
+	for name := range candidates {
+		if info, err := lister.Get(name); err == nil && info.Node() != nil {
+			infos = append(infos, info)
+		}
+	}
+	if len(infos) != candidates.Len() {
+		return &fwk.PreFilterResult{NodeNames: candidates}, nil
+	}
+	names, ok := best(pl.args, pod, infos)
+	if !ok || len(names) == candidates.Len() {
+		return &fwk.PreFilterResult{NodeNames: candidates}, nil
+	}
+	state.Write(narrowedKey, narrowedState{})
+	return &fwk.PreFilterResult{NodeNames: sets.New(names...)}, nil
+}
+
+// PostFilter: a Pod that none of its best nodes took (a Filter best does not
+// know of refused them all) gets all of its candidates in its next cycle, at
+// once, and no preemption now: a worse node may well hold it. Any other Pod
+// goes on to the next PostFilter plugin (preemption) as on the stock binary.
+func (pl *NodeLabelIndex) PostFilter(ctx context.Context, state fwk.CycleState, pod *v1.Pod, _ fwk.NodeToStatusReader) (*fwk.PostFilterResult, *fwk.Status) {
+	if _, err := state.Read(narrowedKey); err != nil {
+		return nil, fwk.NewStatus(fwk.Unschedulable)
+	}
+	pl.widened.add(pod.UID)
+	pl.handle.Activate(klog.FromContext(ctx), map[string]*v1.Pod{string(pod.UID): pod})
+	return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable,
+		"none of the best nodes of the Pod's types took it; its next attempt looks at every node of its types")
 }
 
 func (pl *NodeLabelIndex) PreFilterExtensions() fwk.PreFilterExtensions { return nil }

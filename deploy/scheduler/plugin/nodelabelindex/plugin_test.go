@@ -1,9 +1,12 @@
 package nodelabelindex
 
 import (
+	"fmt"
 	"testing"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
@@ -48,5 +51,31 @@ func TestNodeNowMatches(t *testing.T) {
 				t.Errorf("the index does not hold the node as the event left it: %v", got)
 			}
 		})
+	}
+}
+
+func TestWidenedIsForTheNextCycleOnly(t *testing.T) {
+	now := time.Unix(0, 0)
+	w := newWidened()
+	w.now = func() time.Time { return now }
+	w.add("a")
+	w.add("old")
+	if w.take("b") {
+		t.Error("a Pod never widened got every candidate")
+	}
+	if !w.take("a") || w.take("a") {
+		t.Error("a widened Pod gets every candidate in its next cycle, and only then")
+	}
+	now = now.Add(widenedFor + time.Second)
+	if w.take("old") {
+		t.Error("a Pod widened long ago (deleted since, say) is forgotten")
+	}
+	for i := 0; i < maxWidened; i++ {
+		w.add(types.UID(fmt.Sprint(i)))
+	}
+	now = now.Add(widenedFor + time.Second)
+	w.add("last")
+	if len(w.since) != 1 || !w.take("last") {
+		t.Errorf("at the cap, the expired are forgotten: %d left", len(w.since))
 	}
 }

@@ -1,0 +1,212 @@
+package nodelabelindex
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
+)
+
+const gpu = "nvidia.com/gpu"
+
+var gpuTaint = v1.Taint{Key: "nvidia.com/gpu", Effect: v1.TaintEffectNoSchedule}
+
+// gpuNode: a node of `gpus` devices and 16 CPUs, `used` devices and `cpu`
+// millicores of them taken by a Pod already bound there.
+type gpuNode struct {
+	name          string
+	product       string
+	gpus, used    int64
+	cpu           int64
+	taints        []v1.Taint
+	unschedulable bool
+	uncountedGPUs bool // no nvidia.com/gpu in its allocatable (a DRA node)
+}
+
+func (n gpuNode) info() fwk.NodeInfo {
+	allocatable := v1.ResourceList{v1.ResourceCPU: resource.MustParse("16"), v1.ResourceMemory: resource.MustParse("64Gi"),
+		v1.ResourcePods: resource.MustParse("110")}
+	if !n.uncountedGPUs {
+		allocatable[gpu] = *resource.NewQuantity(n.gpus, resource.DecimalSI)
+	}
+	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.name, Labels: map[string]string{product: n.product}},
+		Spec:   v1.NodeSpec{Taints: n.taints, Unschedulable: n.unschedulable},
+		Status: v1.NodeStatus{Allocatable: allocatable}}
+	info := framework.NewNodeInfo()
+	info.SetNode(node)
+	if n.used > 0 || n.cpu > 0 {
+		info.AddPod(requesting(n.used, n.cpu))
+	}
+	return info
+}
+
+func requesting(gpus, cpuMillis int64) *v1.Pod {
+	requests := v1.ResourceList{v1.ResourceCPU: *resource.NewMilliQuantity(cpuMillis, resource.DecimalSI)}
+	if gpus > 0 {
+		requests[gpu] = *resource.NewQuantity(gpus, resource.DecimalSI)
+	}
+	return &v1.Pod{Spec: v1.PodSpec{Containers: []v1.Container{{Name: "main", Resources: v1.ResourceRequirements{Requests: requests}}}}}
+}
+
+// classPod: a Pod as gpu-class writes it for class high (H100 best, then A100),
+// asking for `gpus` devices and 2 CPUs, tolerating the GPU taint.
+func classPod(gpus int64, edit ...func(*v1.PodSpec)) *v1.Pod {
+	p := requesting(gpus, 2000)
+	prefer := func(weight int32, value string) v1.PreferredSchedulingTerm {
+		return v1.PreferredSchedulingTerm{Weight: weight, Preference: v1.NodeSelectorTerm{
+			MatchExpressions: []v1.NodeSelectorRequirement{in(product, value)}}}
+	}
+	p.Spec.Affinity = &v1.Affinity{NodeAffinity: &v1.NodeAffinity{
+		PreferredDuringSchedulingIgnoredDuringExecution: []v1.PreferredSchedulingTerm{prefer(100, "H100"), prefer(50, "A100")}}}
+	p.Spec.Tolerations = []v1.Toleration{{Key: gpuTaint.Key, Operator: v1.TolerationOpExists}}
+	for _, e := range edit {
+		e(&p.Spec)
+	}
+	return p
+}
+
+var wholeGPUs = []Resource{{Name: gpu, Weight: 1}, {Name: "amd.com/gpu", Weight: 1}}
+
+func TestBest(t *testing.T) {
+	preferred := Args{Order: PreferredTypes}
+	free := Args{Order: MostFree, Resources: wholeGPUs}
+	used := Args{Order: MostUsed, Resources: wholeGPUs}
+	h100 := func(name string, edit ...func(*gpuNode)) gpuNode {
+		n := gpuNode{name: name, product: "H100", gpus: 8, taints: []v1.Taint{gpuTaint}}
+		for _, e := range edit {
+			e(&n)
+		}
+		return n
+	}
+	a100 := func(name string, gpus, used int64) gpuNode {
+		return gpuNode{name: name, product: "A100", gpus: gpus, used: used}
+	}
+	full := func(n *gpuNode) { n.used = n.gpus }
+	for _, c := range []struct {
+		name  string
+		args  Args
+		pod   *v1.Pod
+		nodes []gpuNode
+		want  []string // nil: not narrowed
+	}{
+		{name: "the best type's nodes", args: preferred, pod: classPod(1),
+			nodes: []gpuNode{h100("h-0"), h100("h-1"), a100("a-0", 8, 0), a100("a-1", 8, 0)}, want: []string{"h-0", "h-1"}},
+		{name: "the best type full: the next", args: preferred, pod: classPod(1),
+			nodes: []gpuNode{h100("h-0", full), a100("a-0", 8, 0), a100("a-1", 4, 4)}, want: []string{"a-0"}},
+		{name: "devices left but no CPU", args: preferred, pod: classPod(1),
+			nodes: []gpuNode{h100("h-0", func(n *gpuNode) { n.cpu = 15000 }), a100("a-0", 8, 0)}, want: []string{"a-0"}},
+		{name: "a taint the Pod does not tolerate", args: preferred, pod: classPod(1),
+			nodes: []gpuNode{h100("h-0", func(n *gpuNode) {
+				n.taints = append(n.taints, v1.Taint{Key: "maintenance", Effect: v1.TaintEffectNoExecute})
+			}), h100("h-1"), a100("a-0", 8, 0)}, want: []string{"h-1"}},
+		{name: "a PreferNoSchedule taint only scores", args: preferred, pod: classPod(1),
+			nodes: []gpuNode{h100("h-0", func(n *gpuNode) {
+				n.taints = append(n.taints, v1.Taint{Key: "soon", Effect: v1.TaintEffectPreferNoSchedule})
+			}), a100("a-0", 8, 0)}, want: []string{"h-0"}},
+		{name: "cordoned", args: preferred, pod: classPod(1),
+			nodes: []gpuNode{h100("h-0", func(n *gpuNode) { n.unschedulable = true }), a100("a-0", 8, 0)},
+			want:  []string{"a-0"}},
+		{name: "a node that does not count the devices is kept", args: preferred, pod: classPod(1),
+			nodes: []gpuNode{h100("h-0", func(n *gpuNode) { n.uncountedGPUs = true }), a100("a-0", 8, 0)},
+			want:  []string{"a-0", "h-0"}},
+		{name: "the Pod's own required affinity", args: preferred, pod: classPod(1, func(s *v1.PodSpec) {
+			s.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution = &v1.NodeSelector{
+				NodeSelectorTerms: []v1.NodeSelectorTerm{{MatchExpressions: []v1.NodeSelectorRequirement{
+					{Key: product, Operator: v1.NodeSelectorOpNotIn, Values: []string{"H100"}}}}}}
+		}), nodes: []gpuNode{h100("h-0"), a100("a-0", 8, 0)}, want: []string{"a-0"}},
+		{name: "no node with room: not narrowed", args: preferred, pod: classPod(1),
+			nodes: []gpuNode{h100("h-0", full), a100("a-0", 8, 8)}},
+		{name: "no preferred affinity: not narrowed", args: preferred,
+			pod: classPod(1, func(s *v1.PodSpec) { s.Affinity = nil }), nodes: []gpuNode{h100("h-0"), a100("a-0", 8, 0)}},
+		{name: "most free: the largest share free once placed", args: free, pod: classPod(1),
+			nodes: []gpuNode{a100("a-8", 8, 0), a100("a-4", 4, 0), a100("a-8-half", 8, 4), h100("h-0")},
+			want:  []string{"a-8", "h-0"}},
+		{name: "most used: the largest share in use once placed", args: used, pod: classPod(2),
+			nodes: []gpuNode{a100("a-8", 8, 0), a100("a-4", 4, 2), a100("a-8-most", 8, 5), h100("h-0", full)},
+			want:  []string{"a-4"}},
+		{name: "shares: a Pod with no device of the list is not narrowed", args: free, pod: classPod(0),
+			nodes: []gpuNode{a100("a-8", 8, 0), a100("a-4", 4, 0)}},
+		{name: "no order of ours", args: Args{}, pod: classPod(1), nodes: []gpuNode{h100("h-0"), a100("a-0", 8, 0)}},
+		{name: "required pod anti-affinity: not narrowed", args: preferred, pod: classPod(1, func(s *v1.PodSpec) {
+			s.Affinity.PodAntiAffinity = &v1.PodAntiAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []v1.PodAffinityTerm{
+				{TopologyKey: "kubernetes.io/hostname"}}}
+		}), nodes: []gpuNode{h100("h-0"), a100("a-0", 8, 0)}},
+		{name: "a hard spread constraint: not narrowed", args: preferred, pod: classPod(1, func(s *v1.PodSpec) {
+			s.TopologySpreadConstraints = []v1.TopologySpreadConstraint{{MaxSkew: 1, TopologyKey: "zone",
+				WhenUnsatisfiable: v1.DoNotSchedule}}
+		}), nodes: []gpuNode{h100("h-0"), a100("a-0", 8, 0)}},
+		{name: "a host port: not narrowed", args: preferred, pod: classPod(1, func(s *v1.PodSpec) {
+			s.Containers[0].Ports = []v1.ContainerPort{{ContainerPort: 80, HostPort: 8080}}
+		}), nodes: []gpuNode{h100("h-0"), a100("a-0", 8, 0)}},
+		{name: "a claim: not narrowed", args: preferred, pod: classPod(1, func(s *v1.PodSpec) {
+			s.Volumes = []v1.Volume{{Name: "data", VolumeSource: v1.VolumeSource{
+				PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: "data"}}}}
+		}), nodes: []gpuNode{h100("h-0"), a100("a-0", 8, 0)}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			infos := make([]fwk.NodeInfo, len(c.nodes))
+			for i, n := range c.nodes {
+				infos[i] = n.info()
+			}
+			got, ok := best(c.args, c.pod, infos)
+			slices.Sort(got)
+			if c.want == nil {
+				if ok {
+					t.Errorf("narrowed to %v, want not narrowed", got)
+				}
+				return
+			}
+			if !ok || !slices.Equal(got, c.want) {
+				t.Errorf("got %v (narrowed %v), want %v", got, ok, c.want)
+			}
+		})
+	}
+}
+
+// At most Nodes of the best share: any of them is as right as another.
+func TestBestKeepsAtMostNodesOfTheBestShare(t *testing.T) {
+	var infos []fwk.NodeInfo
+	best8 := map[string]bool{}
+	for i := 0; i < 300; i++ {
+		n := gpuNode{name: fmt.Sprintf("n-%d", i), product: "A100", gpus: 4}
+		if i%3 == 0 {
+			n.gpus = 8
+			best8[n.name] = true
+		}
+		infos = append(infos, n.info())
+	}
+	got, ok := best(Args{Order: MostFree, Resources: wholeGPUs, Nodes: 50}, classPod(1), infos)
+	if !ok || len(got) != 50 {
+		t.Fatalf("got %d nodes (narrowed %v), want 50", len(got), ok)
+	}
+	for _, name := range got {
+		if !best8[name] {
+			t.Errorf("%s is not among the nodes of the largest share free", name)
+		}
+	}
+}
+
+func TestArgsAreChecked(t *testing.T) {
+	for _, c := range []struct {
+		args Args
+		ok   bool
+	}{
+		{Args{}, true},
+		{Args{Order: PreferredTypes}, true},
+		{Args{Order: MostFree, Resources: wholeGPUs, Nodes: 100}, true},
+		{Args{Order: MostFree}, false},
+		{Args{Order: PreferredTypes, Resources: wholeGPUs}, false},
+		{Args{Order: "Fastest"}, false},
+		{Args{Order: MostUsed, Resources: []Resource{{Name: gpu}}}, false},
+		{Args{Order: MostUsed, Resources: wholeGPUs, Nodes: -1}, false},
+	} {
+		if err := c.args.check(); (err == nil) != c.ok {
+			t.Errorf("%+v: %v, want ok %v", c.args, err, c.ok)
+		}
+	}
+}
