@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import json
 import re
-import ssl
 import subprocess
-import urllib.request
 from dataclasses import dataclass
 from typing import Any, Iterator
 
@@ -25,7 +23,8 @@ import local_cluster
 from bench.placement.placement import read_catalog
 from bench.placement.placement_cluster import cluster_state
 from bench.placement.placement_model import NodeState
-from kubeobjects import create_node, delete_nodes, force_delete_pods, make_namespace, make_pod, wait_bound, wait_for
+from kubeobjects import (create_node, delete_nodes, force_delete_pods, make_namespace, make_pod, wait_bound, wait_for,
+                         webhook_metrics)
 
 # Class high (performance): H200 first, then H100-NVL. Class inference (binpack): L4 among them.
 H200 = {"nvidia.com/gpu.product": "NVIDIA-H200"}
@@ -40,12 +39,6 @@ NODES = {  # name: (labels, GPUs, CPUs)
 }
 CLASS_TYPES = {"high": ["H200", "H100-NVL", "H100", "L40S", "A100-80GB", "A100-40GB"]}
 OUTCOMES = ("best", "fallback", "broken")
-
-
-def scrape(cluster: local_cluster.Cluster) -> str:
-    context = ssl.create_default_context(cafile=str(cluster.dir / "webhook" / "ca.crt"))
-    with urllib.request.urlopen(cluster.webhook_url + "/metrics", context=context, timeout=10) as r:
-        return str(r.read().decode())
 
 
 def samples(text: str, name: str) -> dict[tuple[str, str], float]:
@@ -125,7 +118,7 @@ def test_binds_are_counted_as_the_webhook_can_judge_them(cluster: local_cluster.
                                                                  (("high", "H200"), ("high", "H100-NVL"),
                                                                   ("inference", "L4"))))
     judge = Judge(cluster_state(core, read_catalog().type_of_product))
-    before = samples(scrape(cluster), "gpu_class_placements_total")
+    before = samples(webhook_metrics(cluster), "gpu_class_placements_total")
     counted: dict[tuple[str, str], int] = {}
 
     def place(name: str, gpu_class: str, expected_node: str, expected: str) -> None:
@@ -154,7 +147,7 @@ def test_binds_are_counted_as_the_webhook_can_judge_them(cluster: local_cluster.
                        ("inference", "broken"): 2, ("inference", "best"): 3}
 
     def added() -> dict[tuple[str, str], float]:
-        after = samples(scrape(cluster), "gpu_class_placements_total")
+        after = samples(webhook_metrics(cluster), "gpu_class_placements_total")
         return {k: v - before.get(k, 0.0) for k, v in after.items() if v != before.get(k, 0.0)}
 
     # two workers watch, one counts: each bind once
@@ -189,8 +182,8 @@ def test_pending_pods_show_in_the_gauge_and_the_inventory(cluster: local_cluster
     expected = placed_pending(core, "high")
     assert expected >= 3
     wait_for("the pending gauge to count them",
-             lambda: samples(scrape(cluster), "gpu_class_pending_pods").get(("high", "0s")) == expected)
-    assert samples(scrape(cluster), "gpu_class_pending_pods").get(("high", "1h")) == 0
+             lambda: samples(webhook_metrics(cluster), "gpu_class_pending_pods").get(("high", "0s")) == expected)
+    assert samples(webhook_metrics(cluster), "gpu_class_pending_pods").get(("high", "1h")) == 0
     proc = subprocess.run([local_cluster.gpuclass_path(), "inventory", f"--kubeconfig={cluster.kubeconfig}", "-o", "json"],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr

@@ -23,11 +23,10 @@ const Name = "NodeLabelIndex"
 // PostFilter gives a Pod whose best nodes all refused it every candidate in
 // its next cycle.
 type NodeLabelIndex struct {
-	index    *Index
-	args     Args
-	handle   fwk.Handle
-	widened  *widened
-	snapshot func() fwk.NodeInfoLister
+	index   *Index
+	args    Args
+	handle  fwk.Handle
+	widened *widened
 }
 
 var (
@@ -72,8 +71,7 @@ func New(_ context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error
 	if err != nil {
 		return nil, fmt.Errorf("%s: watching nodes: %w", Name, err)
 	}
-	return &NodeLabelIndex{index: index, args: args, handle: h, widened: newWidened(),
-		snapshot: func() fwk.NodeInfoLister { return h.SnapshotSharedLister().NodeInfos() }}, nil
+	return &NodeLabelIndex{index: index, args: args, handle: h, widened: newWidened()}, nil
 }
 
 func setNode(index *Index, obj any) {
@@ -104,7 +102,7 @@ func (pl *NodeLabelIndex) PreFilter(_ context.Context, state fwk.CycleState, pod
 		return &fwk.PreFilterResult{NodeNames: candidates}, nil
 	}
 	infos := make([]fwk.NodeInfo, 0, candidates.Len())
-	lister := pl.snapshot()
+	lister := pl.handle.SnapshotSharedLister().NodeInfos()
 	for name := range candidates {
 		if info, err := lister.Get(name); err == nil && info.Node() != nil {
 			infos = append(infos, info)
