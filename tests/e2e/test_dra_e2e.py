@@ -29,9 +29,9 @@ from builders import (
 )
 from kubeobjects import (
     GPU_TAINT, TYPES, create_node, delete_if_present, delete_nodes, dry_run_create, expired_restarts, make_pod,
-    read_pod, wait_bound, wait_for,
+    read_pod, wait_bound, wait_for, webhook_metrics,
 )
-from test_fidelity_e2e import samples, scrape
+from test_fidelity_e2e import samples
 from webhook.core.catalog import load_default_catalog
 from webhook.core.planner import EXCLUDE_ANNOTATION as EXCLUDE_TYPES
 
@@ -154,7 +154,7 @@ def test_a_stream_fills_the_best_type_then_the_next_device_by_device(
         resource_api: kubernetes.client.ResourceV1Api, namespace: str, dra_nodes: DraNodes, scheduler: str) -> None:
     h200 = dra_nodes.add("h200", nvidia_gpus(2, H200, memory="143771Mi"))
     nvl = dra_nodes.add("h100nvl", nvidia_gpus(3, H100_NVL, memory="95830Mi"))
-    before = samples(scrape(cluster), "gpu_class_placements_total")
+    before = samples(webhook_metrics(cluster), "gpu_class_placements_total")
     got = [placed(core, resource_api, namespace, f"p{i}",
                   make_pod(f"p{i}", gpu_class="high", gpus=None, scheduler=scheduler,
                            annotations=only("high", "H200", "H100-NVL"))) for i in range(5)]
@@ -164,7 +164,7 @@ def test_a_stream_fills_the_best_type_then_the_next_device_by_device(
     assert len(set(held)) == len(held), "a device given twice"
 
     def added() -> dict[tuple[str, str], float]:
-        after = samples(scrape(cluster), "gpu_class_placements_total")
+        after = samples(webhook_metrics(cluster), "gpu_class_placements_total")
         return {k: v - before.get(k, 0.0) for k, v in after.items() if v != before.get(k, 0.0)}
 
     # judged on DRA devices as on the device plugin's: the best type while it had a free device, then
@@ -183,7 +183,7 @@ def test_balanced_binds_on_dra_devices_are_judged_as_the_scheduler_saw_the_node(
     nodes = {dra_nodes.add(f"l40s-{i}", nvidia_gpus(4, "NVIDIA L40S", memory="46068Mi")) for i in range(2)}
     # L40S only (the shared fleet's A100 and V100 are in class standard too, and a balanced Pod may go to
     # either when its share of GPUs free is the largest): the promise is about these two nodes
-    before = samples(scrape(cluster), "gpu_class_placements_total")
+    before = samples(webhook_metrics(cluster), "gpu_class_placements_total")
     got = [placed(core, resource_api, namespace, f"p{i}",
                   make_pod(f"p{i}", gpu_class="standard", gpus=None, scheduler=local_cluster.STRICT_SCHEDULER,
                            annotations=only("standard", "L40S"))) for i in range(4)]
@@ -191,7 +191,7 @@ def test_balanced_binds_on_dra_devices_are_judged_as_the_scheduler_saw_the_node(
     assert sorted(sum(1 for n, _ in got if n == node) for node in nodes) == [2, 2]  # least allocated: spread
 
     def added() -> dict[tuple[str, str], float]:
-        after = samples(scrape(cluster), "gpu_class_placements_total")
+        after = samples(webhook_metrics(cluster), "gpu_class_placements_total")
         return {k: v - before.get(k, 0.0) for k, v in after.items() if v != before.get(k, 0.0)}
 
     wait_for("the webhook to count every bind", lambda: added() == {("standard", "best"): 4}, seconds=30)
