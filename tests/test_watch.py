@@ -459,7 +459,10 @@ def test_readiness_reports_staleness_after_sync(api: FakeApiServer, inventory: L
 
 
 def test_served_by_gunicorn_workers_from_a_live_watch(api: FakeApiServer, tmp_path: Path) -> None:
-    api.serve_dra = True  # the DRA resources are watched too, not asked again and again as off
+    # DRA and NodePools are served, so watched: an optional resource that is off is asked again, by a
+    # list, whenever its worker gets to it, which would be an API call in the middle of the admissions
+    api.serve_dra = True
+    api.serve_karpenter = True
     api.create(make_namespace("ml"))
     api.create(make_node("h100-a", "NVIDIA-H100-80GB-HBM3"))
     kubeconfig = api.kubeconfig(tmp_path / "kubeconfig")
@@ -469,8 +472,8 @@ def test_served_by_gunicorn_workers_from_a_live_watch(api: FakeApiServer, tmp_pa
     config.write_text(TEST_CATALOG_YAML)
     with running_server(tmp_path, ["--kubeconfig", str(kubeconfig), "--config", str(config)], workers=2) as server:
         eventually(lambda: server.get("/readyz")[0] == 200, timeout_seconds=20, what="readyz")
-        # two workers, each with its own node, namespace and pod watches, and the three DRA ones
-        assert api.wait_for_watches(12, timeout_seconds=20)
+        # two workers, each with its own node, namespace and pod watches, the three DRA ones and NodePools'
+        assert api.wait_for_watches(14, timeout_seconds=20)
         review = make_review(make_pod({"gpu-class.io/class": "high"}))
         calls_before = len(api.request_log)
         for _ in range(10):
