@@ -2,8 +2,11 @@ package nodelabelindex
 
 import (
 	"fmt"
+	"slices"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
 	resourcehelper "k8s.io/component-helpers/resource"
 	v1helper "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
@@ -116,53 +119,53 @@ func orderable(pod *v1.Pod) bool {
 // returned is its choice among all of them; when every node returned is
 // refused by a Filter this does not know of, the Pod's next cycle looks at
 // all of its candidates (the plugin's PostFilter).
+//
+// Each node is scored first, from its labels or its device counts alone, and
+// checked for room only when it scores at least the best found so far with
+// room: a cycle checks a handful of nodes, not every node of the Pod's types.
 func best(args Args, pod *v1.Pod, infos []fwk.NodeInfo) (names []string, ok bool) {
 	if args.Order == Class || !orderable(pod) {
 		return nil, false
 	}
-	requests := resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{})
-	var preferred *nodeaffinity.PreferredSchedulingTerms
+	need := demandOf(pod, args.Resources)
+	var preferred *preferences
 	if args.Order == PreferredTypes {
-		a := pod.Spec.Affinity
-		if a == nil || a.NodeAffinity == nil || len(a.NodeAffinity.PreferredDuringSchedulingIgnoredDuringExecution) == 0 {
+		if preferred, ok = preferencesOf(pod); !ok {
 			return nil, false
 		}
-		terms, err := nodeaffinity.NewPreferredSchedulingTerms(a.NodeAffinity.PreferredDuringSchedulingIgnoredDuringExecution)
-		if err != nil {
-			return nil, false
-		}
-		preferred = terms
-	} else if !requestsAny(requests, args.Resources) {
+	} else if len(need.shares) == 0 {
 		return nil, false
 	}
 	required := nodeaffinity.GetRequiredNodeAffinity(pod)
 	top := int64(-1)
 	var uncounted []string
 	for _, info := range infos {
-		if matches, err := required.Match(info.Node()); err != nil || !matches {
-			continue // NodeAffinity's Filter refuses it (the index keeps every node of an `In`)
-		}
-		room, counted := hasRoom(pod, requests, info)
-		if !counted {
-			uncounted = append(uncounted, info.Node().Name)
-			continue
-		}
-		if !room {
+		node := info.Node()
+		if !need.counted(info) {
+			if matches, err := required.Match(node); err == nil && matches {
+				uncounted = append(uncounted, node.Name)
+			}
 			continue
 		}
 		var score int64
 		if preferred != nil {
-			score = preferred.Score(info.Node())
+			score = preferred.score(node)
 		} else {
-			score = shareScore(args.Order, args.Resources, requests, info)
+			score = need.shareScore(args.Order, info)
 		}
-		switch {
-		case score > top:
+		if score < top || (score == top && preferred == nil && args.Nodes > 0 && len(names) >= args.Nodes) {
+			continue
+		}
+		if matches, err := required.Match(node); err != nil || !matches {
+			continue // NodeAffinity's Filter refuses it (the index keeps every node of an `In`)
+		}
+		if !need.fits(pod, info) {
+			continue
+		}
+		if score > top {
 			top, names = score, names[:0]
-			fallthrough
-		case score == top && (preferred != nil || args.Nodes == 0 || len(names) < args.Nodes):
-			names = append(names, info.Node().Name)
 		}
+		names = append(names, node.Name)
 	}
 	if len(names) == 0 {
 		return nil, false
@@ -170,80 +173,184 @@ func best(args Args, pod *v1.Pod, infos []fwk.NodeInfo) (names []string, ok bool
 	return append(names, uncounted...), true
 }
 
-func requestsAny(requests v1.ResourceList, resources []Resource) bool {
-	for _, r := range resources {
-		if q, ok := requests[v1.ResourceName(r.Name)]; ok && !q.IsZero() {
-			return true
-		}
-	}
-	return false
+// preferences is the Pod's preferred node affinity as NodeAffinity's Score
+// reads it (a term of weight 0 or with no expression counts nothing), parsed
+// once for the cycle: the library's own terms build a map of the node's
+// fields for every node they score. A term's match depends only on the values
+// of the label keys it names, so each combination of them is scored once.
+type preferences struct {
+	terms  []weightedTerm
+	keys   []string         // every label key the terms name
+	scores map[string]int64 // the values of keys on a node (values) -> its score
+	values []byte
 }
 
-// hasRoom is what NodeResourcesFit, TaintToleration and NodeUnschedulable
-// decide from the node alone, taken no stricter than they are (counted false:
-// the Pod asks for a device the node does not count, which a DRA driver may
-// offer it).
-func hasRoom(pod *v1.Pod, requests v1.ResourceList, info fwk.NodeInfo) (room, counted bool) {
-	node := info.Node()
-	free, used := info.GetAllocatable(), info.GetRequested()
-	for name, q := range requests {
-		var left int64
-		switch name {
-		case v1.ResourceCPU:
-			left = free.GetMilliCPU() - used.GetMilliCPU()
-			if q.MilliValue() > left {
-				return false, true
-			}
-			continue
-		case v1.ResourceMemory:
-			left = free.GetMemory() - used.GetMemory()
-		case v1.ResourceEphemeralStorage, v1.ResourcePods:
-			continue // not counted here: at worst a node kept that a Filter refuses
-		default:
-			allocatable, has := free.GetScalarResources()[name]
-			if !has {
-				if q.IsZero() {
-					continue
-				}
-				return false, false
-			}
-			left = allocatable - used.GetScalarResources()[name]
+type weightedTerm struct {
+	weight   int64
+	selector labels.Selector
+}
+
+var labelOperators = map[v1.NodeSelectorOperator]selection.Operator{
+	v1.NodeSelectorOpIn: selection.In, v1.NodeSelectorOpNotIn: selection.NotIn,
+	v1.NodeSelectorOpExists: selection.Exists, v1.NodeSelectorOpDoesNotExist: selection.DoesNotExist,
+	v1.NodeSelectorOpGt: selection.GreaterThan, v1.NodeSelectorOpLt: selection.LessThan,
+}
+
+// preferencesOf: ok false when the Pod prefers nothing, when a term names
+// fields (metadata.name: a Pod placed by name, not by type) or when one does
+// not parse.
+func preferencesOf(pod *v1.Pod) (*preferences, bool) {
+	a := pod.Spec.Affinity
+	if a == nil || a.NodeAffinity == nil {
+		return nil, false
+	}
+	p := &preferences{scores: map[string]int64{}}
+	for _, t := range a.NodeAffinity.PreferredDuringSchedulingIgnoredDuringExecution {
+		if len(t.Preference.MatchFields) > 0 {
+			return nil, false
 		}
-		if q.Value() > left {
-			return false, true
+		if t.Weight == 0 || len(t.Preference.MatchExpressions) == 0 {
+			continue
+		}
+		selector := labels.NewSelector()
+		for _, e := range t.Preference.MatchExpressions {
+			op, known := labelOperators[e.Operator]
+			if !known {
+				return nil, false
+			}
+			r, err := labels.NewRequirement(e.Key, op, e.Values)
+			if err != nil {
+				return nil, false
+			}
+			selector = selector.Add(*r)
+			if !slices.Contains(p.keys, e.Key) {
+				p.keys = append(p.keys, e.Key)
+			}
+		}
+		p.terms = append(p.terms, weightedTerm{weight: int64(t.Weight), selector: selector})
+	}
+	return p, len(p.terms) > 0
+}
+
+// score is NodeAffinity's score before normalizing: the sum of the weights
+// of the terms the node's labels match.
+func (p *preferences) score(node *v1.Node) int64 {
+	p.values = p.values[:0]
+	for _, k := range p.keys {
+		v, has := node.Labels[k]
+		if has {
+			p.values = append(p.values, '=')
+			p.values = append(p.values, v...)
+		}
+		p.values = append(p.values, 0) // a label value holds no NUL
+	}
+	if score, known := p.scores[string(p.values)]; known {
+		return score
+	}
+	var score int64
+	for _, t := range p.terms {
+		if t.selector.Matches(labels.Set(node.Labels)) {
+			score += t.weight
 		}
 	}
+	p.scores[string(p.values)] = score
+	return score
+}
+
+// demand is what the Pod asks of a node, read once for the cycle.
+type demand struct {
+	milliCPU, memory int64
+	devices          []amount // extended resources (devices, hugepages), each asked for
+	shares           []share  // of them, those the profile's NodeResourcesFit scores
+}
+
+type amount struct {
+	name  v1.ResourceName
+	count int64
+}
+
+type share struct {
+	amount
+	weight int64
+}
+
+func demandOf(pod *v1.Pod, scored []Resource) demand {
+	requests := resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{})
+	d := demand{milliCPU: requests.Cpu().MilliValue(), memory: requests.Memory().Value()}
+	for name, q := range requests {
+		switch name {
+		case v1.ResourceCPU, v1.ResourceMemory, v1.ResourceEphemeralStorage, v1.ResourcePods:
+			// ephemeral storage and Pod slots are not counted here: at worst a node kept that a Filter refuses
+		default:
+			if !q.IsZero() { // NodeResourcesFit skips a zero request too
+				d.devices = append(d.devices, amount{name, q.Value()})
+			}
+		}
+	}
+	for _, r := range scored {
+		if q, ok := requests[v1.ResourceName(r.Name)]; ok && !q.IsZero() {
+			d.shares = append(d.shares, share{amount{v1.ResourceName(r.Name), q.Value()}, r.Weight})
+		}
+	}
+	return d
+}
+
+// counted says whether the node counts every device the Pod asks for (false:
+// a DRA driver may offer it what the node does not count).
+func (d demand) counted(info fwk.NodeInfo) bool {
+	allocatable := info.GetAllocatable().GetScalarResources()
+	for _, a := range d.devices {
+		if _, has := allocatable[a.name]; !has {
+			return false
+		}
+	}
+	return true
+}
+
+// fits is what NodeResourcesFit, TaintToleration and NodeUnschedulable
+// decide from a node that counts the Pod's devices, taken no stricter than
+// they are.
+func (d demand) fits(pod *v1.Pod, info fwk.NodeInfo) bool {
+	free, used := info.GetAllocatable(), info.GetRequested()
+	if d.milliCPU > free.GetMilliCPU()-used.GetMilliCPU() || d.memory > free.GetMemory()-used.GetMemory() {
+		return false
+	}
+	allocatable, requested := free.GetScalarResources(), used.GetScalarResources()
+	for _, a := range d.devices {
+		if a.count > allocatable[a.name]-requested[a.name] {
+			return false
+		}
+	}
+	node := info.Node()
 	if node.Spec.Unschedulable && !v1helper.TolerationsTolerateTaint(klog.Background(), pod.Spec.Tolerations,
 		&v1.Taint{Key: v1.TaintNodeUnschedulable, Effect: v1.TaintEffectNoSchedule}, true) {
-		return false, true
+		return false
 	}
 	_, untolerated := v1helper.FindMatchingUntoleratedTaint(klog.Background(), node.Spec.Taints, pod.Spec.Tolerations,
 		func(t *v1.Taint) bool {
 			return t.Effect == v1.TaintEffectNoSchedule || t.Effect == v1.TaintEffectNoExecute
 		}, true)
-	return !untolerated, true
+	return !untolerated
 }
 
 // shareScore is NodeResourcesFit's score of the node once the Pod is placed,
 // over the resources the Pod requests (the others it does not score).
-func shareScore(order Order, resources []Resource, requests v1.ResourceList, info fwk.NodeInfo) int64 {
+func (d demand) shareScore(order Order, info fwk.NodeInfo) int64 {
 	var sum, weights int64
 	allocatable, requested := info.GetAllocatable().GetScalarResources(), info.GetRequested().GetScalarResources()
-	for _, r := range resources {
-		name := v1.ResourceName(r.Name)
-		q, asked := requests[name]
-		capacity := allocatable[name]
-		if !asked || q.IsZero() || capacity == 0 {
+	for _, s := range d.shares {
+		capacity := allocatable[s.name]
+		if capacity == 0 {
 			continue
 		}
-		after := requested[name] + q.Value()
+		after := requested[s.name] + s.count
 		switch {
 		case order == MostUsed:
-			sum += r.Weight * (min(after, capacity) * fwk.MaxNodeScore / capacity)
+			sum += s.weight * (min(after, capacity) * fwk.MaxNodeScore / capacity)
 		case after <= capacity:
-			sum += r.Weight * ((capacity - after) * fwk.MaxNodeScore / capacity)
+			sum += s.weight * ((capacity - after) * fwk.MaxNodeScore / capacity)
 		}
-		weights += r.Weight
+		weights += s.weight
 	}
 	if weights == 0 {
 		return 0

@@ -8,6 +8,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 )
@@ -187,6 +188,71 @@ func TestBestKeepsAtMostNodesOfTheBestShare(t *testing.T) {
 	for _, name := range got {
 		if !best8[name] {
 			t.Errorf("%s is not among the nodes of the largest share free", name)
+		}
+	}
+}
+
+// The preferences score every node as NodeAffinity's own terms do, the
+// nodes scored in one cycle sharing each combination of values once.
+func TestPreferencesScoreAsNodeAffinity(t *testing.T) {
+	op := func(key string, o v1.NodeSelectorOperator, values ...string) v1.NodeSelectorRequirement {
+		return v1.NodeSelectorRequirement{Key: key, Operator: o, Values: values}
+	}
+	term := func(weight int32, e ...v1.NodeSelectorRequirement) v1.PreferredSchedulingTerm {
+		return v1.PreferredSchedulingTerm{Weight: weight, Preference: v1.NodeSelectorTerm{MatchExpressions: e}}
+	}
+	nodes := []*v1.Node{
+		node("h100", map[string]string{product: "H100", "gpu.memory": "81559", "zone": "a"}),
+		node("h100-b", map[string]string{product: "H100", "gpu.memory": "81559", "zone": "b"}),
+		node("a100", map[string]string{product: "A100", "gpu.memory": "40960"}),
+		node("hand", map[string]string{"gpu-type": "A100"}),
+		node("hand-h100", map[string]string{"gpu-type": "H100", "zone": "a"}),
+		node("empty-product", map[string]string{product: ""}),
+		node("cpu", nil),
+	}
+	for _, c := range []struct {
+		name  string
+		terms []v1.PreferredSchedulingTerm
+	}{
+		{"one key, best first", []v1.PreferredSchedulingTerm{term(100, in(product, "H100")), term(50, in(product, "A100"))}},
+		{"two keys: labelled by GFD and by hand", []v1.PreferredSchedulingTerm{term(100, in(product, "H100")),
+			term(100, in("gpu-type", "H100")), term(50, in(product, "A100")), term(50, in("gpu-type", "A100"))}},
+		{"every operator", []v1.PreferredSchedulingTerm{term(7, op(product, v1.NodeSelectorOpNotIn, "H100")),
+			term(5, op("zone", v1.NodeSelectorOpExists)), term(3, op("gpu-type", v1.NodeSelectorOpDoesNotExist)),
+			term(11, op("gpu.memory", v1.NodeSelectorOpGt, "50000")), term(13, op("gpu.memory", v1.NodeSelectorOpLt, "50000")),
+			term(17, op(product, v1.NodeSelectorOpDoesNotExist))}}, // an empty value is not an absent label
+		{"expressions ANDed", []v1.PreferredSchedulingTerm{term(9, in(product, "H100"), in("zone", "b"))}},
+		{"weight 0 and empty terms count nothing", []v1.PreferredSchedulingTerm{term(0, in(product, "H100")), term(4),
+			term(2, in(product, "A100"))}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			p := &v1.Pod{Spec: v1.PodSpec{Affinity: &v1.Affinity{NodeAffinity: &v1.NodeAffinity{
+				PreferredDuringSchedulingIgnoredDuringExecution: c.terms}}}}
+			ours, ok := preferencesOf(p)
+			theirs, err := nodeaffinity.NewPreferredSchedulingTerms(c.terms)
+			if !ok || err != nil {
+				t.Fatalf("parsed: ours %v, theirs %v", ok, err)
+			}
+			for round := 0; round < 2; round++ { // the second round from the scores kept
+				for _, n := range nodes {
+					if got, want := ours.score(n), theirs.Score(n); got != want {
+						t.Errorf("round %d, %s: %d, NodeAffinity scores %d", round, n.Name, got, want)
+					}
+				}
+			}
+		})
+	}
+	for name, terms := range map[string][]v1.PreferredSchedulingTerm{
+		"none":          nil,
+		"only weight 0": {term(0, in(product, "H100"))},
+		"by name": {{Weight: 1, Preference: v1.NodeSelectorTerm{MatchFields: []v1.NodeSelectorRequirement{
+			in("metadata.name", "h100")}}}},
+		"does not parse": {term(1, op("gpu.memory", v1.NodeSelectorOpGt, "much"))},
+	} {
+		p := &v1.Pod{Spec: v1.PodSpec{Affinity: &v1.Affinity{NodeAffinity: &v1.NodeAffinity{
+			PreferredDuringSchedulingIgnoredDuringExecution: terms}}}}
+		if _, ok := preferencesOf(p); ok {
+			t.Errorf("%s: read as preferences to order by", name)
 		}
 	}
 }

@@ -1,0 +1,80 @@
+package nodelabelindex
+
+import (
+	"fmt"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
+)
+
+// The candidates of one class in a cluster of 15,000 nodes as bench/placement
+// lays it out: 6,000 GPU nodes of six types, the best type three of them,
+// two thirds tainted, half partly filled with CPU work, each node with the
+// labels a real one carries.
+func benchFleet() ([]fwk.NodeInfo, []string) {
+	types := []string{"NVIDIA-H100-80GB-HBM3", "NVIDIA-A100-SXM4-80GB", "A100-SXM4-40GB", "NVIDIA-L40S", "NVIDIA-A10G", "NVIDIA-L4"}
+	infos := make([]fwk.NodeInfo, 0, 6000)
+	for i := 0; i < 6000; i++ {
+		t := types[1+i%(len(types)-1)]
+		if i < 3 {
+			t = types[0]
+		}
+		labels := map[string]string{product: t, "gpu-type": t, "kubernetes.io/hostname": fmt.Sprintf("n-%d", i),
+			"kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64", "topology.kubernetes.io/zone": fmt.Sprintf("zone-%d", i%3),
+			"nvidia.com/gpu.count": "8", "nvidia.com/gpu.memory": "81559", "nvidia.com/gpu.family": "hopper",
+			"nvidia.com/cuda.driver.major": "550", "node.kubernetes.io/instance-type": "p5.48xlarge", "nvidia.com/mig.capable": "false"}
+		node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("n-%d", i), Labels: labels},
+			Status: v1.NodeStatus{Allocatable: v1.ResourceList{v1.ResourceCPU: resource.MustParse("64"),
+				v1.ResourceMemory: resource.MustParse("512Gi"), v1.ResourcePods: resource.MustParse("110"),
+				gpu: resource.MustParse("8"), v1.ResourceEphemeralStorage: resource.MustParse("1Ti")}}}
+		if i%3 != 2 {
+			node.Spec.Taints = []v1.Taint{gpuTaint}
+		}
+		info := framework.NewNodeInfo()
+		info.SetNode(node)
+		if i%2 == 0 {
+			info.AddPod(requesting(int64(i%8), 20000))
+		}
+		infos = append(infos, info)
+	}
+	return infos, types
+}
+
+// benchPod: a Pod as gpu-class writes it for a class of these six types,
+// nodes labelled by GFD and by hand (two required terms), best type first.
+func benchPod(types []string) *v1.Pod {
+	p := requesting(1, 2000)
+	p.Spec.Containers[0].Resources.Requests[v1.ResourceMemory] = resource.MustParse("4Gi")
+	var preferred []v1.PreferredSchedulingTerm
+	for i, t := range types {
+		preferred = append(preferred, v1.PreferredSchedulingTerm{Weight: int32(100 - 10*i),
+			Preference: v1.NodeSelectorTerm{MatchExpressions: []v1.NodeSelectorRequirement{in(product, t)}}})
+	}
+	p.Spec.Affinity = &v1.Affinity{NodeAffinity: &v1.NodeAffinity{
+		RequiredDuringSchedulingIgnoredDuringExecution: &v1.NodeSelector{NodeSelectorTerms: []v1.NodeSelectorTerm{
+			{MatchExpressions: []v1.NodeSelectorRequirement{in(product, types...)}},
+			{MatchExpressions: []v1.NodeSelectorRequirement{in("gpu-type", types...)}}}},
+		PreferredDuringSchedulingIgnoredDuringExecution: preferred}}
+	p.Spec.Tolerations = []v1.Toleration{{Key: gpuTaint.Key, Operator: v1.TolerationOpExists}}
+	return p
+}
+
+func BenchmarkBest(b *testing.B) {
+	infos, types := benchFleet()
+	pod := benchPod(types)
+	for _, args := range []Args{{Order: PreferredTypes}, {Order: MostFree, Resources: wholeGPUs, Nodes: 100},
+		{Order: MostUsed, Resources: wholeGPUs, Nodes: 100}} {
+		b.Run(string(args.Order), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, ok := best(args, pod, infos); !ok {
+					b.Fatal("not narrowed")
+				}
+			}
+		})
+	}
+}
