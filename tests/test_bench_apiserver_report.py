@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from bench.apiserver.apiserver import Scenario, _verdict
+from bench.apiserver.apiserver import YARDSTICK, Scenario, _verdict
 
 
 def scenario(none: float, noop: float, gpu_class: float) -> Scenario:
     # one sample an arm: every percentile is that sample
-    return Scenario("s", {"none": [none], "no-op": [noop], "gpu-class": [gpu_class]}, {}, 0)
+    return Scenario("s", {"none": [none], "no-op": [noop], "no-op + patch": [noop], "gpu-class": [gpu_class]}, {}, 0)
 
 
 @pytest.mark.parametrize("none, noop, gpu_class, expected", [
@@ -21,12 +21,13 @@ def scenario(none: float, noop: float, gpu_class: float) -> Scenario:
 def test_ratio_is_none_where_the_no_op_added_nothing(none: float, noop: float, gpu_class: float,
                                                      expected: float | None) -> None:
     assert scenario(none, noop, gpu_class).ratio(0.5) == expected
+    assert scenario(none, noop, gpu_class).ratio(0.5, YARDSTICK) == expected
 
 
 @pytest.mark.parametrize("p50, p99, expected", [
-    pytest.param(1.25, 1.5, "PASS", id="at-the-targets"),
-    pytest.param(1.26, 1.0, "FAIL", id="p50-over"),
-    pytest.param(1.0, 1.51, "FAIL", id="p99-over"),
+    pytest.param(1.1, 1.3, "PASS", id="at-the-targets"),
+    pytest.param(1.11, 1.0, "FAIL", id="p50-over"),
+    pytest.param(1.0, 1.31, "FAIL", id="p99-over"),
     pytest.param(None, 1.0, "no verdict (a no-op added nothing measurable)", id="no-ratio"),
 ])
 def test_verdict(p50: float | None, p99: float | None, expected: str) -> None:
