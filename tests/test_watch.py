@@ -12,6 +12,7 @@ from typing import Any, Callable, Iterator
 
 import kubernetes
 import pytest
+from kubernetes.watch.watch import iter_resp_lines
 
 from builders import make_catalog, make_namespace, make_node, make_pod, make_review
 from fakeapi import FakeApiServer
@@ -443,6 +444,45 @@ def test_unbound_gpu_pod(pod: dict[str, Any], expected: UnboundGpuPod | None) ->
 ])
 def test_pod_gpu_requests(pod: dict[str, Any], expected: tuple[str | None, dict[str, int]]) -> None:
     assert pod_gpu_requests(pod, ["nvidia.com/gpu", "nvidia.com/mig-1g.10gb", "amd.com/gpu"]) == expected
+
+
+# A watch stream as the API server sends it: one event per line, text that is not ASCII, an empty line.
+WATCH_STREAM = b"".join([
+    b'{"type":"ADDED","object":{"metadata":{"name":"a","annotations":{"note":"H100 \xc3\xa9\xe2\x9c\x93"}}}}\n',
+    b'{"type":"BOOKMARK","object":{"metadata":{"resourceVersion":"12"}}}\n',
+    b"\n",
+    b'{"type":"MODIFIED","object":{"metadata":{"name":"' + b"b" * 300 + b'"}}}\n',
+])
+
+
+class Chunks:
+    def __init__(self, chunks: list[bytes]) -> None:
+        self.chunks = chunks
+
+    def stream(self, amt: Any = None, decode_content: bool = False) -> Iterator[bytes]:
+        return iter(self.chunks)
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 7, 64, 100, len(WATCH_STREAM)])
+@pytest.mark.parametrize("tail", [b"", b'{"type":"ADDED"'], ids=["whole", "cut-off"])
+def test_watch_lines_are_the_clients_lines_however_the_stream_is_cut(size: int, tail: bytes) -> None:
+    stream = WATCH_STREAM + tail  # a connection cut mid-event: the partial line is not an event
+    chunks = [stream[i:i + size] for i in range(0, len(stream), size)]
+    expected = [json.loads(line) for line in iter_resp_lines(Chunks(chunks)) if line]
+    assert len(expected) == 3
+    assert list(watch._events(Chunks(chunks))) == expected
+
+
+@pytest.mark.parametrize("line", [
+    pytest.param(WATCH_STREAM.split(b"\n")[0], id="utf-8"),
+    pytest.param(b'{"type":"ADDED","object":{"metadata":{"name":"a\xff\xfeb"}}}', id="not-utf-8"),
+    pytest.param(b'{"n":123456789012345678901234567890,"f":1.5e400}', id="beyond-64-bits"),
+    pytest.param(b'{"n":NaN}', id="nan"),
+    pytest.param(b'{"a":"\\ud800"}', id="lone-surrogate"),
+])
+def test_watch_events_read_what_the_client_read(line: bytes) -> None:
+    expected = json.loads(line.decode("utf-8", errors="replace"))  # what kubernetes' iter_resp_lines + json.loads read
+    assert repr(watch._events(Chunks([line + b"\n"])).__next__()) == repr(expected)
 
 
 def test_readiness_reports_staleness_after_sync(api: FakeApiServer, inventory: LiveInventory) -> None:

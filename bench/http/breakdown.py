@@ -34,6 +34,9 @@ def measure_steps(nodes_file: str) -> list[Step]:
     os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", tempfile.mkdtemp(prefix="bench-metrics-"))
     from werkzeug.test import EnvironBuilder
 
+    from kubernetes.watch.watch import iter_resp_lines
+
+    from webhook.cluster.watch import _events
     from webhook.serving import app as webhook_app
     from webhook.serving import logs, metrics
     from webhook.cluster.source import StaticInventory
@@ -67,6 +70,21 @@ def measure_steps(nodes_file: str) -> list[Step]:
             b"".join(app(env, lambda status, headers: None))
         return call
 
+    # the same Pod as each gpu-class worker's Pods watch reads it, one event per chunk as the API server sends them
+    events = [b'{"type":"ADDED","object":' + encode_compact(request.object) + b"}\n"] * 100
+
+    class Stream:
+        def stream(self, amt: Any = None, decode_content: bool = False) -> Any:
+            return iter(events)
+
+    def client_lines() -> None:
+        for line in iter_resp_lines(Stream()):
+            json.loads(line)
+
+    def watch_lines() -> None:
+        for _ in _events(Stream()):
+            pass
+
     mutation_app = create_app(catalog, StaticInventory(snapshot))
     baseline_app = create_baseline_app(ServeConfig("", ""))
     root = logging.getLogger()
@@ -81,6 +99,10 @@ def measure_steps(nodes_file: str) -> list[Step]:
         ("metrics.observe_admission", best_microseconds(lambda: metrics.observe_admission(review, 0.001, catalog))),
         ("app._log_request (info, one thread)", best_microseconds(
             lambda: webhook_app._log_request(request, review, time.perf_counter(), "patched", ""))),
+        ("a Pod's watch event read as kubernetes' iter_resp_lines and json.loads read it",
+         best_microseconds(client_lines) / len(events)),
+        ("a Pod's watch event read as the watch reads it (watch._events: lines of bytes, orjson)",
+         best_microseconds(watch_lines) / len(events)),
         ("Flask app, baseline (WSGI call)", best_microseconds(wsgi(baseline_app))),
         ("Flask app, mutation, log level info", best_microseconds(wsgi(mutation_app))),
     ]

@@ -39,11 +39,10 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Literal, Mapping, Protocol, get_args
+from typing import Any, Callable, Iterable, Iterator, Literal, Mapping, Protocol, get_args
 
 import kubernetes
 from kubernetes.client.exceptions import ApiException
-from kubernetes.watch.watch import iter_resp_lines
 
 from ..core.catalog import Catalog
 from .loading import InputError
@@ -52,6 +51,7 @@ from ..core.dra import (
     extended_resource_claim, slice_from_object,
 )
 from ..core.pools import NODEPOOL_API, pools_from_object
+from ..core.review import load_json
 from ..core.inventory import (
     GroupName, InventoryState, NamespaceInfo, NodeInfo, Pool, Snapshot, UnboundGpuPod, namespace_info_from_object,
     node_info_from_object, pod_gpu_requests, pod_group, unbound_gpu_pod,
@@ -235,7 +235,7 @@ class Reflector:
                     self._turn_off(exc)
                     return
                 raise
-            page = json.loads(response.data)
+            page = _parse(response.data)
             items.extend(r for r in map(self.reduce, page.get("items") or []) if r is not None)
             del page["items"]
             metadata = page.get("metadata") or {}
@@ -321,9 +321,36 @@ class Reflector:
 
 
 def _events(response: Any) -> Iterator[dict[str, Any]]:
-    for line in iter_resp_lines(response):
-        if line:
-            yield json.loads(line)
+    for line in _lines(response.stream(amt=None, decode_content=False)):
+        yield _parse(line)
+
+
+def _lines(chunks: Iterable[bytes]) -> Iterator[bytes]:
+    """The non-empty lines of a watch (one JSON event per line), as bytes.
+
+    kubernetes' iter_resp_lines decodes every line to str and copies what is left of its buffer once per
+    line; a Pod watch in a busy cluster is the worker's largest steady cost besides admissions, and it
+    holds the GIL while an admission waits.
+    """
+    rest = bytearray()
+    for chunk in chunks:
+        lines = chunk.split(b"\n")
+        if len(lines) == 1:
+            rest += chunk
+            continue
+        rest += lines[0]
+        lines[0] = bytes(rest)
+        rest = bytearray(lines.pop())
+        yield from (line for line in lines if line)
+
+
+def _parse(data: bytes) -> Any:
+    """load_json (orjson, reading what json.loads reads, in about half the time), and like the client,
+    text that is not UTF-8 is read with replacement characters rather than refused."""
+    try:
+        return load_json(data)
+    except UnicodeDecodeError:
+        return json.loads(data.decode("utf-8", errors="replace"))
 
 
 def _brief(exc: BaseException) -> str:

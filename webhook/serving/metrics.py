@@ -177,11 +177,11 @@ def observe_watch_restart(resource: str, reason: str) -> None:
 
 
 def observe_contact(resource: str) -> None:
-    LAST_CONTACT.labels(resource).set(time.time())
+    _child(LAST_CONTACT, resource).set(time.time())  # on every watch event
 
 
 def observe_reading(resource: str, read: bool) -> None:
-    RESOURCE_READ.labels(resource).set(1 if read else 0)
+    _child(RESOURCE_READ, resource).set(1 if read else 0)
 
 
 def observe_lag(seconds: float) -> None:
