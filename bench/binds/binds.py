@@ -4,8 +4,8 @@ A LiveInventory that is not started (no threads, no HTTP) holds a fleet of GPU n
 (bench/common/workload.py's mix, a bound GPU Pod on each) and 1,000 Pods gpu-class placed and not yet
 bound: half of class high (performance), half of class standard (balanced), each with the types the
 planner gives it on that fleet. The bench then feeds it the 1,000 bind events as its Pod watch
-would: each event's JSON line decoded, then handed to the inventory, which applies it, publishes a
-snapshot and reports the bind to its observer. The observer is the server's own
+would: each event's JSON line read as the watch reads it (watch._events), then handed to the
+inventory, which applies it, publishes a snapshot and reports the bind to its observer. The observer is the server's own
 (webhook.serving.metrics.InventoryMetrics): in one arm it judges and counts every bind, in the other
 the same observer skips the judgment. Arms alternate round by round (a fresh inventory each round).
 
@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from webhook.cluster.watch import LiveInventory
+from webhook.cluster.watch import LiveInventory, _events
 from webhook.core.catalog import Catalog, load_default_catalog
 from webhook.core.inventory import Snapshot, UnboundGpuPod
 from webhook.core.planner import plan
@@ -91,11 +91,11 @@ def run_round(catalog: Catalog, fleet: list[dict[str, Any]], binds: int, *, judg
     # each Pod bound to a node of its best type, round robin: what a scheduler keeping the order does
     nodes_of = {t: [n.name for n in inventory.snapshot().nodes.values() if n.offer(t) and n.schedulable]
                 for c in CLASSES for t in allowed[c]}
-    lines = []
+    lines: list[bytes] = []
     for i, pod in enumerate(waiting):
         best = next(t for t in allowed[CLASSES[i % 2]] if nodes_of[t])
         pod["spec"]["nodeName"] = nodes_of[best][i % len(nodes_of[best])]
-        lines.append(json.dumps({"type": "MODIFIED", "object": pod}))
+        lines.append(json.dumps({"type": "MODIFIED", "object": pod}).encode() + b"\n")
     # as a server worker does once its inventory has synced (server.py): the cyclic GC leaves what is
     # there by then alone, so a collection set off during the burst walks only what came after
     gc.collect()
@@ -103,12 +103,22 @@ def run_round(catalog: Catalog, fleet: list[dict[str, Any]], binds: int, *, judg
     result = Round(judge)
     for line in lines:
         started = time.thread_time()
-        event = json.loads(line)
+        event = next(_events(_Stream(line)))
         inventory._apply_pod(event["type"], event["object"])
         result.event_seconds.append(time.thread_time() - started)
     result.judgment_seconds = observer.judgment_seconds
     gc.unfreeze()
     return result
+
+
+class _Stream:
+    """One line of a watch, as the response the watch reads it from."""
+
+    def __init__(self, line: bytes) -> None:
+        self.line = line
+
+    def stream(self, amt: object = None, decode_content: bool = False) -> list[bytes]:
+        return [self.line]
 
 
 class _NoApi:
