@@ -769,6 +769,10 @@ def _client_gone(sock: socket.socket) -> bool:
 
 class _HTTPServer(ThreadingHTTPServer):
     daemon_threads = True
+    # socketserver's default backlog is 5: the connections of two workers' reflectors, opened at once,
+    # overflowed it, and the kernel dropped the rest, retried one to several seconds later. The real
+    # server listens with the system's backlog (Go's net.Listen: somaxconn).
+    request_queue_size = socket.SOMAXCONN
     block_on_close = False  # stop() joins the threads it knows, with a bound
     owner: FakeApiServer
 

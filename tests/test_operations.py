@@ -12,6 +12,7 @@ import socket
 import ssl
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -175,21 +176,26 @@ def placed_pod(name: str, node: str | None = None, gpus: int = 1, types: str = "
     return pod
 
 
-def pods_watches(api: FakeApiServer) -> int:
-    return sum(1 for r in api.request_log if r.is_watch and r.path == "/api/v1/pods")
+def watches(api: FakeApiServer) -> Counter[str]:
+    """Watch requests by path: a reflector watches once its list is in the worker's inventory."""
+    return Counter(r.path for r in api.request_log if r.is_watch)
 
 
 def test_binds_are_counted_once_across_workers_and_worker_deaths(tmp_path: Path) -> None:
     """Both workers watch and see every bind; one counts it. Killing each original worker in turn
-    kills the one that counted at some point: the next takes over, and no bind is lost or doubled."""
-    with FakeApiServer(bookmark_interval_seconds=0.5) as api:
+    kills the one that counted at some point: the next takes over, and no bind is lost or doubled.
+
+    A bind is judged only by a worker that has read every resource (fidelity.judge_bind): the binds
+    wait until each worker has listed all seven, DRA's and NodePools among them (served here, so that
+    each one's watch says its list is in)."""
+    with FakeApiServer(bookmark_interval_seconds=0.5, serve_dra=True, serve_karpenter=True) as api:
         api.create(make_namespace("ml"))
         api.create(make_node("h100-a", "NVIDIA-H100-80GB-HBM3", gpus=8))
         api.create(make_node("a100-a", "A100-SXM4-40GB", gpus=4))
         kubeconfig = api.kubeconfig(tmp_path / "kubeconfig")
         args = ["--kubeconfig", str(kubeconfig), "--config", str(catalog_file(tmp_path))]
         with running_server(tmp_path, args, workers=2) as server:
-            assert api.wait_for_watches(6, timeout_seconds=20)
+            assert api.wait_for_watches(14, timeout_seconds=20)
             originals = worker_pids(server.process.pid, 2)
             placements = series(scrape(server), "gpu_class_placements_total")
             assert placements == {(c, o): 0.0 for c in make_catalog().classes for o in ("best", "fallback", "broken")}
@@ -218,14 +224,14 @@ def test_binds_are_counted_once_across_workers_and_worker_deaths(tmp_path: Path)
                     time.sleep(0.1)
                 for name in ("p1", "p2", "p3", "fill"):
                     api.delete("Pod", name, "ml")
-                if round_ < 2:  # a new worker has listed and watches before the next round's Pods exist
-                    watches = pods_watches(api)
+                if round_ < 2:  # a new worker has listed everything before the next round's Pods exist
+                    before = watches(api)
+                    assert len(before) == 7, before
                     os.kill(originals[round_], signal.SIGKILL)
                     deadline = time.monotonic() + 30
-                    while pods_watches(api) <= watches:
-                        assert time.monotonic() < deadline, "no new worker watches Pods"
+                    while any(watches(api)[path] <= n for path, n in before.items()):
+                        assert time.monotonic() < deadline, ("the new worker does not watch everything", watches(api))
                         time.sleep(0.1)
-                    time.sleep(0.5)  # its first list is in: the watch starts after it
             time.sleep(1.0)  # a late second count would show now
             assert {k: v for k, v in series(scrape(server), "gpu_class_placements_total").items() if v} == expected
             lines = [json.loads(line) for line in server.log().splitlines() if '"msg":"placement"' in line]
