@@ -456,6 +456,8 @@ WATCH_STREAM = b"".join([
 
 
 class Chunks:
+    """A urllib3 response, for kubernetes' iter_resp_lines."""
+
     def __init__(self, chunks: list[bytes]) -> None:
         self.chunks = chunks
 
@@ -470,7 +472,7 @@ def test_watch_lines_are_the_clients_lines_however_the_stream_is_cut(size: int, 
     chunks = [stream[i:i + size] for i in range(0, len(stream), size)]
     expected = [json.loads(line) for line in iter_resp_lines(Chunks(chunks)) if line]
     assert len(expected) == 3
-    assert list(watch._events(Chunks(chunks))) == expected
+    assert list(watch._events(chunks)) == expected
 
 
 @pytest.mark.parametrize("line", [
@@ -482,7 +484,7 @@ def test_watch_lines_are_the_clients_lines_however_the_stream_is_cut(size: int, 
 ])
 def test_watch_events_read_what_the_client_read(line: bytes) -> None:
     expected = json.loads(line.decode("utf-8", errors="replace"))  # what kubernetes' iter_resp_lines + json.loads read
-    assert repr(watch._events(Chunks([line + b"\n"])).__next__()) == repr(expected)
+    assert repr(next(watch._events([line + b"\n"]))) == repr(expected)
 
 
 def test_readiness_reports_staleness_after_sync(api: FakeApiServer, inventory: LiveInventory) -> None:

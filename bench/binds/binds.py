@@ -5,9 +5,9 @@ A LiveInventory that is not started (no threads, no HTTP) holds a fleet of GPU n
 bound: half of class high (performance), half of class standard (balanced), each with the types the
 planner gives it on that fleet. The bench then feeds it the 1,000 bind events as its Pod watch
 would: each event's JSON line read as the watch reads it (watch._events), then handed to the
-inventory, which applies it, publishes a snapshot and reports the bind to its observer. The observer is the server's own
-(webhook.serving.metrics.InventoryMetrics): in one arm it judges and counts every bind, in the other
-the same observer skips the judgment. Arms alternate round by round (a fresh inventory each round).
+inventory, which applies it, publishes a snapshot and reports the bind to its observer. The
+observer is the server's own (webhook.serving.metrics.InventoryMetrics): in one arm it judges and
+counts every bind, in the other the same observer skips the judgment. Arms alternate round by round (a fresh inventory each round).
 
 Reported per bind event: CPU time of the thread that handles it (time.thread_time: the watch thread's
 own work, whatever else runs on the machine), the whole event and the judgment alone, mean and p99
@@ -103,22 +103,12 @@ def run_round(catalog: Catalog, fleet: list[dict[str, Any]], binds: int, *, judg
     result = Round(judge)
     for line in lines:
         started = time.thread_time()
-        event = next(_events(_Stream(line)))
+        event = next(_events([line]))
         inventory._apply_pod(event["type"], event["object"])
         result.event_seconds.append(time.thread_time() - started)
     result.judgment_seconds = observer.judgment_seconds
     gc.unfreeze()
     return result
-
-
-class _Stream:
-    """One line of a watch, as the response the watch reads it from."""
-
-    def __init__(self, line: bytes) -> None:
-        self.line = line
-
-    def stream(self, amt: object = None, decode_content: bool = False) -> list[bytes]:
-        return [self.line]
 
 
 class _NoApi:

@@ -73,7 +73,7 @@ def measure_steps(nodes_file: str) -> list[Step]:
     # the same Pod as each gpu-class worker's Pods watch reads it, one event per chunk as the API server sends them
     events = [b'{"type":"ADDED","object":' + encode_compact(request.object) + b"}\n"] * 100
 
-    class Stream:
+    class Stream:  # the client reads a urllib3 response
         def stream(self, amt: Any = None, decode_content: bool = False) -> Any:
             return iter(events)
 
@@ -82,7 +82,7 @@ def measure_steps(nodes_file: str) -> list[Step]:
             json.loads(line)
 
     def watch_lines() -> None:
-        for _ in _events(Stream()):
+        for _ in _events(events):
             pass
 
     mutation_app = create_app(catalog, StaticInventory(snapshot))

@@ -288,7 +288,7 @@ class Reflector:
         )
         self.connected = True
         try:
-            for event in _events(response):
+            for event in _events(response.stream(amt=None, decode_content=False)):
                 if self.stop_event.is_set():
                     return
                 self._handle(event)
@@ -320,8 +320,8 @@ class Reflector:
         }
 
 
-def _events(response: Any) -> Iterator[dict[str, Any]]:
-    for line in _lines(response.stream(amt=None, decode_content=False)):
+def _events(chunks: Iterable[bytes]) -> Iterator[dict[str, Any]]:
+    for line in _lines(chunks):
         yield _parse(line)
 
 
