@@ -114,12 +114,23 @@ def test_bench_live_burst_times_node_events_at_each_size(tmp_path: Path) -> None
     assert set(rows) == {"400", "800"} and all(us > 0 for us in rows.values()), rows
 
 
+def test_bench_live_burst_times_pod_events_with_pods_pending(tmp_path: Path) -> None:
+    output = tmp_path / "RESULTS.md"
+    run = subprocess.run([sys.executable, "-m", "bench", "live_burst", "pods", "--sizes", "40,80", "--pending", "0,50",
+                          "--rounds", "1", "--output", str(output)], cwd=REPO_ROOT, capture_output=True, text=True,
+                         timeout=180)
+    assert run.returncode == 0, run.stderr[-3000:]
+    cells = [r.strip("| ").split(" | ") for r in output.read_text().splitlines() if r.startswith(("| 40 |", "| 80 |"))]
+    rows = {(nodes, pending): float(us.replace(",", "")) for nodes, pending, us in cells}
+    assert set(rows) == {("40", "0"), ("40", "50"), ("80", "0"), ("80", "50")} and all(us > 0 for us in rows.values()), rows
+
+
 # every command bench/README.md documents, and the modules the suites run as processes of their own by name:
 # each still parses its options (the argparse usage names the command as it is typed)
 COMMANDS = [
     ("-m", "bench"), ("-m", "bench", "apiserver"), ("-m", "bench", "placement"), ("-m", "bench", "binds"),
     ("-m", "bench", "faults"), ("-m", "bench", "groups"), ("-m", "bench", "dra"), ("-m", "bench", "live_burst"),
-    ("-m", "bench", "live_burst", "events"), ("-m", "bench", "live_burst", "burst"),
+    ("-m", "bench", "live_burst", "events"), ("-m", "bench", "live_burst", "pods"), ("-m", "bench", "live_burst", "burst"),
     ("-m", "bench.live_burst.live_burst", "follow"), ("-m", "bench.common.variant"), ("-m", "bench.http.live_sync"),
 ]
 

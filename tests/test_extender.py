@@ -24,6 +24,7 @@ from flask import Flask
 from flask.testing import FlaskClient
 from hypothesis import given
 from hypothesis import strategies as st
+from immutables import Map
 
 from builders import make_catalog, make_node, make_pod, make_review
 from servers import Server, serving_test_inventory, write_certs, write_objects
@@ -755,7 +756,7 @@ def knowing(snapshot: Snapshot, *pods: Mapping[str, Any], catalog: Catalog = CAT
     """`snapshot` with `pods` seen by the watch, unbound (reduced as the watch reduces them)."""
     state = InventoryState(catalog=catalog, synced=snapshot.synced, watch_pods=True)
     state.replace_nodes(snapshot.nodes.values())
-    state.requested = dict(snapshot.requested)
+    state.requested = Map(snapshot.requested)
     state.replace_unbound_pods(p for p in (unbound_gpu_pod(pod, catalog.resources) for pod in pods) if p is not None)
     return state.publish()
 

@@ -384,7 +384,8 @@ def test_each_bind_is_reported_once_with_the_inventory_just_before_it(api: FakeA
         api.set_available(True)
         eventually(lambda: inv.snapshot().requested.get(("a100-1", "nvidia.com/gpu")) == 8, what="the relist",
                    timeout_seconds=30)
-        assert inv.snapshot().unbound_pods == {} and len(binds.seen) == 2
+        unbound = inv.snapshot().unbound_pods
+        assert unbound is not None and len(unbound) == 0 and len(binds.seen) == 2
     finally:
         inv.stop()
 

@@ -1,6 +1,6 @@
 """`python -m bench live_burst`: does the live inventory keep up with a burst of node changes?
 
-Two measures, at 1,000, 5,000 and 15,000 nodes laid out as the issue that asked for it measured them:
+Three measures. The node ones run at 1,000, 5,000 and 15,000 nodes, laid out as the issue that asked for them did:
 3 H100 nodes of 8 GPUs, two thirds of the rest A100-40GB nodes of 8 GPUs, the others CPU-only.
 
   events   in-process, no I/O: the watch's work per node event (reduce the Node, apply it to the
@@ -12,8 +12,13 @@ Two measures, at 1,000, 5,000 and 15,000 nodes laid out as the issue that asked 
            worker reports when its view first matched the API (ready nodes of each type), the
            largest lag it showed (gpu_class_inventory_lag_seconds) and its CPU per node event.
            Catch-up is that moment minus the end of the last write.
+  pods     in-process, no I/O: the watch's work per Pod event (reduce the Pod, apply it, publish a
+           snapshot, each event on its own), for GPU Pods created pending and then bound, with
+           every GPU node holding a bound GPU Pod and `--pending` GPU Pods waiting (a queue's backlog,
+           a burst of Jobs): a Pod event should cost what it touches, not the cluster's size.
 
     python -m bench live_burst events [--sizes 1000,5000,15000] [--rounds 3]
+    python -m bench live_burst pods [--sizes 100,1000,5000] [--pending 0,6000,20000] [--rounds 3]
     python -m bench live_burst burst [--sizes 1000,5000,15000] [--workers 2] [--cluster-dir DIR]
 """
 
@@ -98,6 +103,45 @@ def event_cost_us(size: int, burst: int = 300, rounds: int = 3) -> float:
             inventory._apply_node("MODIFIED", obj)
         best = min(best, (time.perf_counter() - started) / len(events) * 1e6)
     return best
+
+
+def pod_event_cost_us(size: int, pending: int, burst: int = 300, rounds: int = 3) -> float:
+    """µs per Pod event through LiveInventory's own path (reduce, apply, publish): `burst` GPU Pods
+    created pending, then bound, on `size` nodes whose GPU nodes each hold a bound GPU Pod, with
+    `pending` other GPU Pods waiting."""
+    from webhook.core.catalog import load_default_catalog
+    from webhook.cluster.watch import LiveInventory
+
+    catalog = load_default_catalog()
+    gpu_nodes = [n.name for n in layout(size) if n.gpus]
+    best = float("inf")
+    api: Any = _NoApi()  # stands in for the kubernetes client's CoreV1Api
+    for _ in range(rounds):
+        inventory = LiveInventory(catalog, api=api, watch_pods=True)  # not started: applies as it reads
+        inventory._replace_nodes([i for i in (inventory._reduce_node(node_object(n, 2)) for n in layout(size))
+                                  if i is not None])
+        held = [_gpu_pod(i, node) for i, node in enumerate(gpu_nodes)]
+        waiting = [_gpu_pod(len(held) + i, None) for i in range(pending)]
+        inventory._replace_pods([v for v in map(inventory._reduce_pod, held + waiting) if v is not None])
+        created = [_gpu_pod(len(held) + pending + i, None) for i in range(burst)]
+        events = [("ADDED", pod) for pod in created] + [
+            ("MODIFIED", _gpu_pod(len(held) + pending + i, gpu_nodes[i * 7 % len(gpu_nodes)])) for i in range(burst)]
+        started = time.perf_counter()
+        for kind, obj in events:
+            inventory._apply_pod(kind, obj)
+        best = min(best, (time.perf_counter() - started) / len(events) * 1e6)
+        if set(inventory.state.unbound_pods) != {p["metadata"]["uid"] for p in waiting}:
+            raise AssertionError("the bench's binds did not leave the inventory with the Pods it left waiting")
+    return best
+
+
+def _gpu_pod(index: int, node: str | None) -> dict[str, Any]:
+    """A GPU Pod gpu-class placed, on `node` or (None) waiting for one."""
+    from bench.common.workload import make_cluster_pod
+
+    pod = make_cluster_pod(index, node, 1, "Running" if node else "Pending")
+    pod["metadata"].update(uid=f"uid-{index}", annotations={"gpu-class.io/class": "high", "gpu-class.io/types": "H100"})
+    return pod
 
 
 class _NoApi:
@@ -228,11 +272,16 @@ def delete_nodes(core: Any, nodes: Sequence[NodeSpec]) -> None:
         list(pool.map(delete, nodes))
 
 
-def render(events: dict[int, float] | None, bursts: Sequence[BurstResult]) -> str:
+def render(events: dict[int, float] | None, bursts: Sequence[BurstResult],
+           pods: dict[tuple[int, int], float] | None = None) -> str:
     lines = []
     if events:
         lines += ["| nodes | µs per node event (reduce, apply, publish each) |", "| ---: | ---: |"]
         lines += [f"| {size:,} | {us:.0f} |" for size, us in events.items()]
+        lines.append("")
+    if pods:
+        lines += ["| nodes | GPU Pods pending | µs per Pod event (reduce, apply, publish each) |", "| ---: | ---: | ---: |"]
+        lines += [f"| {size:,} | {pending:,} | {us:.0f} |" for (size, pending), us in pods.items()]
         lines.append("")
     if bursts:
         lines += ["| nodes | writes | writes took | worker | caught up after the last write | largest lag "
@@ -253,6 +302,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     e.add_argument("--sizes", default=",".join(map(str, SIZES)))
     e.add_argument("--rounds", type=int, default=3)
     e.add_argument("--output", type=Path, default=RESULTS)
+    d = sub.add_parser("pods")
+    d.add_argument("--sizes", default="100,1000,5000")
+    d.add_argument("--pending", default="0,6000,20000", help="GPU Pods waiting, besides the measured ones")
+    d.add_argument("--rounds", type=int, default=3)
+    d.add_argument("--output", type=Path, default=RESULTS)
     b = sub.add_parser("burst")
     b.add_argument("--sizes", default=",".join(map(str, SIZES)))
     b.add_argument("--workers", type=int, default=2)
@@ -272,6 +326,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         table = render({s: event_cost_us(s, rounds=args.rounds) for s in sizes}, [])
         print(table)
         _write(args.output, "live-events", "## One node event in-process (`python -m bench live_burst events`)", table)
+        return 0
+    if args.what == "pods":
+        costs = {(size, pending): pod_event_cost_us(size, pending, rounds=args.rounds)
+                 for size in sizes for pending in (int(n) for n in args.pending.split(",") if n)}
+        table = render(None, [], costs)
+        print(table)
+        _write(args.output, "live-pods", "## One Pod event in-process (`python -m bench live_burst pods`)", table)
         return 0
     sys.path.insert(0, str(REPO_ROOT / "tests" / "e2e"))
     import local_cluster  # tests/e2e is not a package
