@@ -4,7 +4,7 @@ worked out from scratch, and a published Snapshot never changes when later event
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import pytest
 from hypothesis import given, settings
@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 
 from builders import make_catalog, make_node
 from webhook.core.inventory import (
-    InventoryState, NodeInfo, ProductGroup, Snapshot, group_keys, node_info_from_object, summarize_group,
+    InventoryState, NamespaceInfo, NodeInfo, Pool, ProductGroup, Snapshot, UnboundGpuPod, group_keys,
+    node_info_from_object, summarize_group,
 )
 
 CATALOG = make_catalog()
@@ -113,3 +114,43 @@ def test_a_publish_shares_the_maps_that_did_not_change() -> None:
     apply(state, Step("pod", 0, pod_gpus=2))
     after = state.publish()
     assert after.nodes is before.nodes and after.requested is not before.requested
+
+
+def waiting(uid: str, gated: bool = False) -> UnboundGpuPod:
+    return UnboundGpuPod(uid=uid, namespace="ml", name=uid, resource=GPU, devices=1, class_name="high", types=("H100",),
+                         gated=gated)
+
+
+H100_POOL = Pool("h100", "H100", "nvidia.com/gpu.product", (H100,), (), GPU, None)
+
+
+@pytest.mark.parametrize("change, kept", [
+    pytest.param(lambda s: None, True, id="nothing"),
+    pytest.param(lambda s: s.set_unbound_pod("new", waiting("new")), True, id="a-pod-is-created-and-waits"),
+    pytest.param(lambda s: s.set_unbound_pod("old", None), True, id="a-waiting-pod-is-deleted"),
+    pytest.param(lambda s: s.set_unbound_pod("old", waiting("old", gated=True)), True, id="a-waiting-pod-is-gated"),
+    pytest.param(lambda s: s.set_pod("ml/p1", "n0", {GPU: 1}), False, id="a-pod-binds"),
+    pytest.param(lambda s: s.set_pod("ml/p0", None, {}), False, id="a-bound-pod-finishes"),
+    pytest.param(lambda s: apply(s, Step("node", 0, product=0, gpus=4)), False, id="a-node-changes"),
+    pytest.param(lambda s: apply(s, Step("node", 5, product=2)), False, id="a-node-joins"),
+    pytest.param(lambda s: s.upsert_namespace(NamespaceInfo("team", True, "high", None)), False, id="a-namespace-opts-in"),
+    pytest.param(lambda s: s.set_pools("h100", (H100_POOL,)), False, id="a-node-pool-appears"),
+    pytest.param(lambda s: setattr(s, "pools_off", "no RBAC"), False, id="node-pools-go-unread"),
+    pytest.param(lambda s: setattr(s, "dra_off", "not served"), False, id="dra-goes-unread"),
+    pytest.param(lambda s: setattr(s, "synced", False), False, id="no-longer-synced"),
+])
+def test_answers_from_a_snapshot_carry_over_only_when_pods_waiting_alone_change(
+        change: Callable[[InventoryState], None], kept: bool) -> None:
+    """Each Pod of a Job, created one after the other, sends the watch an event that publishes a
+    snapshot: the planner's answers for the class (the memo) hold for it, as for nothing else."""
+    state = InventoryState(catalog=CATALOG, synced=True, watch_namespaces=True, watch_pods=True)
+    state.node_pools = {}
+    apply(state, Step("node", 0, product=0))
+    apply(state, Step("pod", 0, pod_gpus=2))
+    state.set_unbound_pod("old", waiting("old"))
+    before = state.publish()
+    before.memo["answer"] = "worked out"
+    change(state)
+    after = state.publish()
+    assert (after.memo is before.memo) is kept
+    assert after.memo == ({"answer": "worked out"} if kept else {})

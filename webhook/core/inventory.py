@@ -611,6 +611,8 @@ class InventoryState:
     # names of those changed since
     _views: dict[str, Mapping[Any, Any]] = field(default_factory=dict, init=False, repr=False)
     _changed: set[str] = field(default_factory=set, init=False, repr=False)
+    # the NodePools of the last publish and their grouping by type, kept while node_pools is not replaced
+    _pools: tuple[Any, Mapping[str, tuple[Pool, ...]] | None] = field(default=(None, None), init=False, repr=False)
     _dirty_groups: set[GroupKey] | None = field(default=None, init=False, repr=False)  # None: all of them
     _of_type: dict[str | None, dict[GroupKey, ProductGroup]] = field(default_factory=dict, init=False, repr=False)
     _by_type: dict[str, tuple[ProductGroup, ...]] = field(default_factory=dict, init=False, repr=False)
@@ -935,11 +937,15 @@ class InventoryState:
         self.node_pools = {name: found for name, found in pools if found}
 
     def publish(self) -> Snapshot:
+        groups_changed = self._dirty_groups is None or bool(self._dirty_groups)
         self._publish_groups()
         if "dra_problems" in self._changed:
             self._problems = group_problems((node, p) for node, found in self.dra_problems.items() for p in found)
-        self.snapshot = Snapshot(
-            groups_by_type=MappingProxyType(dict(self._by_type)),
+        if self._pools[0] is not self.node_pools:  # replaced whole on change: grouped again only then
+            self._pools = (self.node_pools, None if self.node_pools is None else _pools_by_type(self.node_pools))
+        old = self.snapshot
+        new = Snapshot(
+            groups_by_type=MappingProxyType(dict(self._by_type)) if groups_changed else old.groups_by_type,
             unknown_groups=self._unknown,
             namespaces=self._view("namespaces", self.namespaces) if self.watch_namespaces else None,
             synced=self.synced,
@@ -948,10 +954,13 @@ class InventoryState:
             pod_groups=self.pod_groups,
             unbound_pods=self.unbound_pods if self.watch_pods else None,
             dra=DraView(self.dra_off, self._dra_device_total, self._problems, self.claims_read),
-            # a few NodePools, replaced whole on change: grouped again at each publish
-            pools_by_type=None if self.node_pools is None else _pools_by_type(self.node_pools),
+            pools_by_type=self._pools[1],
             pools_off=self.pools_off,
         )
+        # Only Pods waiting for a node changed (a Pod created, or written while it waits): the answers
+        # worked out from the last snapshot hold for this one. Without this, each Pod of a Job created
+        # one after the other would find the memo its predecessor's own event had just emptied.
+        self.snapshot = replace(new, memo=old.memo) if _same_but_pods_waiting(old, new) else new
         self._changed.clear()
         return self.snapshot
 
@@ -989,6 +998,14 @@ class InventoryState:
                 self._by_type[type_name] = groups
             else:
                 self._by_type.pop(type_name, None)
+
+
+def _same_but_pods_waiting(old: Snapshot, new: Snapshot) -> bool:
+    """Whether `new` holds what `old` does, but perhaps for its unbound_pods: the maps and groups are
+    the very same objects, a state reusing them while they have not changed."""
+    shared = ("groups_by_type", "unknown_groups", "namespaces", "nodes", "requested", "pod_groups", "pools_by_type")
+    return (old is not EMPTY_SNAPSHOT and all(getattr(old, name) is getattr(new, name) for name in shared)
+            and (old.synced, old.dra, old.pools_off) == (new.synced, new.dra, new.pools_off))
 
 
 def _pools_by_type(node_pools: Mapping[str, tuple[Pool, ...]]) -> Mapping[str, tuple[Pool, ...]]:
