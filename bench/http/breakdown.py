@@ -9,6 +9,7 @@ Prometheus multiprocess directory must be set before webhook.serving.metrics is 
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import logging
@@ -94,6 +95,8 @@ def measure_steps(nodes_file: str) -> list[Step]:
         ("review.parse_review", best_microseconds(lambda: parse_review(body))),
         ("planner.plan", best_microseconds(lambda: plan(request.object, snapshot, catalog, namespace=request.namespace))),
         ("review.review_pod (plan + patch)", best_microseconds(lambda: review_pod(request, snapshot, catalog))),
+        ("review.review_pod on a snapshot no answer was worked out from yet (its memo empty)", best_microseconds(
+            lambda: review_pod(request, dataclasses.replace(snapshot, memo={}), catalog))),
         ("review.build_response + encode_compact (as /mutate answers)", best_microseconds(
             lambda: encode_compact(build_response(request, review)))),
         ("metrics.observe_admission", best_microseconds(lambda: metrics.observe_admission(review, 0.001, catalog))),
