@@ -10,6 +10,7 @@ import kubernetes_validate
 import yaml
 
 from webhook.core.catalog import Catalog, load_catalog_text
+from webhook.core.inventory import UnboundGpuPod
 
 # the oldest Kubernetes minor still supported upstream when this was written; schemas ship with kubernetes-validate
 K8S_VERSION = "1.35"
@@ -91,6 +92,12 @@ def make_namespace(
     if allowed is not None:
         meta["annotations"] = {"gpu-class.io/allowed-classes": allowed}
     return {"apiVersion": "v1", "kind": "Namespace", "metadata": meta}
+
+
+def make_unbound_pod(uid: str, class_name: str | None = "high", types: tuple[str, ...] = ("H100",), *,
+                     gated: bool = False) -> UnboundGpuPod:
+    """A GPU Pod the watch has seen unbound: one nvidia.com/gpu, gpu-class placed it where `types` is not empty."""
+    return UnboundGpuPod(uid, "ml", uid, "nvidia.com/gpu", 1, class_name, types, gated=gated)
 
 
 def make_pod(

@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from builders import make_catalog, make_node
+from builders import make_catalog, make_node, make_unbound_pod
 from webhook.core.inventory import (
-    InventoryState, NamespaceInfo, NodeInfo, Pool, ProductGroup, Snapshot, UnboundGpuPod, group_keys,
+    InventoryState, NamespaceInfo, NodeInfo, Pool, ProductGroup, Snapshot, group_keys,
     node_info_from_object, summarize_group,
 )
 
@@ -116,19 +116,14 @@ def test_a_publish_shares_the_maps_that_did_not_change() -> None:
     assert after.nodes is before.nodes and after.requested is not before.requested
 
 
-def waiting(uid: str, gated: bool = False) -> UnboundGpuPod:
-    return UnboundGpuPod(uid=uid, namespace="ml", name=uid, resource=GPU, devices=1, class_name="high", types=("H100",),
-                         gated=gated)
-
-
 H100_POOL = Pool("h100", "H100", "nvidia.com/gpu.product", (H100,), (), GPU, None)
 
 
 @pytest.mark.parametrize("change, kept", [
     pytest.param(lambda s: None, True, id="nothing"),
-    pytest.param(lambda s: s.set_unbound_pod("new", waiting("new")), True, id="a-pod-is-created-and-waits"),
+    pytest.param(lambda s: s.set_unbound_pod("new", make_unbound_pod("new")), True, id="a-pod-is-created-and-waits"),
     pytest.param(lambda s: s.set_unbound_pod("old", None), True, id="a-waiting-pod-is-deleted"),
-    pytest.param(lambda s: s.set_unbound_pod("old", waiting("old", gated=True)), True, id="a-waiting-pod-is-gated"),
+    pytest.param(lambda s: s.set_unbound_pod("old", make_unbound_pod("old", gated=True)), True, id="a-waiting-pod-is-gated"),
     pytest.param(lambda s: s.set_pod("ml/p1", "n0", {GPU: 1}), False, id="a-pod-binds"),
     pytest.param(lambda s: s.set_pod("ml/p0", None, {}), False, id="a-bound-pod-finishes"),
     pytest.param(lambda s: apply(s, Step("node", 0, product=0, gpus=4)), False, id="a-node-changes"),
@@ -147,7 +142,7 @@ def test_answers_from_a_snapshot_carry_over_only_when_pods_waiting_alone_change(
     state.node_pools = {}
     apply(state, Step("node", 0, product=0))
     apply(state, Step("pod", 0, pod_gpus=2))
-    state.set_unbound_pod("old", waiting("old"))
+    state.set_unbound_pod("old", make_unbound_pod("old"))
     before = state.publish()
     before.memo["answer"] = "worked out"
     change(state)

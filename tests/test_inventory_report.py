@@ -7,9 +7,9 @@ from typing import Any, Sequence
 
 import pytest
 
-from builders import make_catalog, make_node
+from builders import make_catalog, make_node, make_unbound_pod
 from webhook.core.catalog import Catalog
-from webhook.core.inventory import InventoryState, Snapshot, UnboundGpuPod, node_info_from_object
+from webhook.core.inventory import InventoryState, Snapshot, node_info_from_object
 from webhook.core.inventory_report import build_report, render, render_table
 
 CATALOG = make_catalog()
@@ -112,18 +112,14 @@ def test_json_is_the_report_and_the_tables_show_its_figures() -> None:
     assert high.split() == ["high", "performance", "5", "-", "H100"]  # no Pods read: Pending unknown
 
 
-def unbound(uid: str, class_name: str | None, types: tuple[str, ...] = ("H100",), *, gated: bool = False) -> UnboundGpuPod:
-    return UnboundGpuPod(uid, "ml", uid, "nvidia.com/gpu", 1, class_name, types, gated=gated)
-
-
 def test_pending_is_the_placed_pods_no_node_holds_per_class() -> None:
     state = InventoryState(catalog=CATALOG, synced=True, watch_pods=True)
     state.replace_nodes([i for i in [node_info_from_object(make_node("h", H100, gpus=8), CATALOG)] if i is not None])
     state.replace_unbound_pods([
-        unbound("a", "high"), unbound("b", "high", ("H100", "A100")), unbound("c", "economy", ("T4",)),
-        unbound("not-placed", "high", ()),  # no gpu-class.io/types: gpu-class did not place it
-        unbound("gated", "high", gated=True),  # held by a queue, not waiting for a node
-        unbound("unknown-class", "turbo"),
+        make_unbound_pod("a", "high"), make_unbound_pod("b", "high", ("H100", "A100")), make_unbound_pod("c", "economy", ("T4",)),
+        make_unbound_pod("not-placed", "high", ()),  # no gpu-class.io/types: gpu-class did not place it
+        make_unbound_pod("gated", "high", gated=True),  # held by a queue, not waiting for a node
+        make_unbound_pod("unknown-class", "turbo"),
     ])
     report = build_report(state.publish(), CATALOG)
     assert {c["name"]: c["pending"] for c in report["classes"]} == {name: {"high": 2, "economy": 1}.get(name, 0)

@@ -113,12 +113,13 @@ def pod_event_cost_us(size: int, pending: int, burst: int = 300, rounds: int = 3
     from webhook.cluster.watch import LiveInventory
 
     catalog = load_default_catalog()
-    gpu_nodes = [n.name for n in layout(size) if n.gpus]
+    nodes = layout(size)
+    gpu_nodes = [n.name for n in nodes if n.gpus]
     best = float("inf")
     api: Any = _NoApi()  # stands in for the kubernetes client's CoreV1Api
     for _ in range(rounds):
         inventory = LiveInventory(catalog, api=api, watch_pods=True)  # not started: applies as it reads
-        inventory._replace_nodes([i for i in (inventory._reduce_node(node_object(n, 2)) for n in layout(size))
+        inventory._replace_nodes([i for i in (inventory._reduce_node(node_object(n, 2)) for n in nodes)
                                   if i is not None])
         held = [_gpu_pod(i, node) for i, node in enumerate(gpu_nodes)]
         waiting = [_gpu_pod(len(held) + i, None) for i in range(pending)]
