@@ -4,7 +4,8 @@ Kueue builds a Job's Workload from the Job's pod template, when the Job is creat
 its quota there. GPUs that gpu-class added only when each Pod is created would never be counted,
 so for a Job that Kueue queues (label kueue.x-k8s.io/queue-name) the template gets the GPU limit,
 the class's node affinity, tolerations, scheduler name and the types annotation. Its Pods come with
-the decision made and Kueue's podset label, and kueue.decided_with_workload leaves them as they are.
+the decision made and Kueue's podset label, and provenance.py leaves them as they are because their
+node affinity, copied from the template, keeps them to the class (not because of the label).
 
 Other Jobs are placed Pod by Pod, as before: a Pod created an hour after its Job should be placed
 on the cluster of that hour.
@@ -18,7 +19,7 @@ from .catalog import Catalog
 from .inventory import Snapshot
 from .kueue import QUEUE_LABEL
 from .patch import PatchOp, build_patch, build_unplaced_patch
-from .planner import Decision, plan
+from .planner import Decision, NamespacePolicy, plan
 
 TEMPLATE = "/spec/template"
 
@@ -27,8 +28,8 @@ def is_job_create(kind: str, group: str, operation: str, sub_resource: str) -> b
     return operation == "CREATE" and kind == "Job" and group == "batch" and not sub_resource
 
 
-def plan_job(job: Mapping[str, Any], snapshot: Snapshot, catalog: Catalog, namespace: str
-             ) -> tuple[Decision, list[PatchOp]]:
+def plan_job(job: Mapping[str, Any], snapshot: Snapshot, catalog: Catalog, namespace: str,
+             policy: NamespacePolicy = None) -> tuple[Decision, list[PatchOp]]:
     """The decision for a Job's pod template and the patch that writes it into the Job.
 
     The template is read as a Pod is (ask.read_pod, through plan) and decided by the same rules."""
@@ -42,7 +43,7 @@ def plan_job(job: Mapping[str, Any], snapshot: Snapshot, catalog: Catalog, names
     template = spec.get("template") if isinstance(spec, dict) else None
     if not isinstance(template, dict):
         return Decision("refused", "gpu-class: malformed Job: spec.template must be an object"), []
-    decision = plan(template, snapshot, catalog, namespace=namespace)
+    decision = plan(template, snapshot, catalog, namespace=namespace, policy=policy)
     if decision.outcome == "admitted-unsatisfiable":
         ops = build_unplaced_patch(template)
     elif decision.placement is not None:
