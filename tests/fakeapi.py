@@ -87,6 +87,7 @@ class Resource:
 
 DRA_API = "resource.k8s.io/v1"
 KARPENTER_API = "karpenter.sh/v1"
+CRD_API = "apiextensions.k8s.io/v1"  # always served, as on every API server
 RESOURCES: dict[str, Resource] = {r.plural: r for r in (
     Resource("Node", "nodes", False, frozenset({"metadata.name", "spec.unschedulable"}),
              frozenset({"spec.unschedulable"})),
@@ -101,6 +102,8 @@ RESOURCES: dict[str, Resource] = {r.plural: r for r in (
     Resource("ResourceClaim", "resourceclaims", True, frozenset({"metadata.name", "metadata.namespace"}),
              api_version=DRA_API),
     Resource("NodePool", "nodepools", False, frozenset({"metadata.name"}), api_version=KARPENTER_API),
+    Resource("CustomResourceDefinition", "customresourcedefinitions", False, frozenset({"metadata.name"}),
+             api_version=CRD_API),
 )}
 _BY_KIND = {r.kind.lower(): r for r in RESOURCES.values()}
 _REASONS = {400: "BadRequest", 401: "Unauthorized", 403: "Forbidden", 404: "NotFound",
@@ -577,7 +580,8 @@ class FakeApiServer:
         try:
             if rule is not None:
                 raise ApiError(rule.code, f"injected failure ({rule.code})")
-            served = {"v1", *([DRA_API] if self.serve_dra else []), *([KARPENTER_API] if self.serve_karpenter else [])}
+            served = {"v1", CRD_API, *([DRA_API] if self.serve_dra else []),
+                      *([KARPENTER_API] if self.serve_karpenter else [])}
             res, namespace, name = _route(url.path, served=frozenset(served))
             query = Query(res, namespace, parse_label_selector(params.get("labelSelector", "")),
                           parse_field_selector(params.get("fieldSelector", ""), res))

@@ -994,8 +994,11 @@ def test_rbac_is_read_only(renders: Renders, rel: str) -> None:
     reads = ("get", "list", "watch")
     assert granted == {("", r, v) for r in ("nodes", "namespaces", "pods") for v in reads} | {
         ("resource.k8s.io", r, v) for r in ("resourceslices", "deviceclasses", "resourceclaims") for v in reads} | {
-        ("karpenter.sh", "nodepools", v) for v in reads}
-    assert all("resourceNames" not in r and "nonResourceURLs" not in r for r in role["rules"])
+        ("karpenter.sh", "nodepools", v) for v in reads} | {
+        ("apiextensions.k8s.io", "customresourcedefinitions", v) for v in reads}
+    # every rule reads whole kinds, but for the CRDs: Karpenter's alone, watched by name
+    assert [r.get("resourceNames") for r in role["rules"] if "resourceNames" in r] == [["nodepools.karpenter.sh"]]
+    assert all("nonResourceURLs" not in r for r in role["rules"])
 
     subject = {"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": SYSTEM_NAMESPACE}
     bound = [

@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+import time
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping
 
@@ -16,6 +17,7 @@ import pytest
 from builders import assert_valid_pod, make_catalog, make_namespace, make_node, make_pod, make_review
 from fakeapi import FakeApiServer
 from test_watch import eventually
+from webhook.cluster import watch
 from webhook.cluster.watch import LiveInventory
 from webhook.core.groups import room
 from webhook.core.inventory import Pool, Snapshot, Taint, build_snapshot
@@ -214,6 +216,34 @@ def test_without_karpenter_pools_are_off_and_said_so() -> None:
             assert snapshot.pools_by_type is None
             assert snapshot.pools_off == "the API server does not serve nodepools.karpenter.sh (karpenter.sh/v1)"
             assert inv.readiness()[1]["watches"]["nodepools"]["off"] == snapshot.pools_off
+        finally:
+            inv.stop()
+
+
+NODEPOOL_CRD = {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+                "metadata": {"name": "nodepools.karpenter.sh"},
+                "status": {"conditions": [{"type": "Established", "status": "True"}]}}
+
+
+def test_karpenter_installed_after_the_start_is_read_in_seconds_not_at_the_next_minute() -> None:
+    with FakeApiServer(bookmark_interval_seconds=0.2) as api:
+        api.create(make_namespace("ml"))
+        inv = LiveInventory(CATALOG, kubernetes.client.CoreV1Api(api.api_client())).start()
+        try:
+            eventually(lambda: inv.readiness()[0], what="first sync")
+            assert inv.snapshot().pools_off is not None
+            # Karpenter installed: its API served, a pool created, its CRD established last, as the API server does
+            api.serve_karpenter = True
+            api.create(node_pool("h100", H100))
+            api.create({**NODEPOOL_CRD, "status": {"conditions": [{"type": "Established", "status": "False"}]}})
+            time.sleep(0.5)
+            assert inv.snapshot().pools_off is not None  # not established yet: nothing to read
+            installed = time.monotonic()
+            api.update(NODEPOOL_CRD)
+            eventually(lambda: [p.name for p in inv.snapshot().pools("H100")] == ["h100"], timeout_seconds=5.0,
+                       what="the pool read once the CRD is established")
+            assert time.monotonic() - installed < watch.OFF_RECHECK_SECONDS / 10
+            assert inv.snapshot().pools_off is None
         finally:
             inv.stop()
 

@@ -290,10 +290,10 @@ def test_unbound_gpu_pods_are_known_until_bound_finished_or_deleted(api: FakeApi
 
 
 @pytest.mark.parametrize("order", [
-    pytest.param(("nodes", "namespaces", "pods", "deviceclasses", "resourceslices", "resourceclaims", "nodepools"),
-                 id="nodes-first"),
-    pytest.param(("nodepools", "resourceclaims", "pods", "resourceslices", "namespaces", "deviceclasses", "nodes"),
-                 id="pods-first"),
+    pytest.param(("nodes", "namespaces", "pods", "deviceclasses", "resourceslices", "resourceclaims", "nodepools",
+                  "customresourcedefinitions"), id="nodes-first"),
+    pytest.param(("customresourcedefinitions", "nodepools", "resourceclaims", "pods", "resourceslices", "namespaces",
+                  "deviceclasses", "nodes"), id="pods-first"),
 ])
 def test_synced_once_every_first_list_is_in_whatever_the_reflectors_flags_say(api: FakeApiServer,
                                                                               order: tuple[str, ...]) -> None:
@@ -303,7 +303,8 @@ def test_synced_once_every_first_list_is_in_whatever_the_reflectors_flags_say(ap
     inv = LiveInventory(CATALOG, core, watch_pods=True)  # not started: the replaces are called by hand
     replace = {"nodes": inv._replace_nodes, "namespaces": inv._replace_namespaces, "pods": inv._replace_pods,
                "deviceclasses": inv._replace_classes, "resourceslices": inv._replace_slices,
-               "resourceclaims": inv._replace_claims, "nodepools": inv._replace_pools}
+               "resourceclaims": inv._replace_claims, "nodepools": inv._replace_pools,
+               "customresourcedefinitions": inv._replace_crds}
     for name in order:
         assert inv.snapshot().synced is False, f"synced before {name} was listed"
         replace[name]([])

@@ -23,7 +23,8 @@ What real API servers do, and what the reflector does about it:
   serving meanwhile from the last known inventory;
 - a resource it does not serve (404: no resource.k8s.io/v1) or will not let us list from the start
   (403: no RBAC for it): for the DRA resources and NodePools only, that resource is off (empty) and logged once,
-  and is tried again every minute; Nodes, Namespaces and Pods work as they always have. A 403 after
+  and is tried again every minute (NodePools at once when Karpenter's CRD, watched by name, becomes
+  established); Nodes, Namespaces and Pods work as they always have. A 403 after
   a successful list is retried as an error: an API server that restarts refuses until its RBAC
   cache is warm, and the devices last seen are better than none.
 """
@@ -75,6 +76,9 @@ LAG_REPORT_SECONDS = 1.0  # how often the lag gauge is written
 # watch over both, so the event that binds a Pod moves it from one to the other at once.
 UNFINISHED_PODS = "status.phase!=Succeeded,status.phase!=Failed"
 OFF_RECHECK_SECONDS = 60  # a resource that is not served or not allowed: how long until we ask again
+# Karpenter's CRD: watched by name, so NodePools are read the moment it is installed, not a minute later
+NODEPOOL_CRD = "nodepools.karpenter.sh"
+CRD_API = "apiextensions.k8s.io/v1"
 DRA_GROUP = "resource.k8s.io/v1"
 SERVICE_ACCOUNT_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
 RestartReason = Literal["timeout", "expired", "error"]
@@ -185,6 +189,8 @@ class Reflector:
     off: str | None = None  # why the resource is off; None: it is read
     after_list: Callable[[], None] | None = None  # once a full list is in the state
     group: str = DRA_GROUP  # an optional resource's API group and version, for what on_off is told
+    # set to ask an off resource again now rather than after OFF_RECHECK_SECONDS (its CRD appeared; stop)
+    recheck: threading.Event = field(default_factory=threading.Event)
     _backoff: float = field(default=BACKOFF_SECONDS[0], repr=False)
 
     def run(self) -> None:
@@ -193,7 +199,8 @@ class Reflector:
                 if self.resource_version is None:
                     self._list()
                 if self.off is not None:
-                    self.stop_event.wait(OFF_RECHECK_SECONDS)
+                    self.recheck.wait(OFF_RECHECK_SECONDS)
+                    self.recheck.clear()
                     continue
                 self._watch()
                 self._backoff = BACKOFF_SECONDS[0]
@@ -358,6 +365,14 @@ def _parse(data: bytes) -> Any:
         return json.loads(data.decode("utf-8", errors="replace"))
 
 
+def _established_crd(obj: dict[str, Any]) -> str | None:
+    """The CRD's name once the API server serves its resource (condition Established), else None."""
+    conditions = (obj.get("status") or {}).get("conditions") or []
+    if any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions if isinstance(c, dict)):
+        return str((obj.get("metadata") or {}).get("name") or "")
+    return None
+
+
 def _brief(exc: BaseException) -> str:
     if isinstance(exc, ApiException):
         return f"HTTP {exc.status} {exc.reason}"
@@ -421,9 +436,16 @@ class LiveInventory:
         group, version = NODEPOOL_API.split("/")
         list_pools = functools.partial(kubernetes.client.CustomObjectsApi(api.api_client).list_cluster_custom_object,
                                        group, version, "nodepools")
-        self.reflectors.append(Reflector("nodepools", list_pools, self._reduce_pools, self._replace_pools,
+        self.pools_reflector = Reflector("nodepools", list_pools, self._reduce_pools, self._replace_pools,
                                          self._apply_pools, self.stop_event, observer=self.observer,
-                                         on_off=self._pools_turned, after_list=self.after_list, group=NODEPOOL_API))
+                                         on_off=self._pools_turned, after_list=self.after_list, group=NODEPOOL_API)
+        # ...and Karpenter's CRD, by name: installed after gpu-class started, its NodePools are read at once
+        list_crd = functools.partial(kubernetes.client.ApiextensionsV1Api(api.api_client).list_custom_resource_definition,
+                                     field_selector=f"metadata.name={NODEPOOL_CRD}")
+        self.reflectors += [self.pools_reflector, Reflector(
+            "customresourcedefinitions", list_crd, _established_crd, self._replace_crds, self._apply_crd,
+            self.stop_event, observer=self.observer, on_off=self._crds_turned, after_list=self.after_list,
+            group=CRD_API)]
         self._threads: list[threading.Thread] = []
         self._changes: deque[Change] = deque()
         self._queued = threading.Condition()  # guards _changes
@@ -453,6 +475,8 @@ class LiveInventory:
 
     def stop(self) -> None:
         self.stop_event.set()
+        for r in self.reflectors:
+            r.recheck.set()
         with self._queued:
             self._queued.notify_all()
 
@@ -721,6 +745,29 @@ class LiveInventory:
         name, pools = self._reduce_pools(obj)
         held = () if kind == "DELETED" else pools
         self._submit(lambda: self.state.set_pools(name, held))
+
+    def _replace_crds(self, established: list[str]) -> None:
+        self._submit(lambda: self._mark_synced("customresourcedefinitions"), wait=True)
+        if established:
+            self._crd_established()
+
+    def _apply_crd(self, kind: str, obj: dict[str, Any]) -> None:
+        if kind != "DELETED" and _established_crd(obj) is not None:
+            self._crd_established()
+
+    def _crd_established(self) -> None:
+        """Karpenter's CRD is served: NodePools, if off, are asked for now."""
+        if self.pools_reflector.off is not None:
+            if self._logging:
+                log.info("%s is established: reading NodePools now", NODEPOOL_CRD)
+            self.pools_reflector.recheck.set()
+
+    def _crds_turned(self, name: str, reason: str | None) -> None:
+        """Not allowed to watch CRDs: NodePools are still asked for every OFF_RECHECK_SECONDS."""
+        self._submit(lambda: self._mark_synced(name), wait=True)
+        if self._logging and reason is not None:
+            log.info("Karpenter's CRD is not watched (%s): NodePools are asked for again every %d s", reason,
+                     OFF_RECHECK_SECONDS)
 
     def _pools_turned(self, name: str, reason: str | None) -> None:
         """NodePools went off (not served: no Karpenter; not allowed) or came back."""
