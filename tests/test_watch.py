@@ -225,6 +225,43 @@ def test_a_namespace_the_view_lacks_is_read_from_the_api_and_a_failed_read_is_sa
     assert decision.outcome == "refused" and "cannot read the policy of namespace team" in decision.message
 
 
+class BehindWatch:
+    """The live inventory as a worker sees it while the namespace's watch event is still on its way: the
+    snapshot of before, everything else the live inventory's own."""
+
+    def __init__(self, live: LiveInventory) -> None:
+        self.live, self.before = live, live.snapshot()
+
+    def snapshot(self) -> Snapshot:
+        return self.before
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.live, name)
+
+
+def test_a_pod_in_a_namespace_the_watch_has_not_brought_gets_the_namespaces_policy(
+        api: FakeApiServer, inventory: LiveInventory) -> None:
+    from webhook.serving.app import create_app
+
+    client = create_app(CATALOG, BehindWatch(inventory)).test_client()  # type: ignore[arg-type]
+    api.create(make_namespace("team", default_class="economy", allowed="economy"))
+
+    def admit(annotations: dict[str, str] | None) -> dict[str, Any]:
+        body = make_review(make_pod(annotations, gpu_limit="1"), namespace="team")
+        response: dict[str, Any] = client.post("/mutate", json=body).get_json()["response"]
+        return response
+
+    refused = admit({"gpu-class.io/class": "high"})
+    assert refused["allowed"] is False and "not allowed in namespace team" in refused["status"]["message"]
+    defaulted = admit(None)
+    annotations = next(op["value"] for op in json.loads(base64.b64decode(defaulted["patch"]))
+                       if op["path"] == "/metadata/annotations")
+    assert annotations["gpu-class.io/class"] == "economy"  # the namespace's default, read from the API
+    api.fail_next(1, status=503, path_prefix="/api/v1/namespaces/team")
+    unread = admit({"gpu-class.io/class": "economy"})
+    assert unread["allowed"] is False and "cannot read the policy of namespace team" in unread["status"]["message"]
+
+
 def gpu_pod(name: str, node: str | None, gpus: int, phase: str = "Running") -> dict[str, Any]:
     pod = make_pod(name=name, gpu_limit=str(gpus))
     if node:

@@ -21,6 +21,7 @@ from fleet import TYPE_OF
 from kubeobjects import (TYPES, create_node, delete_if_present, delete_nodes, dry_run_create, make_namespace, node_label,
                          wait_bound, wait_for)
 from kueue import QUEUE_LABEL, Kueue, is_admitted, local_queue, running_kueue
+from webhook.core.catalog import load_default_catalog
 
 KUEUE_LABEL = ("gpu-class.io/e2e-kueue", "enabled")
 H100 = "NVIDIA-H100-80GB-HBM3"
@@ -403,7 +404,7 @@ def test_a_kueue_started_pod_gpu_class_did_not_decide_at_its_job_is_refused(
         core.delete_namespace(ns)
 
 
-ECONOMY_TYPES = {"L4", "A10", "A10G", "T4"}  # the built-in catalog's class economy
+ECONOMY_TYPES = set(load_default_catalog().classes["economy"].types)  # what the e2e webhook serves
 H100_AFFINITY = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
     {"matchExpressions": [{"key": PRODUCT, "operator": "In", "values": [H100]}]}]}}}
 

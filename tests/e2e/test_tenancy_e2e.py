@@ -18,10 +18,11 @@ import local_cluster
 from fleet import FLEET, TYPE_OF, H100_LABELS
 from kubeobjects import (TYPES, create_node, delete_nodes, force_delete_pods, make_namespace, make_pod, read_pod,
                          wait_bound, wait_for)
+from webhook.core.catalog import load_default_catalog
 
 pytestmark = pytest.mark.usefixtures("fleet")
 
-ECONOMY_TYPES = {"L4", "A10", "A10G", "T4"}  # the built-in catalog's class economy
+ECONOMY_TYPES = set(load_default_catalog().classes["economy"].types)  # what the e2e webhook serves
 H100_NODE = next(n.name for n in FLEET if n.gpu_type == "H100")
 PRODUCT = "nvidia.com/gpu.product"
 H100 = H100_LABELS[PRODUCT]
@@ -89,6 +90,9 @@ def forged_job(name: str, template_labels: Mapping[str, str], queue: str | None)
             "spec": {"template": {"metadata": template["metadata"], "spec": template["spec"]}}}
 
 
+GONE = {"spec": {}}  # a deleted Pod, as settled() reports it: bound nowhere
+
+
 def scheduler_gave_up(pod: Mapping[str, Any]) -> bool:
     """The scheduler tried the Pod and found no node: PodScheduled False, Unschedulable."""
     return any(c.get("type") == "PodScheduled" and c.get("reason") == "Unschedulable"
@@ -96,13 +100,13 @@ def scheduler_gave_up(pod: Mapping[str, Any]) -> bool:
 
 
 def settled(core: kubernetes.client.CoreV1Api, namespace: str, name: str) -> dict[str, Any] | None:
-    """The Pod once the scheduler has bound it or said it fits nowhere, or {} once it is gone (the garbage
-    collector deletes a Pod whose owner does not exist); None while none of these."""
+    """The Pod once the scheduler has bound it or said it fits nowhere, or GONE once it is deleted (the
+    garbage collector deletes a Pod whose owner does not exist); None while none of these."""
     try:
         pod = read_pod(core, namespace, name)
     except ApiException as e:
         if e.status == 404:
-            return {}
+            return GONE
         raise
     return pod if pod["spec"].get("nodeName") or scheduler_gave_up(pod) else None
 
