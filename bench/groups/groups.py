@@ -45,6 +45,7 @@ from bench.placement.placement import PATH_TITLE, PATHS, REPO_ROOT, SCHEDULER, P
 from bench.placement.placement_cluster import GPU_TAINT, cluster_state, drop_namespace, held_connections, make_namespace
 from bench.placement.placement_model import GPU, NodeState
 from webhook.core.catalog import Catalog
+from bench.common.commit import measured_at
 from bench.common.sections import write_section
 
 sys.path.insert(0, str(REPO_ROOT / "tests" / "e2e"))
@@ -316,6 +317,7 @@ def render(results: Sequence[Result], command: str, wall_seconds: float) -> str:
     lines = [
         f"## One GPU type per group on the real scheduler (`{command}`)",
         "",
+        f"{measured_at()}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}. "
         f"Command: `{command}`; Kubernetes {local_cluster.kube_version()}, {wall_seconds:.0f} s wall. Indexed Jobs "
         f"of class {GROUP_CLASS}, parallelism 4-8, 1-4 GPUs per Pod, created one at a time while {BEST} (3 x 8 "
         f"GPUs) is partly full; {NEXT} (5 x 8) holds any group. bench/groups/groups.py says how each group is judged.",

@@ -46,6 +46,7 @@ from bench.placement.placement_model import (  # noqa: E402
     KINDS, Kind, NodeSpec, NodeState, Outcome, Verdicts, Workload, allowed_types, judge, make_fleet, make_streams, merge, pods_per_second,
     utilisation_spread,
 )
+from bench.common.commit import measured_at  # noqa: E402
 from bench.common.sections import write_section  # noqa: E402
 from webhook.core.catalog import Catalog, load_catalog_text  # noqa: E402
 
@@ -207,6 +208,7 @@ def render(runs: Sequence[SizeRun], command: str, paths: Sequence[Path_] = PATHS
     lines = [
         "## Placement at scale (`python -m bench placement`)",
         "",
+        f"{measured_at()}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}. "
         f"Command: `{command}`; Kubernetes {local_cluster.kube_version()}; "
         + ", ".join(f"{r.size:,} nodes {r.seconds:.0f} s (fleet {r.fleet_seconds:.0f} s)" for r in runs)
         + ". Fidelity: Pods bound where the strategy promised, at the moment they were bound "
