@@ -2,18 +2,40 @@
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
-from typing import Sequence
+from typing import Callable
 
 import pytest
 
 from bench.placement.placement_cluster import cpu_millis, memory_mib, read_scheduler_times
 from bench.placement.placement_model import (
-    BEST_NODES, NodeState, Outcome, Verdicts, Workload, judge, make_fleet, make_streams, merge, pods_per_second,
-    utilisation_spread,
+    BEST_NODES, STRATEGY_CLASS, NodeState, Outcome, Verdicts, Workload, allowed_types, judge, make_fleet, make_streams,
+    merge, pods_per_second, promised, utilisation_spread,
 )
+from tests.builders import make_node, make_pod
+from webhook.core.catalog import load_catalog_text, load_default_catalog
+from webhook.core.inventory import build_snapshot
+from webhook.core.planner import plan
 
-SCORE = {"H100": 756.0, "L40S": 362.0, "A100": 312.0, "T4": 65.0}
+# One class per strategy over the same four types (fastest first), as STRATEGY_CLASS names them, and
+# two that leave types out.
+CATALOG = load_catalog_text("""
+types:
+  - {name: H200, score: 989, memoryGiB: 141, products: [NVIDIA-H200]}
+  - {name: H100, score: 756, memoryGiB: 80, products: [NVIDIA-H100-80GB-HBM3]}
+  - {name: L40S, score: 362, memoryGiB: 48, products: [NVIDIA-L40S]}
+  - {name: A100, score: 312, memoryGiB: 40, products: [A100-SXM4-40GB]}
+  - {name: T4, score: 65, memoryGiB: 16, products: [Tesla-T4]}
+classes:
+  - {name: high, types: [H100, L40S, A100, T4]}
+  - {name: economy, types: [H100, L40S, A100, T4], strategy: cost}
+  - {name: standard, types: [H100, L40S, A100, T4], strategy: balanced}
+  - {name: inference, types: [H100, L40S, A100, T4], strategy: binpack}
+  - {name: no-h100, types: [L40S, A100, T4]}
+  - {name: h200, types: [H200]}
+""", "test-placement-catalog.yaml")
+BUILT_IN = load_default_catalog()  # the bench's webhook runs the built-in catalog
 ONE = Workload("w", "high", 1, 500)
 JOB = Workload("j", "high", 1, 500, "job", 3)
 
@@ -22,13 +44,17 @@ def node(name: str, gpu_type: str, gpus: int, free: int | None = None, cpu: int 
     return NodeState(name, gpu_type, gpus, gpus if free is None else free, cpu, 512 * 1024)
 
 
-def bound(pod: str, node_name: str, w: Workload = ONE, types: Sequence[str] = ("H100", "L40S", "A100", "T4"),
-          group: str | None = None) -> Outcome:
-    return Outcome(pod, w, node_name, tuple(types), w.name if group is None else group, added=1.0, bound=1.25)
+def one(strategy: str, gpus: int = 1) -> Workload:
+    """A one-Pod workload of the class with the strategy."""
+    return Workload("w", STRATEGY_CLASS[strategy], gpus, 500)
 
 
-def pending(pod: str, w: Workload = ONE, types: Sequence[str] = ("H100", "L40S", "A100", "T4")) -> Outcome:
-    return Outcome(pod, w, None, tuple(types), w.name, added=1.0)
+def bound(pod: str, node_name: str, w: Workload = ONE, group: str | None = None) -> Outcome:
+    return Outcome(pod, w, node_name, w.name if group is None else group, added=1.0, bound=1.25)
+
+
+def pending(pod: str, w: Workload = ONE) -> Outcome:
+    return Outcome(pod, w, None, w.name, added=1.0)
 
 
 CLUSTER = {n.name: n for n in (node("h100-a", "H100", 8, free=2), node("h100-b", "H100", 8),
@@ -39,52 +65,102 @@ def tally(v: Verdicts) -> tuple[int, int, int, int, int]:
     return v.placed, v.right, v.packed, v.wrongly_pending, v.rightly_pending
 
 
-@pytest.mark.parametrize("strategy, outcomes, expected", [
-    pytest.param("performance", [bound("p", "h100-a")], (1, 1, 1, 0, 0), id="performance-fullest-best-type-packed"),
-    pytest.param("performance", [bound("p", "h100-b")], (1, 1, 0, 0, 0), id="performance-best-type-not-packed"),
-    pytest.param("performance", [bound("p", "l40s-a")], (1, 0, 0, 0, 0), id="performance-second-type-wrong"),
-    pytest.param("performance", [bound("p", "l40s-a", types=("L40S", "T4"))], (1, 1, 1, 0, 0),
-                 id="performance-best-of-its-allowed-types"),
-    pytest.param("performance", [bound("p", "l40s-a", Workload("w", "high", 8, 500))], (1, 0, 0, 0, 0),
-                 id="eight-gpus-fit-the-empty-h100-only"),
-    pytest.param("cost", [bound("p", "t4-a")], (1, 1, 1, 0, 0), id="cost-slowest-type"),
-    pytest.param("cost", [bound("p", "a100-a")], (1, 0, 0, 0, 0), id="cost-faster-type-wrong"),
+@pytest.mark.parametrize("outcomes, expected", [
+    pytest.param([bound("p", "h100-a")], (1, 1, 1, 0, 0), id="performance-fullest-best-type-packed"),
+    pytest.param([bound("p", "h100-b")], (1, 1, 0, 0, 0), id="performance-best-type-not-packed"),
+    pytest.param([bound("p", "l40s-a")], (1, 0, 0, 0, 0), id="performance-second-type-wrong"),
+    pytest.param([bound("p", "l40s-a", Workload("w", "no-h100", 1, 500))], (1, 1, 1, 0, 0),
+                 id="performance-best-of-the-class-in-the-catalog"),
+    pytest.param([bound("p", "l40s-a", one("performance", 8))], (1, 0, 0, 0, 0), id="eight-gpus-fit-the-empty-h100-only"),
+    pytest.param([bound("p", "t4-a", one("cost"))], (1, 1, 1, 0, 0), id="cost-slowest-type"),
+    pytest.param([bound("p", "a100-a", one("cost"))], (1, 0, 0, 0, 0), id="cost-faster-type-wrong"),
     # shares once placed: h100-a 7/8 used (87), a100-a 3/8 (37), h100-b 1/8 (12), l40s 1/4 (25), t4 1/4 (25)
-    pytest.param("binpack", [bound("p", "h100-a")], (1, 1, 0, 0, 0), id="binpack-fullest-share"),
-    pytest.param("binpack", [bound("p", "a100-a")], (1, 0, 0, 0, 0), id="binpack-less-full-wrong"),
-    pytest.param("balanced", [bound("p", "h100-b")], (1, 1, 0, 0, 0), id="balanced-emptiest-share"),
-    pytest.param("balanced", [bound("p", "l40s-a")], (1, 0, 0, 0, 0), id="balanced-fewer-free-share-wrong"),
-    pytest.param("performance", [pending("p")], (0, 0, 0, 1, 0), id="pending-while-room-is-wrong"),
-    pytest.param("performance", [pending("p", Workload("w", "high", 16, 500))], (0, 0, 0, 0, 1),
-                 id="pending-with-no-room-is-right"),
-    pytest.param("performance", [pending("p", types=("H200",))], (0, 0, 0, 0, 1), id="pending-no-allowed-node"),
+    pytest.param([bound("p", "h100-a", one("binpack"))], (1, 1, 0, 0, 0), id="binpack-fullest-share"),
+    pytest.param([bound("p", "a100-a", one("binpack"))], (1, 0, 0, 0, 0), id="binpack-less-full-wrong"),
+    pytest.param([bound("p", "h100-b", one("balanced"))], (1, 1, 0, 0, 0), id="balanced-emptiest-share"),
+    pytest.param([bound("p", "l40s-a", one("balanced"))], (1, 0, 0, 0, 0), id="balanced-fewer-free-share-wrong"),
+    pytest.param([pending("p")], (0, 0, 0, 1, 0), id="pending-while-room-is-wrong"),
+    pytest.param([pending("p", one("performance", 16))], (0, 0, 0, 0, 1), id="pending-with-no-room-is-right"),
+    pytest.param([pending("p", Workload("w", "h200", 1, 500))], (0, 0, 0, 0, 1), id="pending-no-node-of-the-class"),
     # the second Pod sees the first one's GPUs taken: h100-a has 1 left after 1, none after 2
-    pytest.param("performance", [bound("a", "h100-a", Workload("w", "high", 2, 500)),
-                                 bound("b", "h100-b", Workload("v", "high", 1, 500))], (2, 2, 2, 0, 0),
-                 id="binds-replayed-in-order"),
-    pytest.param("performance", [bound("a", "h100-a", Workload("w", "high", 2, 500)),
-                                 pending("b", Workload("v", "high", 8, 500))], (1, 1, 1, 1, 0),
-                 id="pending-judged-after-the-binds-before-it"),
+    pytest.param([bound("a", "h100-a", Workload("w", "high", 2, 500)), bound("b", "h100-b", Workload("v", "high", 1, 500))],
+                 (2, 2, 2, 0, 0), id="binds-replayed-in-order"),
+    pytest.param([bound("a", "h100-a", Workload("w", "high", 2, 500)), pending("b", Workload("v", "high", 8, 500))],
+                 (1, 1, 1, 1, 0), id="pending-judged-after-the-binds-before-it"),
 ])
-def test_judge(strategy: str, outcomes: list[Outcome], expected: tuple[int, ...]) -> None:
-    assert tally(merge(list(judge(strategy, CLUSTER, outcomes, SCORE).values()))) == expected
+def test_judge(outcomes: list[Outcome], expected: tuple[int, ...]) -> None:
+    assert tally(merge(list(judge(CLUSTER, outcomes, CATALOG).values()))) == expected
+
+
+@pytest.mark.parametrize("gpu_class, expected", [
+    pytest.param("high", ("H100", "L40S", "A100", "T4"), id="performance-fastest-first"),
+    pytest.param("economy", ("T4", "A100", "L40S", "H100"), id="cost-slowest-first"),
+    pytest.param("no-h100", ("L40S", "A100", "T4"), id="only-the-class-types"),
+])
+def test_allowed_types_come_from_the_catalog(gpu_class: str, expected: tuple[str, ...]) -> None:
+    assert allowed_types(CATALOG, Workload("w", gpu_class, 1, 500)) == expected
 
 
 def test_refused_pods_are_counted_apart() -> None:
-    refused = Outcome("r", ONE, None, (), refused=True)
-    v = merge(list(judge("performance", CLUSTER, [refused, bound("p", "h100-a")], SCORE).values()))
+    refused = Outcome("r", ONE, None, refused=True)
+    v = merge(list(judge(CLUSTER, [refused, bound("p", "h100-a")], CATALOG).values()))
     assert (tally(v), v.refused) == ((1, 1, 1, 0, 0), 1)
 
 
 def test_judge_leaves_the_starting_state_alone() -> None:
-    judge("binpack", CLUSTER, [bound("a", "h100-a"), bound("b", "h100-a")], SCORE)
+    judge(CLUSTER, [bound("a", "h100-a", one("binpack")), bound("b", "h100-a", one("binpack"))], CATALOG)
     assert CLUSTER["h100-a"].free_gpus == 2
 
 
 def test_cpu_counts_as_room() -> None:
     cluster = {"h100": node("h100", "H100", 8, cpu=1000), "l40s": node("l40s", "L40S", 4)}
     w = Workload("w", "high", 1, 2000)
-    assert tally(merge(list(judge("performance", cluster, [bound("p", "l40s", w)], SCORE).values()))) == (1, 1, 1, 0, 0)
+    assert tally(merge(list(judge(cluster, [bound("p", "l40s", w)], CATALOG).values()))) == (1, 1, 1, 0, 0)
+
+
+Webhook = Callable[[Workload], tuple[str, ...]]
+
+
+FLEET = make_fleet(40)
+
+
+def _strict_path(webhook: Webhook, strategy: str) -> Verdicts:
+    """A stream of the bench through a webhook and a scheduler that honours its answer exactly (the
+    strict profiles: the best of the types the webhook allowed, by the class's strategy), judged."""
+    start = {n.name: NodeState(n.name, BUILT_IN.type_of_product(n.product), n.gpus, n.gpus,
+                               n.cpu_millis - n.filled_cpu_millis, n.memory_mib) for n in FLEET if n.gpus}
+    state = {name: NodeState(**vars(n)) for name, n in start.items()}
+    outcomes = []
+    for w in make_streams(pods_per_class=30)[strategy]:
+        allowed = webhook(w)
+        for i in range(w.pods):
+            fitting = [n for n in state.values() if n.gpu_type in allowed and n.holds(w)]
+            right = promised(strategy, fitting, w, allowed)
+            chosen = (promised("binpack", right, w, allowed) if strategy in ("performance", "cost") else right)[:1]
+            outcomes.append(Outcome(f"{w.name}-{i}", w, chosen[0].name if chosen else None, w.name, 1.0,
+                                    1.5 if chosen else None))
+            for n in chosen:
+                n.free_gpus, n.free_cpu_millis = n.free_gpus - w.gpus, n.free_cpu_millis - w.cpu_millis
+                n.free_memory_mib -= 4096
+    return merge(list(judge(start, outcomes, BUILT_IN).values()))
+
+
+@functools.cache
+def _planner(w: Workload) -> tuple[str, ...]:
+    """What the webhook's planner allows a Pod of the workload on the bench's fleet."""
+    snapshot = build_snapshot(BUILT_IN, [make_node(n.name, n.product, gpus=n.gpus) for n in FLEET if n.gpus])
+    pod = make_pod({"gpu-class.io/class": w.gpu_class, "gpu-class.io/count": str(w.gpus)})
+    decision = plan(pod, snapshot, BUILT_IN, namespace="ml")
+    assert decision.placement is not None, decision.message
+    return decision.placement.types
+
+
+@pytest.mark.parametrize("strategy", ["performance", "cost"])
+def test_a_webhook_that_drops_the_best_type_scores_below_full_fidelity(strategy: str) -> None:
+    honest = _strict_path(_planner, strategy)
+    wrong = _strict_path(lambda w: _planner(w)[1:], strategy)
+    assert honest.placed >= 30 and (honest.right, honest.wrongly_pending) == (honest.placed, 0), honest.wrong
+    assert wrong.placed > 0 and wrong.right < wrong.placed, "the judge trusted the webhook's types"
 
 
 @pytest.mark.parametrize("group, expected_right", [
@@ -96,9 +172,10 @@ def test_alike_pods_bound_out_of_order(group: str | None, expected_right: int) -
     # emptiest; the watch showed the 2nd's bind first. In one group, the order that fits is found.
     cluster = {"h100-b": node("h100-b", "H100", 8), "a100-a": node("a100-a", "A100", 8, free=7),
                "a100-b": node("a100-b", "A100", 8, free=7)}
-    outcomes = [bound("j-1", "a100-a", JOB, group=group or "j-1"), bound("j-0", "h100-b", JOB, group=group or "j-0"),
-                bound("j-2", "a100-b", JOB, group=group or "j-2")]
-    assert judge("balanced", cluster, outcomes, SCORE)["job"].right == expected_right
+    job = Workload("j", "standard", 1, 500, "job", 3)
+    outcomes = [bound("j-1", "a100-a", job, group=group or "j-1"), bound("j-0", "h100-b", job, group=group or "j-0"),
+                bound("j-2", "a100-b", job, group=group or "j-2")]
+    assert judge(cluster, outcomes, CATALOG)["job"].right == expected_right
 
 
 def test_alike_pods_out_of_order_are_judged_packed_where_an_order_allows() -> None:
@@ -106,13 +183,13 @@ def test_alike_pods_out_of_order_are_judged_packed_where_an_order_allows() -> No
     # h100-b; the watch showed the 2nd's bind first
     cluster = {"h100-a": node("h100-a", "H100", 8, free=1), "h100-b": node("h100-b", "H100", 8, free=4)}
     outcomes = [bound("j-1", "h100-b", JOB), bound("j-0", "h100-a", JOB)]
-    v = judge("performance", cluster, outcomes, SCORE)["job"]
+    v = judge(cluster, outcomes, CATALOG)["job"]
     assert (v.right, v.packed) == (2, 2)
 
 
 def test_verdicts_by_kind() -> None:
     deployment = Workload("d", "high", 1, 500, "deployment", 2)
-    verdicts = judge("performance", CLUSTER, [bound("s", "h100-a"), bound("d-0", "l40s-a", deployment)], SCORE)
+    verdicts = judge(CLUSTER, [bound("s", "h100-a"), bound("d-0", "l40s-a", deployment)], CATALOG)
     assert (tally(verdicts["single"]), tally(verdicts["deployment"]), tally(verdicts["job"])) == (
         (1, 1, 1, 0, 0), (1, 0, 0, 0, 0), (0, 0, 0, 0, 0))
     assert verdicts["deployment"].wrong == ["d-0 (1 GPUs) on l40s-a (L40S)"]
@@ -126,9 +203,9 @@ def test_utilisation_spread() -> None:
 
 
 def test_pods_per_second() -> None:
-    outcomes = [Outcome("a", ONE, "n", (), "", added=10.0, bound=10.5),
-                Outcome("b", ONE, "n", (), "", added=10.1, bound=12.0), Outcome("c", ONE, None, (), "", added=10.2),
-                Outcome("refused", ONE, None, (), refused=True)]
+    outcomes = [Outcome("a", ONE, "n", "", added=10.0, bound=10.5),
+                Outcome("b", ONE, "n", "", added=10.1, bound=12.0), Outcome("c", ONE, None, "", added=10.2),
+                Outcome("refused", ONE, None, refused=True)]
     assert pods_per_second(outcomes) == pytest.approx(2 / 2.0)
 
 

@@ -46,6 +46,7 @@ import local_cluster  # noqa: E402  (tests/e2e is not a package)
 from builders import make_bare_node, make_device_node, make_pod, make_slice, nvidia_device_classes, nvidia_gpus  # noqa: E402
 from kubeobjects import delete_if_present  # noqa: E402
 
+from bench.common.commit import measured_at  # noqa: E402
 from bench.common.sections import write_section  # noqa: E402
 from webhook.core.catalog import load_default_catalog  # noqa: E402
 from webhook.core.inventory import build_snapshot  # noqa: E402
@@ -271,8 +272,8 @@ def naming_cost(nodes_per_type: int, labelled: bool, repeats: int = 20) -> Namin
 
 def render(results: Sequence[PathResult], costs: Sequence[NamingCost], command: str, seconds: float) -> str:
     lines = ["## DRA: placement on GPUs published through Dynamic Resource Allocation", "",
-             f"`{command}` on the local control plane (Kubernetes {local_cluster.kube_version()}), "
-             f"{time.strftime('%Y-%m-%d')}, {seconds:.0f} s. Fleet: {len(FLEET)} nodes without a device plugin, "
+             f"{measured_at()}: `{command}` on the local control plane (Kubernetes {local_cluster.kube_version()}), "
+             f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {seconds:.0f} s. Fleet: {len(FLEET)} nodes without a device plugin, "
              f"{DEVICES_PER_NODE} DRA devices each ({', '.join(ORDER)}: two nodes each, two of the six with GFD's "
              "product label), three of them busy with CPU work. 1-GPU Pods of class `high`, one at a time.", "",
              "| path | placed | on the best type with a free device | wrongly Pending | seconds |",

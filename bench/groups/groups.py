@@ -31,7 +31,6 @@ import argparse
 import http.client
 import json
 import random
-import subprocess
 import sys
 import time
 import uuid
@@ -40,12 +39,13 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import kubernetes
-import yaml
 from kubernetes.client.exceptions import ApiException
 
 from bench.placement.placement import PATH_TITLE, PATHS, REPO_ROOT, SCHEDULER, Path_, read_catalog
 from bench.placement.placement_cluster import GPU_TAINT, cluster_state, drop_namespace, held_connections, make_namespace
 from bench.placement.placement_model import GPU, NodeState
+from webhook.core.catalog import Catalog
+from bench.common.commit import measured_at
 from bench.common.sections import write_section
 
 sys.path.insert(0, str(REPO_ROOT / "tests" / "e2e"))
@@ -107,9 +107,9 @@ class Result:
         return self.types == [self.first_room] and self.pending == self.spec.pods - min(self.spec.pods, self.room_there)
 
 
-def class_types() -> list[str]:
-    text = subprocess.run([local_cluster.gpuclass_path(), "catalog"], capture_output=True, text=True, check=True).stdout
-    return list(next(c["types"] for c in yaml.safe_load(text)["classes"] if c["name"] == GROUP_CLASS))
+def class_types(catalog: Catalog) -> list[str]:
+    """The group class's types, best first, as the catalog orders them."""
+    return list(catalog.classes[GROUP_CLASS].types)
 
 
 def rooms(state: Mapping[str, NodeState], types: Sequence[str], gpus: int) -> dict[str, int]:
@@ -258,11 +258,11 @@ def _wait_gone(core: CoreApi, namespace: str, selector: str) -> None:
 
 
 def run_group(cluster: local_cluster.Cluster, api: Any, namespace: str, fill_namespace: str, spec: GroupSpec,
-              path: Path_, catalog: Any, types: Sequence[str]) -> Result:
+              path: Path_, catalog: Catalog, types: Sequence[str]) -> Result:
     core: CoreApi = kubernetes.client.CoreV1Api(api)
     batch: Any = kubernetes.client.BatchV1Api(api)
     fill_best(core, fill_namespace, spec.free_best)
-    state = cluster_state(core, catalog.type_of_product)
+    state = cluster_state(core, catalog)
     one_gpu = rooms(state, types, 1)
     wait_webhook_sees(cluster, namespace, {t: one_gpu[t] for t in POOL}, types)
     room = rooms(state, types, spec.gpus)
@@ -285,7 +285,7 @@ def run_group(cluster: local_cluster.Cluster, api: Any, namespace: str, fill_nam
         else:
             result.pending += 1
             result.reasons.append(_unschedulable(p) or "")
-    result.types = sorted({catalog.type_of_product.get(p, p) for p in result.products})
+    result.types = sorted({catalog.type_of_product(p) or p for p in result.products})
     return result
 
 
@@ -294,7 +294,7 @@ def run_all(cluster: local_cluster.Cluster, groups: Sequence[GroupSpec],
     api = kubernetes.config.new_client_from_config(config_file=str(cluster.kubeconfig))
     core: CoreApi = kubernetes.client.CoreV1Api(api)
     catalog = read_catalog()
-    types = class_types()
+    types = class_types(catalog)
     fill_ns = make_namespace(core, "grp-fill", opted_in=False)
     results = []
     try:
@@ -317,6 +317,7 @@ def render(results: Sequence[Result], command: str, wall_seconds: float) -> str:
     lines = [
         f"## One GPU type per group on the real scheduler (`{command}`)",
         "",
+        f"{measured_at()}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}. "
         f"Command: `{command}`; Kubernetes {local_cluster.kube_version()}, {wall_seconds:.0f} s wall. Indexed Jobs "
         f"of class {GROUP_CLASS}, parallelism 4-8, 1-4 GPUs per Pod, created one at a time while {BEST} (3 x 8 "
         f"GPUs) is partly full; {NEXT} (5 x 8) holds any group. bench/groups/groups.py says how each group is judged.",

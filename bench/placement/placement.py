@@ -32,7 +32,6 @@ from pathlib import Path
 from typing import Any, Callable, Literal, Mapping, Sequence
 
 import kubernetes
-import yaml
 
 REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 sys.path.insert(0, str(REPO_ROOT / "tests" / "e2e"))
@@ -44,10 +43,12 @@ from bench.placement.placement_cluster import (  # noqa: E402
     barrier, cluster_state, create_nodes, delete_nodes, drop_namespace, make_namespace, run_stream, scheduler_times,
 )
 from bench.placement.placement_model import (  # noqa: E402
-    KINDS, Kind, NodeSpec, NodeState, Outcome, Verdicts, Workload, judge, make_fleet, make_streams, merge, pods_per_second,
+    KINDS, Kind, NodeSpec, NodeState, Outcome, Verdicts, Workload, allowed_types, judge, make_fleet, make_streams, merge, pods_per_second,
     utilisation_spread,
 )
+from bench.common.commit import measured_at  # noqa: E402
 from bench.common.sections import write_section  # noqa: E402
+from webhook.core.catalog import Catalog, load_catalog_text  # noqa: E402
 
 Path_ = Literal["default", "profiles", "extender", "stock"]
 PATHS: tuple[Path_, ...] = ("default", "profiles", "extender", "stock")
@@ -94,17 +95,10 @@ class SizeRun:
     scheduler_ms: dict[Path_, dict[str, float]] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
-class Catalog:
-    score: Mapping[str, float]
-    type_of_product: Mapping[str, str]
-
-
 def read_catalog() -> Catalog:
+    """The catalog the webhook under test runs with (its built-in one), read as the webhook reads it."""
     text = subprocess.run([local_cluster.gpuclass_path(), "catalog"], capture_output=True, text=True, check=True).stdout
-    doc = yaml.safe_load(text)
-    return Catalog({t["name"]: float(t["score"]) for t in doc["types"]},
-                   {p: t["name"] for t in doc["types"] for p in t.get("products", [])})
+    return load_catalog_text(text, "gpuclass catalog")
 
 
 def _turn(paths: Sequence[Path_], i: int) -> list[Path_]:
@@ -143,10 +137,10 @@ def run_sizes(cluster: local_cluster.Cluster, sizes: Sequence[int], streams: Map
                 for path in _turn(paths, s):
                     outcomes, start = _on_path(api, catalog, f"pl-{strategy[:4]}-{path[:3]}", workloads, path,
                                                pending_seconds, together=False)
-                    types = sorted({t for o in outcomes for t in o.types})
-                    verdicts = judge(strategy, start, outcomes, catalog.score)
+                    verdicts = judge(start, outcomes, catalog)
+                    types = {t for w in workloads for t in allowed_types(catalog, w)}
                     run.streams.append(StreamResult(size, strategy, path, verdicts,
-                                                    utilisation_spread(start, outcomes, types)
+                                                    utilisation_spread(start, outcomes, sorted(types))
                                                     if strategy == "balanced" else None))
                     log(f"placement: {size} nodes, {strategy}, {path}: " + _brief(merge(list(verdicts.values()))))
             for p in paths:
@@ -161,7 +155,7 @@ def run_sizes(cluster: local_cluster.Cluster, sizes: Sequence[int], streams: Map
                     outcomes, start = _on_path(api, catalog, f"pl-burst-{path[:3]}", burst, path, pending_seconds,
                                                together=True)
                     result = BurstResult(size, path, pods_per_second(outcomes),
-                                         judge("balanced", start, outcomes, catalog.score)["single"])
+                                         judge(start, outcomes, catalog)["single"])
                     run.bursts.append(result)
                     log(f"placement: {size} nodes, burst, {path}: {result.pods_per_second:.1f} Pods/s, "
                         + _brief(result.verdicts))
@@ -185,7 +179,7 @@ def _on_path(api: Any, catalog: Catalog, prefix: str, workloads: Sequence[Worklo
     core: Any = kubernetes.client.CoreV1Api(api)
     ns = make_namespace(core, prefix, opted_in=True)
     try:
-        start = cluster_state(core, catalog.type_of_product)
+        start = cluster_state(core, catalog)
         return run_stream(api, ns, workloads, SCHEDULER[path], pending_seconds, together=together), start
     finally:
         drop_namespace(core, ns)
@@ -214,6 +208,7 @@ def render(runs: Sequence[SizeRun], command: str, paths: Sequence[Path_] = PATHS
     lines = [
         "## Placement at scale (`python -m bench placement`)",
         "",
+        f"{measured_at()}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}. "
         f"Command: `{command}`; Kubernetes {local_cluster.kube_version()}; "
         + ", ".join(f"{r.size:,} nodes {r.seconds:.0f} s (fleet {r.fleet_seconds:.0f} s)" for r in runs)
         + ". Fidelity: Pods bound where the strategy promised, at the moment they were bound "

@@ -28,6 +28,8 @@ import kubernetes
 from kubernetes.client.exceptions import ApiException
 from kubernetes.watch.watch import iter_resp_lines
 
+from webhook.core.catalog import Catalog
+
 from bench.placement.placement_model import GPU, POD_MEMORY_MIB, NodeSpec, NodeState, Outcome, Workload
 
 # The client's models are typed; the API takes the plain dict bodies we send, and answers are
@@ -184,8 +186,9 @@ def _extender_knows(cluster: Any, node: str) -> bool:
     return all(node in (a.get("NodeNames") or []) for a in answers)
 
 
-def cluster_state(core: Api, type_of_product: Mapping[str, str]) -> dict[str, NodeState]:
-    """The schedulable GPU nodes as the cluster holds them now, less what bound Pods take.
+def cluster_state(core: Api, catalog: Catalog) -> dict[str, NodeState]:
+    """The schedulable GPU nodes as the cluster holds them now, less what bound Pods take; each
+    node's type is what the catalog makes of its labels (as the inventory reads them).
 
     Read from the API rather than from the fleet's spec, so nodes and Pods the benchmark did not
     make (another test's, on a shared cluster) are judged too.
@@ -193,14 +196,14 @@ def cluster_state(core: Api, type_of_product: Mapping[str, str]) -> dict[str, No
     nodes: dict[str, NodeState] = {}
     for node in json.loads(core.list_node(_preload_content=False).data)["items"]:
         labels = node["metadata"].get("labels") or {}
-        product = labels.get("nvidia.com/gpu.product") or labels.get("gpu-type") or ""
+        gpu_type = next((t for t, _, _ in catalog.matches_of_labels(labels) if catalog.types[t].resource == GPU), None)
         ready = any(c["type"] == "Ready" and c["status"] == "True" for c in node["status"].get("conditions") or [])
         foreign = [t for t in node["spec"].get("taints") or [] if t["key"] != GPU]  # class Pods tolerate GPU taints
         allocatable = node["status"].get("allocatable") or {}
         gpus = int(allocatable.get(GPU, 0))
         if not ready or node["spec"].get("unschedulable") or foreign or not gpus:
             continue
-        nodes[node["metadata"]["name"]] = NodeState(node["metadata"]["name"], type_of_product.get(product), gpus, gpus,
+        nodes[node["metadata"]["name"]] = NodeState(node["metadata"]["name"], gpu_type, gpus, gpus,
                                                     cpu_millis(allocatable.get("cpu")),
                                                     memory_mib(allocatable.get("memory")))
     for pod in json.loads(core.list_pod_for_all_namespaces(_preload_content=False).data)["items"]:
@@ -245,7 +248,6 @@ def read_scheduler_times(text: str) -> dict[str, float]:
 @dataclass
 class PodRecord:
     workload: str
-    types: tuple[str, ...]  # gpu-class.io/types as the webhook wrote it
     added: float  # monotonic time of its ADDED event
     node: str | None = None
     bound: float | None = None  # monotonic time of the first event that shows it bound
@@ -286,9 +288,7 @@ class BindRecorder:
         with self.changed:
             record = self.pods.get(metadata["name"])
             if record is None and event["type"] == "ADDED":
-                types = (metadata.get("annotations") or {}).get("gpu-class.io/types", "")
-                record = self.pods[metadata["name"]] = PodRecord(
-                    (metadata.get("labels") or {}).get("workload", ""), tuple(t for t in types.split(",") if t), now)
+                record = self.pods[metadata["name"]] = PodRecord((metadata.get("labels") or {}).get("workload", ""), now)
             node = pod["spec"].get("nodeName")
             if record is not None and not record.refused:
                 record.refused = any(c.get("type") == "PodScheduled" and c.get("reason") == "Unschedulable"
@@ -424,10 +424,10 @@ def run_stream(api: Api, namespace: str, workloads: Sequence[Workload], schedule
     events: list[tuple[int, int, str]] = [(i, 1, n) for i, n in enumerate(recorder.order)
                                           if n in of_workload and n not in found_pending]
     events += [(i, 0, n) for i, n in pending]
-    outcomes = [Outcome(w.name, w, None, (), refused=True) for w in refused]
+    outcomes = [Outcome(w.name, w, None, refused=True) for w in refused]
     for _, is_bind, name in sorted(events):
         r = recorder.pods[name]
-        outcomes.append(Outcome(name, of_workload[name], r.node if is_bind else None, r.types,
+        outcomes.append(Outcome(name, of_workload[name], r.node if is_bind else None,
                                 "" if together else of_workload[name].name, r.added, r.bound if is_bind else None))
     return outcomes
 

@@ -9,11 +9,15 @@ nodes of one sequence, so a larger fleet holds every node of a smaller one.
 
 How a stream is judged (judge): the binds are replayed in the order the watch saw them, from the
 cluster's state before the stream; each Pod, at the moment it was bound, is right when its node is
-one its class's strategy promised then, out of the nodes of its allowed types
-(`gpu-class.io/types`) that could hold it (GPUs, CPU and memory free, as the scheduler counts them):
+one its class's strategy promised then, out of the nodes of its class's types that could hold it
+(GPUs, CPU and memory free, as the scheduler counts them). What the Pod was allowed is computed
+from the catalog (allowed_types), never read from the `gpu-class.io/types` the webhook wrote: that
+is the answer under test, and a webhook that left the best type out of it would otherwise be judged
+by its own mistake. The streams ask for nothing that narrows a class (no exclude-types, min-memory
+or group), so the class's types are all a Pod may get:
 
-  performance: a node of the fastest such type (catalog score);
-  cost: a node of the slowest such type;
+  performance: a node of the first such type in the class's order (fastest first);
+  cost: a node of the last such type in that order;
   balanced: a node with the largest share of its GPUs free once the Pod is placed;
   binpack: a node with the largest share of its GPUs in use once the Pod is placed.
 
@@ -31,6 +35,9 @@ import random
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Literal, Mapping, Sequence
+
+from webhook.core.catalog import Catalog
+from webhook.core.extender import PodNeeds, share_after, type_order
 
 GPU = "nvidia.com/gpu"
 # The built-in catalog's classes, one per strategy.
@@ -157,7 +164,6 @@ class Outcome:
     pod: str
     workload: Workload
     node: str | None
-    types: tuple[str, ...]  # gpu-class.io/types, as the webhook wrote it
     group: str = ""  # Pods created together: one workload's, or a burst's
     added: float = 0.0  # monotonic times of its ADDED event and of the event that showed it bound,
     bound: float | None = None  # as one watch saw them
@@ -180,13 +186,12 @@ class Verdicts:
     wrong: list[str] = field(default_factory=list)
 
 
-def judge(strategy: str, start: Mapping[str, NodeState], outcomes: Sequence[Outcome],
-          score: Mapping[str, float]) -> dict[Kind, Verdicts]:
+def judge(start: Mapping[str, NodeState], outcomes: Sequence[Outcome], catalog: Catalog) -> dict[Kind, Verdicts]:
     """Replay the binds from the cluster's state before the stream (`start`); verdicts by kind.
 
-    `score`: the catalog's score of each type (faster is higher). kube-scheduler decides one Pod
-    after another but binds each asynchronously, so a watch can show the Pods it decided in a row
-    (a Deployment's replicas, a burst) bound in another order. Such a run of binds of one group is
+    Each Pod is judged by its class's strategy in `catalog`. kube-scheduler decides one Pod after
+    another but binds each asynchronously, so a watch can show the Pods it decided in a row (a
+    Deployment's replicas, a burst) bound in another order. Such a run of binds of one group is
     replayed in an order in which each Pod took a node the strategy promised, as far as there is
     one: at each step the first Pod in watch order whose node is the profile's choice (promised,
     and packed for `performance` and `cost`), else the first whose node is promised, else the first
@@ -200,7 +205,7 @@ def judge(strategy: str, start: Mapping[str, NodeState], outcomes: Sequence[Outc
             continue
         if run[0].node is None:
             o = run[0]
-            fitting = [n for n in nodes.values() if n.gpu_type in o.types and n.holds(o.workload)]
+            fitting = _fitting(nodes, o.workload, allowed_types(catalog, o.workload))
             v = verdicts[o.workload.kind]
             if fitting:
                 v.wrongly_pending += 1
@@ -210,15 +215,14 @@ def judge(strategy: str, start: Mapping[str, NodeState], outcomes: Sequence[Outc
             continue
         left = list(run)
         while left:
-            # (right, and packed as well) per kind of Pod in the run, in the state before this bind
-            choices: dict[tuple[tuple[str, ...], Workload], tuple[list[NodeState], list[NodeState]]] = {}
+            # (right, and packed as well) per workload in the run, in the state before this bind
+            choices: dict[Workload, tuple[list[NodeState], list[NodeState]]] = {}
             for x in left:
-                if (x.types, x.workload) not in choices:
-                    choices[(x.types, x.workload)] = _choices(strategy, nodes, x, score)
-            o = next((x for i in (1, 0) for x in left if nodes[x.node or ""] in choices[(x.types, x.workload)][i]),
-                     left[0])
+                if x.workload not in choices:
+                    choices[x.workload] = _choices(nodes, x.workload, catalog)
+            o = next((x for i in (1, 0) for x in left if nodes[x.node or ""] in choices[x.workload][i]), left[0])
             left.remove(o)
-            right, packed = choices[(o.types, o.workload)]
+            right, packed = choices[o.workload]
             v = verdicts[o.workload.kind]
             v.placed += 1
             if o.seconds_to_bind is not None:
@@ -226,7 +230,8 @@ def judge(strategy: str, start: Mapping[str, NodeState], outcomes: Sequence[Outc
             chosen = nodes[o.node or ""]
             if chosen in right:
                 v.right += 1
-                v.packed += strategy in ("performance", "cost") and chosen in packed
+                v.packed += chosen in packed and catalog.classes[o.workload.gpu_class].strategy in ("performance",
+                                                                                                    "cost")
             else:
                 v.wrong.append(f"{o.pod} ({o.workload.gpus} GPUs) on {o.node} ({chosen.gpu_type})")
             chosen.free_gpus -= o.workload.gpus
@@ -235,13 +240,27 @@ def judge(strategy: str, start: Mapping[str, NodeState], outcomes: Sequence[Outc
     return verdicts
 
 
-def _choices(strategy: str, nodes: Mapping[str, NodeState], o: Outcome,
-             score: Mapping[str, float]) -> tuple[list[NodeState], list[NodeState]]:
+def allowed_types(catalog: Catalog, w: Workload) -> tuple[str, ...]:
+    """The types the catalog lets a Pod of the workload have, best first for its class's strategy:
+    the class's order, reversed for `cost` (extender.type_order, which the strict profiles and the
+    extender share). From the catalog alone: the webhook's answer for the Pod plays no part."""
+    gpu_class = catalog.classes[w.gpu_class]
+    needs = PodNeeds(types=gpu_class.types, gpus=w.gpus, class_name=gpu_class.name)
+    return type_order(needs, catalog, gpu_class.strategy)
+
+
+def _fitting(nodes: Mapping[str, NodeState], w: Workload, allowed: Sequence[str]) -> list[NodeState]:
+    return [n for n in nodes.values() if n.gpu_type in allowed and n.holds(w)]
+
+
+def _choices(nodes: Mapping[str, NodeState], w: Workload,
+             catalog: Catalog) -> tuple[list[NodeState], list[NodeState]]:
     """The nodes the strategy promised the Pod now, and those of them its profile prefers: for
     `performance` and `cost`, the ones with the largest share of GPUs in use once it is placed."""
-    fitting = [n for n in nodes.values() if n.gpu_type in o.types and n.holds(o.workload)]
-    right = promised(strategy, fitting, o.workload, score)
-    return right, promised("binpack", right, o.workload, score) if strategy in ("performance", "cost") else right
+    allowed = allowed_types(catalog, w)
+    strategy = catalog.classes[w.gpu_class].strategy
+    right = promised(strategy, _fitting(nodes, w, allowed), w, allowed)
+    return right, promised("binpack", right, w, allowed) if strategy in ("performance", "cost") else right
 
 
 def _runs(outcomes: Sequence[Outcome]) -> list[list[Outcome]]:
@@ -255,23 +274,18 @@ def _runs(outcomes: Sequence[Outcome]) -> list[list[Outcome]]:
     return runs
 
 
-def promised(strategy: str, fitting: Sequence[NodeState], w: Workload, score: Mapping[str, float]) -> list[NodeState]:
-    """The nodes the strategy allows at this moment (every one of them equally right)."""
+def promised(strategy: str, fitting: Sequence[NodeState], w: Workload, order: Sequence[str]) -> list[NodeState]:
+    """The nodes the strategy allows at this moment (every one of them equally right); `order`: the
+    Pod's allowed types, best first."""
     if not fitting:
         return []
     if strategy in ("performance", "cost"):
-        pick = max if strategy == "performance" else min
-        best = pick(score[n.gpu_type] for n in fitting if n.gpu_type)
-        return [n for n in fitting if n.gpu_type and score[n.gpu_type] == best]
+        rank = {t: i for i, t in enumerate(order)}
+        best = min(rank.get(n.gpu_type or "", len(order)) for n in fitting)
+        return [n for n in fitting if rank.get(n.gpu_type or "") == best]
     in_use = strategy == "binpack"
-    best_share = max(share_score(n, w, in_use=in_use) for n in fitting)
-    return [n for n in fitting if share_score(n, w, in_use=in_use) == best_share]
-
-
-def share_score(n: NodeState, w: Workload, *, in_use: bool) -> int:
-    """NodeResourcesFit's MostAllocated (in_use) or LeastAllocated score once the Pod is placed."""
-    used_after = n.gpus - n.free_gpus + w.gpus
-    return (used_after if in_use else n.gpus - used_after) * 100 // n.gpus
+    best_share = max(share_after(n.gpus, n.free_gpus, w.gpus, in_use=in_use) for n in fitting)
+    return [n for n in fitting if share_after(n.gpus, n.free_gpus, w.gpus, in_use=in_use) == best_share]
 
 
 def utilisation_spread(start: Mapping[str, NodeState], outcomes: Sequence[Outcome], types: Sequence[str]) -> float:

@@ -5,7 +5,9 @@ the Pods left Pending show in the pending gauge and in `gpuclass inventory`.
 "Room" is what the webhook can know: free GPUs on a ready, uncordoned node. The test keeps its own
 count of GPUs per node (every Pod it binds there, and the cluster's other GPU Pods, read at the start)
 and judges each bind by it, not by CPU: a best-type node whose GPUs are free but whose CPU is taken
-had room, and a Pod the scheduler sent past it is a broken promise.
+had room, and a Pod the scheduler sent past it is a broken promise. What a Pod was allowed comes
+from the catalog's class and the nodes there are, never from the `gpu-class.io/types` the webhook
+wrote: the webhook's answer is what is under test.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ import local_cluster
 from bench.placement.placement import read_catalog
 from bench.placement.placement_cluster import cluster_state
 from bench.placement.placement_model import NodeState
+from webhook.core.catalog import Catalog
+from webhook.core.extender import share_after
 from kubeobjects import (create_node, delete_nodes, force_delete_pods, make_namespace, make_pod, wait_bound, wait_for,
                          webhook_metrics)
 
@@ -37,7 +41,6 @@ NODES = {  # name: (labels, GPUs, CPUs)
     "e2e-fid-l4-busy": (L4, 4, "16"),  # 2 GPUs and 12 of 16 CPUs taken: the default scheduler spreads away
     "e2e-fid-l4-idle": (L4, 4, "64"),
 }
-CLASS_TYPES = {"high": ["H200", "H100-NVL", "H100", "L40S", "A100-80GB", "A100-40GB"]}
 OUTCOMES = ("best", "fallback", "broken")
 
 
@@ -52,21 +55,27 @@ def samples(text: str, name: str) -> dict[tuple[str, str], float]:
 
 @dataclass
 class Judge:
-    """The test's own count: GPUs free per node, from the cluster at the start and every Pod placed since."""
+    """The test's own count: GPUs free per node, from the cluster at the start and every Pod placed
+    since; a 1-GPU Pod of a class may have any of the class's types that has a node here."""
 
     nodes: dict[str, NodeState]
+    catalog: Catalog
 
-    def bind(self, node: str, allowed: list[str], order: list[str], *, binpack: bool) -> str:
-        fitting = [n for n in self.nodes.values() if n.gpu_type in allowed and n.free_gpus >= 1]
+    def bind(self, node: str, gpu_class: str) -> str:
+        c = self.catalog.classes[gpu_class]
+        order = [t for t in c.types if any(n.gpu_type == t for n in self.nodes.values())]
+        if c.strategy == "cost":
+            order.reverse()
+        fitting = [n for n in self.nodes.values() if n.gpu_type in order and n.free_gpus >= 1]
         chosen = self.nodes[node]
-        if binpack:
+        if c.strategy in ("binpack", "balanced"):
             def share(n: NodeState) -> int:
-                return (n.gpus - n.free_gpus + 1) * 100 // n.gpus
+                return share_after(n.gpus, n.free_gpus, 1, in_use=c.strategy == "binpack")
             outcome = "best" if share(chosen) >= max(map(share, fitting)) else "broken"
         else:
             better = order[:order.index(str(chosen.gpu_type))]
             outcome = ("broken" if any(n.gpu_type in better for n in fitting)
-                       else "best" if chosen.gpu_type == allowed[0] else "fallback")
+                       else "best" if chosen.gpu_type == order[0] else "fallback")
         chosen.free_gpus -= 1
         return outcome
 
@@ -96,18 +105,17 @@ def fill_pod(core: kubernetes.client.CoreV1Api, namespace: str, name: str, node:
     core.create_namespaced_pod(namespace, pod)
 
 
-def stream_pod(core: kubernetes.client.CoreV1Api, namespace: str, name: str, gpu_class: str) -> tuple[str, list[str]]:
-    """A 1-GPU Pod of the class on the default scheduler: its node, and the types gpu-class allowed it."""
+def stream_pod(core: kubernetes.client.CoreV1Api, namespace: str, name: str, gpu_class: str) -> str:
+    """A 1-GPU Pod of the class on the default scheduler: its node."""
     core.create_namespaced_pod(namespace, make_pod(name, gpu_class=gpu_class, cpu="1"))
-    node = wait_bound(core, namespace, name)
-    types = core.read_namespaced_pod(name, namespace).metadata.annotations["gpu-class.io/types"].split(",")
-    return node, types
+    return wait_bound(core, namespace, name)
 
 
 def test_binds_are_counted_as_the_webhook_can_judge_them(cluster: local_cluster.Cluster,
                                                           core: kubernetes.client.CoreV1Api, namespace: str,
                                                           pool: str) -> None:
-    others = {n.name for n in cluster_state(core, read_catalog().type_of_product).values()
+    catalog = read_catalog()
+    others = {n.name for n in cluster_state(core, catalog).values()
               if n.gpu_type in ("H200", "H100-NVL", "L4") and n.name not in NODES}
     assert not others, f"nodes of the test's types left by another test: {others}"
     fill_pod(core, pool, "cpu-h200", "e2e-fid-h200-crowded", cpu="7500m")
@@ -117,14 +125,13 @@ def test_binds_are_counted_as_the_webhook_can_judge_them(cluster: local_cluster.
     wait_for("the webhook to see the test's nodes", lambda: all(t in _types(core, namespace, c) for c, t in
                                                                  (("high", "H200"), ("high", "H100-NVL"),
                                                                   ("inference", "L4"))))
-    judge = Judge(cluster_state(core, read_catalog().type_of_product))
+    judge = Judge(cluster_state(core, catalog), catalog)
     before = samples(webhook_metrics(cluster), "gpu_class_placements_total")
     counted: dict[tuple[str, str], int] = {}
 
     def place(name: str, gpu_class: str, expected_node: str, expected: str) -> None:
-        node, types = stream_pod(core, namespace, name, gpu_class)
-        order = CLASS_TYPES.get(gpu_class, types)
-        outcome = judge.bind(node, types, order, binpack=gpu_class == "inference")
+        node = stream_pod(core, namespace, name, gpu_class)
+        outcome = judge.bind(node, gpu_class)
         assert (node, outcome) == (expected_node, expected), name
         counted[(gpu_class, outcome)] = counted.get((gpu_class, outcome), 0) + 1
 

@@ -88,9 +88,10 @@ def test_a_burst_waits_on_its_type_and_a_sized_one_spills_whole(
         namespace: str, pool: str) -> None:
     """8 Pods of 1 GPU while H200 has 4 free: without a size, 4 run on H200 and 4 wait there, never on
     H100-NVL; with a size, all 8 go to H100-NVL."""
-    catalog, types = read_catalog(), groups.class_types()
+    catalog = read_catalog()
+    types = groups.class_types(catalog)
     groups.fill_best(core, pool, (1, 1, 2))
-    state = groups.cluster_state(core, catalog.type_of_product)
+    state = groups.cluster_state(core, catalog)
     groups.wait_webhook_sees(cluster, namespace, {t: groups.rooms(state, types, 1)[t] for t in groups.POOL}, types)
     batch = kubernetes.client.BatchV1Api(api_client)
     burst = groups.GroupSpec("burst", 8, 1, sized=False, free_best=(1, 1, 2))

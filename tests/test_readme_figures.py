@@ -1,0 +1,85 @@
+"""The README's figures were measured on the scheduler that ships.
+
+Every link from the README's "What it promises" table to a section of bench/RESULTS.md points to a
+section that names the commit it was measured at (`Commit abc1234` or `Code abc1234`), and that
+commit is the last one to change the default install's scheduler (deploy/scheduler/plugin, by git
+log) or a descendant of it (git merge-base --is-ancestor). A figure measured on an older scheduler
+fails here until it is measured again or taken out of the table.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+from tests.test_docs import HEADING, LINK, REPO, prose_lines, slug
+
+TABLE_HEADING = "What it promises, and what holds"
+RESULTS = REPO / "bench" / "RESULTS.md"
+SCHEDULER = "deploy/scheduler/plugin"
+MEASURED_AT = re.compile(r"\b(?:Commit|Code) ([0-9a-f]{7,40})\b")
+
+
+def git(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True)
+
+
+def table_links() -> list[tuple[str, str]]:
+    """(the row's question, anchor) for each link from the table to bench/RESULTS.md."""
+    links, inside = [], False
+    for _, line in prose_lines(REPO / "README.md"):
+        m = HEADING.match(line)
+        if m:
+            inside = m.group(2) == TABLE_HEADING
+        elif inside and line.startswith("|"):
+            question = line.split("|")[1].strip()
+            links += [(question, t.split("#", 1)[1]) for t in LINK.findall(line) if t.startswith("bench/RESULTS.md#")]
+    return links
+
+
+@cache
+def sections() -> dict[str, str]:
+    """Each level-2 section of bench/RESULTS.md by its anchor (GitHub's: a repeated heading gets -1, -2)."""
+    seen: dict[str, int] = {}
+    found: dict[str, list[str]] = {}
+    current: list[str] | None = None
+    for _, line in prose_lines(RESULTS):
+        m = HEADING.match(line)
+        if m:
+            base = slug(m.group(2))
+            n = seen.get(base, 0)
+            seen[base] = n + 1
+            if len(m.group(1)) <= 2:
+                current = found.setdefault(base if n == 0 else f"{base}-{n}", [])
+        if current is not None:
+            current.append(line)
+    return {anchor: "\n".join(lines) for anchor, lines in found.items()}
+
+
+@cache
+def scheduler_commit() -> str:
+    proc = git("log", "-1", "--format=%H", "--", SCHEDULER)
+    assert proc.returncode == 0 and proc.stdout.strip(), f"git log found no commit of {SCHEDULER}: {proc.stderr}"
+    return proc.stdout.strip()
+
+
+def test_the_table_links_results() -> None:
+    assert len(table_links()) >= 5, table_links()
+
+
+@pytest.mark.parametrize("question, anchor", table_links(), ids=[f"{q}#{a[:40]}" for q, a in table_links()])
+def test_a_readme_figure_was_measured_on_the_current_scheduler(question: str, anchor: str) -> None:
+    section = sections().get(anchor)
+    assert section is not None, f"{question}: no section #{anchor} in bench/RESULTS.md"
+    m = MEASURED_AT.search(section)
+    assert m, f"{question}: section #{anchor} names no commit it was measured at (`Commit abc1234`)"
+    resolved = git("rev-parse", "--verify", "--quiet", f"{m.group(1)}^{{commit}}")
+    assert resolved.returncode == 0, (f"{question}: commit {m.group(1)} of #{anchor} is not in this repository's "
+                                      "history (a shallow clone needs `git fetch --unshallow`)")
+    ancestor = git("merge-base", "--is-ancestor", scheduler_commit(), resolved.stdout.strip())
+    assert ancestor.returncode == 0, (f"{question}: #{anchor} was measured at {m.group(1)}, before the scheduler's "
+                                      f"last change {scheduler_commit()[:7]} ({SCHEDULER}): measure it again")
