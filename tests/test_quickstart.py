@@ -286,3 +286,53 @@ def test_install_doc_helm_command_runs_only_images_it_built() -> None:
     rendered = [o for o in yaml.safe_load_all(helm("template", *argv, "--kube-version", "1.37.0").stdout) if o]
     images = {image_repository(c["image"]) for _, spec in pod_templates(rendered) for c in spec["containers"]}
     assert images and images <= built, images - built
+
+
+# Everything an install may hold: each overlay, the labeller and every optional component that adds objects.
+UNINSTALLED = [
+    pytest.param([deploy.SELF_MANAGED, "labeller"], ["components/monitoring", deploy.LABEL_GUARD], id="self-managed-all"),
+    pytest.param([deploy.CERT_MANAGER], [deploy.EXTENDER], id="cert-manager-extender"),
+]
+
+
+def uninstall_steps() -> list[list[str]]:
+    (block, *_) = sections(INSTALL_DOC)["Uninstall"]
+    return [shlex.split(line) for line in block.splitlines() if line.startswith("kubectl ")]
+
+
+def removed_by(steps: Sequence[Sequence[str]], obj: Obj) -> bool:
+    """Whether one of the `kubectl delete` steps deletes obj, or the namespace it lives in."""
+    meta = obj["metadata"]
+    for argv in steps:
+        namespace = option(argv, "-n", "--namespace")
+        words = positionals(argv[1:], ("-n", "--namespace", "-l", "--selector"))
+        if words[:1] != ["delete"]:
+            continue
+        if words[1:] == ["namespace", meta.get("namespace")] or (obj["kind"] == "Namespace" and words[1:] == [
+                "namespace", meta["name"]]):
+            return True
+        selector = option(argv, "-l", "--selector")
+        kinds = words[1].split(",") if len(words) > 1 else []
+        if selector is not None and obj["kind"].lower() in kinds and namespace == meta.get("namespace"):
+            key, _, value = selector.partition("=")
+            if (meta.get("labels") or {}).get(key) == value:
+                return True
+        if kinds == [obj["kind"].lower()] and words[2:] == [meta["name"]]:
+            return True
+    return False
+
+
+@pytest.mark.parametrize(("resources", "components"), UNINSTALLED)
+def test_uninstall_removes_every_object_without_the_overlay(tmp_path: Path, resources: list[str],
+                                                            components: list[str]) -> None:
+    from test_chart import kustomize_install
+
+    steps = uninstall_steps()
+    assert not any("-k" in argv or "--kustomize" in argv for argv in steps), "uninstall needs no overlay render"
+    objects = kustomize_install(tmp_path, deploy.make_test_certificates(), resources, components)
+    assert [deploy.name_of(o) for o in objects if not removed_by(steps, o)] == []
+
+
+def test_uninstall_removes_the_backstop_binding_first() -> None:
+    first = uninstall_steps()[0]
+    assert first == ["kubectl", "delete", "validatingadmissionpolicybinding", deploy.BACKSTOP_POLICY]
