@@ -425,8 +425,14 @@ SAME_INSTALLS = [
         {f"Namespace {NAMESPACE}"}, id="cert-manager-scheduler-extender",
     ),
     pytest.param(
-        [deploy.CERT_MANAGER], [deploy.STOCK], ["--set", "tls.mode=cert-manager", "--set", "scheduler.stockBinary=true"],
+        # The component's tag is fixed; the chart's follows the cluster (test_scheduler_follows_the_clusters_version).
+        [deploy.CERT_MANAGER], [deploy.STOCK], ["--set", "tls.mode=cert-manager", "--set", "scheduler.stockBinary=true",
+                                                "--set", "scheduler.image.tag=v1.35.0"],
         {f"Namespace {NAMESPACE}"}, id="cert-manager-stock-scheduler",
+    ),
+    pytest.param(
+        [deploy.CERT_MANAGER], [deploy.LABEL_GUARD], ["--set", "tls.mode=cert-manager", "--set", "labelGuard.enabled=true"],
+        {f"Namespace {NAMESPACE}"}, id="cert-manager-label-guard",
     ),
     pytest.param(
         [deploy.CERT_MANAGER], [deploy.WITHOUT_STRICT], ["--set", "tls.mode=cert-manager", "--set", "scheduler.enabled=false"],
@@ -451,6 +457,25 @@ def test_chart_and_kustomize_render_the_same_install(tmp_path: Path, resources: 
                 yaml.safe_dump(chart_obj, sort_keys=True).splitlines(),
                 f"kustomize {key}", f"chart {key}", lineterm="")))
     assert not diffs, "\n\n".join(diffs)
+
+
+@pytest.mark.parametrize(("groups", "outcome"), [
+    pytest.param(["system:masters", "platform-admins"], "not-matched", id="a-named-group"),
+    pytest.param(["system:masters"], "refused", id="not-named"),
+])
+def test_label_guard_lets_the_named_groups_set_namespace_policy(groups: list[str], outcome: str) -> None:
+    objects = template("--set", "labelGuard.enabled=true", "--set", f"labelGuard.namespaceAdminGroups={{{','.join(groups)}}}")
+    policy, binding = deploy.policy_and_binding(objects, deploy.NAMESPACE_POLICY)
+    case = deploy.GuardCase(deploy.NAMESPACE_POLICY, deploy.OPTED_IN,
+                            deploy.relabelled(deploy.OPTED_IN, labels={"gpu-class.io/inject": None}),
+                            {"username": "ops@example.com", "groups": ["platform-admins", "system:authenticated"]},
+                            "refused")
+    assert deploy.policy_outcome(policy, binding, deploy.guard_activation(case)) == outcome
+
+
+def test_label_guard_is_off_by_default(chart_renders: dict[str, list[Obj]]) -> None:
+    assert all_of(chart_renders["defaults"], "ValidatingAdmissionPolicy") == [
+        one_of(chart_renders["defaults"], "ValidatingAdmissionPolicy", deploy.BACKSTOP_POLICY)]
 
 
 @pytest.mark.parametrize("name", ["prometheusrule.yaml", "gpu-class-dashboard.json"])
@@ -500,10 +525,11 @@ SCHEDULER_BINARIES = [
     pytest.param([], "gpu-class-scheduler:0.1.0", "gpu-class-scheduler", True, id="defaults-our-binary"),
     pytest.param(["--set", "scheduler.image.repository=mirror.example/gpu-class-scheduler"],
                  "mirror.example/gpu-class-scheduler:0.1.0", "gpu-class-scheduler", True, id="our-binary-mirrored"),
-    pytest.param(["--set", "scheduler.stockBinary=true"], "registry.k8s.io/kube-scheduler:v1.35.0", "kube-scheduler",
+    # the cluster's release: template() renders for 1.37.0
+    pytest.param(["--set", "scheduler.stockBinary=true"], "registry.k8s.io/kube-scheduler:v1.37.0", "kube-scheduler",
                  False, id="stock-binary"),
     pytest.param(["--set", "scheduler.stockBinary=true", "--set", "scheduler.extender=true"],
-                 "registry.k8s.io/kube-scheduler:v1.35.0", "kube-scheduler", False, id="stock-binary-extender"),
+                 "registry.k8s.io/kube-scheduler:v1.37.0", "kube-scheduler", False, id="stock-binary-extender"),
     pytest.param(["--set", "scheduler.stockBinary=true", "--set", "scheduler.image.repository=mirror.example/kube-scheduler",
                   "--set", "scheduler.image.tag=v1.34.3"], "mirror.example/kube-scheduler:v1.34.3", "kube-scheduler",
                  False, id="stock-binary-own-image"),
@@ -522,6 +548,43 @@ def test_scheduler_binary_follows_the_values(values: list[str], image: str, comm
     for profile in config["profiles"]:
         pre_filter = [p["name"] for p in (profile["plugins"].get("preFilter") or {}).get("enabled") or []]
         assert pre_filter == (["NodeLabelIndex"] if label_index else []), profile["schedulerName"]
+
+
+SKEW_CASES = [
+    pytest.param("1.37.2", [], "gpu-class-scheduler:0.1.0", id="our-build-on-its-minor"),
+    pytest.param("1.38.0", [], "gpu-class-scheduler:0.1.0", id="our-build-on-a-newer-cluster"),
+    pytest.param("1.36.3", [], None, id="our-build-on-an-older-cluster-refused"),
+    pytest.param("1.33.9", [], None, id="our-build-on-the-oldest-refused"),
+    pytest.param("1.35.4", ["--set", "scheduler.stockBinary=true"], "registry.k8s.io/kube-scheduler:v1.35.4",
+                 id="stock-binary-of-the-clusters-release"),
+    pytest.param("1.35.4", ["--set", "scheduler.kubernetesMinor=1.35", "--set", "scheduler.image.tag=1.35-build"],
+                 "gpu-class-scheduler:1.35-build", id="a-build-for-the-clusters-minor"),
+    pytest.param("1.34.1", ["--set", "scheduler.enabled=false"], "", id="without-the-strict-path"),
+]
+
+
+@pytest.mark.parametrize(("kube_version", "values", "image"), SKEW_CASES)
+def test_scheduler_follows_the_clusters_version(kube_version: str, values: list[str], image: str | None) -> None:
+    """A kube-scheduler may not be newer than the API server: our build only on its minor or newer, the stock
+    binary of the cluster's own release."""
+    done = helm("template", RELEASE, str(CHART), "--namespace", NAMESPACE, "--kube-version", kube_version, *values,
+                check=False)
+    if image is None:
+        assert done.returncode != 0 and "scheduler.stockBinary=true" in done.stderr, done.stderr
+        assert f"this cluster's API server ({'.'.join(kube_version.split('.')[:2])})" in done.stderr
+        return
+    assert done.returncode == 0, done.stderr
+    deployments = [o for o in yaml.safe_load_all(done.stdout) if o and o["kind"] == "Deployment"
+                   and o["metadata"]["name"] == "gpu-class-scheduler"]
+    assert [c["image"] for d in deployments for c in d["spec"]["template"]["spec"]["containers"]] == (
+        [image] if image else [])
+
+
+def test_kubernetes_minor_is_the_one_the_scheduler_is_built_on() -> None:
+    go_mod = (deploy.DEPLOY / "scheduler" / "plugin" / "go.mod").read_text()
+    (pinned,) = re.findall(r"^\s*k8s\.io/kubernetes v(\d+\.\d+)\.\d+", go_mod, re.M)
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    assert values["scheduler"]["kubernetesMinor"] == pinned
 
 
 def test_image_pull_secrets_reach_the_webhook_and_the_scheduler(chart_renders: dict[str, list[Obj]]) -> None:

@@ -1330,6 +1330,114 @@ def test_labeller_policy_is_bound_to_deny_and_fails_closed(renders: Renders) -> 
         assert QUALIFIED_NAME.match(entry["name"]), entry["name"]
 
 
+# --- the label guard (components/label-guard) -------------------------------------------------------
+
+LABEL_GUARD = "components/label-guard"
+NAMESPACE_POLICY = "gpu-class.io-namespace-policy"
+NODE_LABELS_POLICY = "gpu-class.io-node-gpu-labels"
+TENANT = {"username": "alice@example.com", "groups": ["ml-team-admins", "system:authenticated"]}
+CLUSTER_ADMIN = {"username": "kubernetes-admin", "groups": ["system:masters", "system:authenticated"]}
+NODE_USER = {"username": "system:node:gpu-1", "groups": ["system:nodes", "system:authenticated"]}
+GFD_USER = {"username": "system:serviceaccount:gpu-operator:node-feature-discovery-master",
+            "groups": ["system:serviceaccounts", "system:authenticated"]}
+OPTED_IN = {"apiVersion": "v1", "kind": "Namespace",
+            "metadata": {"name": "ml-team", "labels": {"kubernetes.io/metadata.name": "ml-team", "team": "ml",
+                                                       "gpu-class.io/inject": "enabled",
+                                                       "gpu-class.io/default-class": "standard"},
+                         "annotations": {"gpu-class.io/allowed-classes": "standard,economy"}},
+             "spec": {"finalizers": ["kubernetes"]}, "status": {"phase": "Active"}}
+
+
+@dataclass(frozen=True)
+class GuardCase:
+    policy: str
+    old: Obj
+    new: Obj
+    user: Obj
+    outcome: BackstopOutcome
+    resource: str = ""
+
+
+GUARD_CASES = [
+    pytest.param(GuardCase(NAMESPACE_POLICY, OPTED_IN, relabelled(OPTED_IN, labels={"gpu-class.io/inject": None}),
+                           TENANT, "refused"), id="tenant-removes-inject"),
+    pytest.param(GuardCase(NAMESPACE_POLICY, OPTED_IN,
+                           relabelled(OPTED_IN, labels={"gpu-class.io/inject": "disabled"}), TENANT, "refused"),
+                 id="tenant-changes-inject"),
+    pytest.param(GuardCase(NAMESPACE_POLICY, OPTED_IN,
+                           relabelled(OPTED_IN, labels={"gpu-class.io/default-class": "high"}), TENANT, "refused"),
+                 id="tenant-changes-default-class"),
+    pytest.param(GuardCase(NAMESPACE_POLICY, OPTED_IN,
+                           relabelled(OPTED_IN, annotations={"gpu-class.io/allowed-classes": "high,standard"}),
+                           TENANT, "refused"), id="tenant-writes-allowed-classes"),
+    pytest.param(GuardCase(NAMESPACE_POLICY, OPTED_IN, relabelled(OPTED_IN, annotations={}), TENANT, "refused"),
+                 id="tenant-removes-allowed-classes"),
+    pytest.param(GuardCase(NAMESPACE_POLICY, relabelled(OPTED_IN, labels={"gpu-class.io/inject": None}), OPTED_IN,
+                           TENANT, "refused"), id="tenant-adds-inject"),
+    pytest.param(GuardCase(NAMESPACE_POLICY, OPTED_IN, relabelled(OPTED_IN, labels={"team": "research"}), TENANT,
+                           "admitted"), id="tenant-changes-another-label"),
+    pytest.param(GuardCase(NAMESPACE_POLICY, OPTED_IN,
+                           relabelled(OPTED_IN, annotations={"gpu-class.io/allowed-classes": "standard,economy",
+                                                             "example.com/owner": "ml"}), TENANT, "admitted"),
+                 id="tenant-adds-another-annotation"),
+    pytest.param(GuardCase(NAMESPACE_POLICY, OPTED_IN, relabelled(OPTED_IN, labels={"gpu-class.io/inject": None}),
+                           CLUSTER_ADMIN, "not-matched"), id="cluster-admin-removes-inject"),
+    pytest.param(GuardCase(NODE_LABELS_POLICY, GPU_NODE, relabelled(GPU_NODE, labels={"gpu-type": "NVIDIA-H100-80GB-HBM3"}),
+                           NODE_USER, "refused"), id="node-renames-its-type"),
+    pytest.param(GuardCase(NODE_LABELS_POLICY, GPU_NODE,
+                           relabelled(GPU_NODE, labels={"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}),
+                           NODE_USER, "refused", "status"), id="node-adds-a-product-label-through-status"),
+    pytest.param(GuardCase(NODE_LABELS_POLICY, GPU_NODE, relabelled(GPU_NODE, labels={"gpu-class.io/gpu-count": None}),
+                           NODE_USER, "refused"), id="node-removes-a-gpu-class-label"),
+    pytest.param(GuardCase(NODE_LABELS_POLICY, GPU_NODE,
+                           relabelled(GPU_NODE, labels={"gpu-class.io/gpu-memory-mib": "196608"}), NODE_USER,
+                           "refused"), id="node-claims-more-memory"),
+    pytest.param(GuardCase(NODE_LABELS_POLICY, GPU_NODE, relabelled(GPU_NODE, labels={"example.com/rack": "r7"}),
+                           NODE_USER, "admitted"), id="node-sets-another-label"),
+    pytest.param(GuardCase(NODE_LABELS_POLICY, GPU_NODE, relabelled(GPU_NODE, unschedulable=True), NODE_USER,
+                           "admitted"), id="node-changes-no-label"),
+    pytest.param(GuardCase(NODE_LABELS_POLICY, GPU_NODE, relabelled(GPU_NODE, labels={"gpu-type": "NVIDIA-H100-80GB-HBM3"}),
+                           GFD_USER, "not-matched"), id="feature-discovery-not-matched"),
+    pytest.param(GuardCase(NODE_LABELS_POLICY, GPU_NODE, relabelled(GPU_NODE, labels={"gpu-type": "NVIDIA-H100-80GB-HBM3"}),
+                           {"username": LABELLER_USER, "groups": ["system:serviceaccounts", "system:authenticated"]},
+                           "not-matched"), id="labeller-not-matched"),
+]
+
+
+def guard_activation(case: GuardCase) -> dict[str, Any]:
+    kind = case.new["kind"]
+    resource = {"group": "", "version": "v1", "resource": kind.lower() + "s"}
+    request = {"uid": "1f9c", "operation": "UPDATE", "userInfo": case.user, "name": case.new["metadata"]["name"],
+               "kind": {"group": "", "version": "v1", "kind": kind}, "resource": resource,
+               "subResource": case.resource}
+    return {"object": case.new, "oldObject": case.old, "request": request, "params": None, "namespaceObject": None}
+
+
+@pytest.mark.parametrize("case", GUARD_CASES)
+def test_label_guard(renders: Renders, case: GuardCase) -> None:
+    policy, binding = policy_and_binding(objects_of(renders, LABEL_GUARD), case.policy)
+    assert policy_outcome(policy, binding, guard_activation(case)) == case.outcome
+
+
+def test_label_guard_covers_what_gpu_class_reads_and_fails_closed(renders: Renders) -> None:
+    """The node policy guards every label the labeller writes and every productLabels key of the shipped
+    catalog; both policies refuse (Deny) and fail closed on UPDATE alone."""
+    from webhook.core.catalog import load_default_catalog
+    from webhook.core.labels import OWNED_LABELS
+
+    objects = objects_of(renders, LABEL_GUARD)
+    for name in (NAMESPACE_POLICY, NODE_LABELS_POLICY):
+        policy, binding = policy_and_binding(objects, name)
+        assert policy["spec"]["failurePolicy"] == "Fail" and binding["spec"]["validationActions"] == ["Deny"]
+        assert {op for rule in policy["spec"]["matchConstraints"]["resourceRules"] for op in rule["operations"]} == {
+            "UPDATE"}
+    node_policy, node_binding = policy_and_binding(objects, NODE_LABELS_POLICY)
+    catalog = load_default_catalog()
+    for key in (*OWNED_LABELS, *catalog.product_labels):
+        case = GuardCase(NODE_LABELS_POLICY, GPU_NODE, relabelled(GPU_NODE, labels={key: "x"}), NODE_USER, "refused")
+        assert policy_outcome(node_policy, node_binding, guard_activation(case)) == "refused", key
+
+
 # --- certificates ----------------------------------------------------------------------------------
 
 

@@ -27,14 +27,19 @@ from tools import gotools
 MONITORING = deploy.DEPLOY / "components" / "monitoring"
 ALERT_TESTS = deploy.REPO / "tests" / "fixtures" / "monitoring" / "alerts_test.yaml"
 RUNBOOKS = deploy.REPO / "docs" / "operators" / "runbooks.md"
-# Prometheus's own series for each scrape target.
+MONITORING_PAGE = deploy.REPO / "docs" / "operators" / "monitoring.md"
+# Prometheus's own series for each scrape target, and kube-state-metrics' (GpuClassSchedulerNoLeader).
 PROMETHEUS_SERIES = {"up"}
+KUBE_STATE_METRICS_SERIES = {"kube_lease_renew_time"}
+OTHER_SERIES = PROMETHEUS_SERIES | KUBE_STATE_METRICS_SERIES
+# runbook_url: the runbooks page as published under the chart's home.
+CHART_HOME = yaml.safe_load((deploy.DEPLOY / "chart" / "gpu-class" / "Chart.yaml").read_text())["home"]
 SUFFIXES = {"counter": ("_total",), "gauge": ("",), "histogram": ("_bucket", "_count", "_sum")}
 PROMQL_WORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "bool", "and", "or", "unless",
                 "offset", "inf", "nan"}
 EXPECTED_ALERTS = {"GpuClassNoReplicaUp", "GpuClassAdmissionErrors", "GpuClassRefusalsRising",
                    "GpuClassInventoryStale", "GpuClassInventoryLagging", "GpuClassCertificateExpiringSoon", "GpuClassWatchRestarting",
-                   "GpuClassBrokenPromises", "GpuClassPodsPendingLong"}
+                   "GpuClassBrokenPromises", "GpuClassPodsPendingLong", "GpuClassSchedulerNoLeader"}
 
 
 def promtool_path() -> Path:
@@ -56,6 +61,21 @@ def exported_series() -> set[str]:
             for family in value.describe():
                 names.update(family.name + suffix for suffix in SUFFIXES[family.type])
     return names
+
+
+def defined_metrics() -> dict[str, tuple[str, ...]]:
+    """Each metric the server defines, by the name a user reads in a scrape (a counter's with _total), with its
+    label names."""
+    from prometheus_client.metrics import MetricWrapperBase
+
+    from webhook.serving import metrics
+
+    found = {}
+    for value in vars(metrics).values():
+        if isinstance(value, MetricWrapperBase):
+            (family,) = value.describe()
+            found[family.name + ("_total" if family.type == "counter" else "")] = tuple(value._labelnames)
+    return found
 
 
 def metric_names(expr: str) -> set[str]:
@@ -101,8 +121,24 @@ def test_exported_series_include_each_kind() -> None:
             "gpu_class_inventory_free_gpus", "gpu_class_certificate_expiry_timestamp_seconds"} <= names
 
 
+def documented_metrics(text: str) -> dict[str, tuple[str, ...]]:
+    """`gpu_class_name{label,label}` as docs/operators/monitoring.md writes each metric."""
+    return {m.group(1): tuple(filter(None, (m.group(2) or "").split(",")))
+            for m in re.finditer(r"`(gpu_class_[a-z_]+)(?:\{([a-z_,]*)\})?`", text)}
+
+
+def test_monitoring_page_documents_every_metric_with_its_labels() -> None:
+    documented = documented_metrics(MONITORING_PAGE.read_text())
+    assert {name: documented.get(name) for name in defined_metrics()} == defined_metrics()
+
+
+def test_documented_metrics_reads_names_and_labels() -> None:
+    assert documented_metrics("`gpu_class_a_total{x,y}` and `gpu_class_b` (`time() - ` this)") == {
+        "gpu_class_a_total": ("x", "y"), "gpu_class_b": ()}
+
+
 def test_rules_name_only_exported_series() -> None:
-    unknown = {r["alert"]: metric_names(r["expr"]) - exported_series() - PROMETHEUS_SERIES for r in rules()}
+    unknown = {r["alert"]: metric_names(r["expr"]) - exported_series() - OTHER_SERIES for r in rules()}
     assert {alert: names for alert, names in unknown.items() if names} == {}
 
 
@@ -125,7 +161,7 @@ def test_promtool_tests_use_exported_series() -> None:
     tests = yaml.safe_load(ALERT_TESTS.read_text())["tests"]
     used = {re.match(r"[A-Za-z_:][A-Za-z0-9_:]*", s["series"]).group()  # type: ignore[union-attr]
             for t in tests for s in t["input_series"]}
-    assert used - exported_series() - PROMETHEUS_SERIES == set()
+    assert used - exported_series() - OTHER_SERIES == set()
 
 
 def test_every_alert_has_summary_severity_and_a_runbook_section() -> None:
@@ -136,8 +172,9 @@ def test_every_alert_has_summary_severity_and_a_runbook_section() -> None:
     for rule in rules():
         assert rule["labels"]["severity"] in {"critical", "warning"}, rule["alert"]
         assert rule["annotations"]["summary"], rule["alert"]
-        page, anchor = rule["annotations"]["runbook"].split("#")
-        assert page == "docs/operators/runbooks.md" and anchor in anchors, f"{rule['alert']}: no section #{anchor} in {page}"
+        page, anchor = rule["annotations"]["runbook_url"].split("#")
+        assert page == f"{CHART_HOME}/docs/operators/runbooks.md" and anchor in anchors, (
+            f"{rule['alert']}: no section #{anchor} in {page}")
 
 
 def promtool(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:

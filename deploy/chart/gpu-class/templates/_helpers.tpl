@@ -15,11 +15,12 @@ helm.sh/chart: {{ printf "%s-%s" .root.Chart.Name .root.Chart.Version }}
 {{- end -}}
 
 {{/* The second scheduler's image: gpu-class-scheduler of the chart's appVersion, or with
-scheduler.stockBinary the stock kube-scheduler, unless scheduler.image names another. */}}
+scheduler.stockBinary the stock kube-scheduler of the cluster's release (v1.35.4 of v1.35.4-eks-1a2b3c),
+unless scheduler.image names another. */}}
 {{- define "gpu-class.schedulerImage" -}}
 {{- $image := .Values.scheduler.image -}}
 {{- if .Values.scheduler.stockBinary -}}
-{{ eq $image.repository "gpu-class-scheduler" | ternary "registry.k8s.io/kube-scheduler" $image.repository }}:{{ $image.tag | default "v1.35.0" }}
+{{ eq $image.repository "gpu-class-scheduler" | ternary "registry.k8s.io/kube-scheduler" $image.repository }}:{{ $image.tag | default (regexFind "^v[0-9]+[.][0-9]+[.][0-9]+" .Capabilities.KubeVersion.Version) }}
 {{- else -}}
 {{ $image.repository }}:{{ $image.tag | default .Chart.AppVersion }}
 {{- end -}}
@@ -228,4 +229,15 @@ the webhook's Pods hold the serving key.) */ -}}
 {{- $_ := set .Values "gpuClassGeneratedTLS" $result -}}
 {{- end -}}
 {{- toJson .Values.gpuClassGeneratedTLS -}}
+{{- end -}}
+
+{{/* Kubernetes' version-skew policy: kube-scheduler may not be newer than the API server. Our binary is
+built on scheduler.kubernetesMinor; on an older cluster the install stops here, saying what to use. */}}
+{{- define "gpu-class.checkSchedulerSkew" -}}
+{{- if and .Values.scheduler.enabled (not .Values.scheduler.stockBinary) -}}
+{{- $cluster := printf "%s.%s" .Capabilities.KubeVersion.Major (trimSuffix "+" .Capabilities.KubeVersion.Minor) -}}
+{{- if semverCompare (printf "<%s.0-0" .Values.scheduler.kubernetesMinor) (printf "%s.0" $cluster) -}}
+{{- fail (printf "gpu-class-scheduler (scheduler.kubernetesMinor %s) would be newer than this cluster's API server (%s), which Kubernetes' version-skew policy forbids: set scheduler.stockBinary=true to run the stock kube-scheduler of the cluster's release, use a build for %s (scheduler.image, scheduler.kubernetesMinor), or scheduler.enabled=false (docs/operators/compatibility.md)" .Values.scheduler.kubernetesMinor $cluster $cluster) -}}
+{{- end -}}
+{{- end -}}
 {{- end -}}
