@@ -78,8 +78,8 @@ def run_round(catalog: Catalog, fleet: list[dict[str, Any]], binds: int, *, judg
     inventory._replace_nodes([i for i in map(inventory._reduce_node, fleet) if i is not None])
     inventory._replace_namespaces([])
     for replace in (inventory._replace_slices, inventory._replace_classes, inventory._replace_claims,
-                    inventory._replace_pools):
-        replace([])  # a device-plugin fleet: DRA and NodePools read, and empty
+                    inventory._replace_pools, inventory._replace_crds):
+        replace([])  # a device-plugin fleet: DRA, NodePools and Karpenter's CRD read, and empty
     names = [n["metadata"]["name"] for n in fleet]
     bound = [make_cluster_pod(i, names[i], 1) for i in range(len(names))]
     inventory._replace_pods([v for v in map(inventory._reduce_pod, bound) if v is not None])
