@@ -233,14 +233,14 @@ def test_claims_not_allowed_count_pods_instead(caplog: pytest.LogCaptureFixture,
 def test_problems_are_logged_once_each(caplog: pytest.LogCaptureFixture, dra_api: FakeApiServer) -> None:
     caplog.set_level(logging.WARNING, logger="gpu_class.watch")
     dra_api.create(make_bare_node("dra-1"))
-    dra_api.create(make_slice("dra-1", nvidia_gpus(2, "NVIDIA B200")))
+    dra_api.create(make_slice("dra-1", nvidia_gpus(2, "NVIDIA T1000")))
     inv = start(dra_api)
     try:
         dra_api.create(make_bare_node("dra-2"))  # a change that publishes again, the problem unchanged
         eventually(lambda: "dra-2" in inv.state.bases, what="second node")
         lines = [r.getMessage() for r in caplog.records if "does not place on" in r.getMessage()]
-        assert lines == ["DRA devices gpu-class does not place on: 2 of driver gpu.nvidia.com (NVIDIA B200) on 1 "
-                         "node(s): no type of the catalog matches type='gpu', productName='NVIDIA B200'"]
+        assert lines == ["DRA devices gpu-class does not place on: 2 of driver gpu.nvidia.com (NVIDIA T1000) on 1 "
+                         "node(s): no type of the catalog matches type='gpu', productName='NVIDIA T1000'"]
     finally:
         inv.stop()
 

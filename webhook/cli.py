@@ -318,6 +318,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
 def _explain_file_pod(args: argparse.Namespace, pod: dict[str, Any], namespace: str, snapshot: Snapshot,
                       catalog: Catalog) -> int:
     from .core.explain import explain_json, explain_text
+    from .core.inventory import placing_catalog
     from .core.review import Request, review_pod
 
     review = admission_request(pod, namespace)
@@ -325,6 +326,8 @@ def _explain_file_pod(args: argparse.Namespace, pod: dict[str, Any], namespace: 
         api_version="admission.k8s.io/v1", uid=review["request"]["uid"], operation="CREATE", kind="Pod", group="",
         sub_resource="", namespace=namespace, object=review["request"]["object"], name=review["request"]["name"],
     )
+    # the catalog the decision was made with: with the types the nodes' labels made
+    catalog = placing_catalog(catalog, snapshot)
     result = review_pod(req, snapshot, catalog)
     if args.output == "json":
         print(json.dumps(explain_json(result, namespace, pod, catalog), indent=2))
