@@ -143,7 +143,8 @@ def test_problems_count_devices_and_nodes() -> None:
                make_slice("n2", nvidia_gpus(3, "NVIDIA T1000")), *nvidia_device_classes()]
     (problem,) = build_snapshot(CATALOG, objects).dra.problems
     assert problem == DeviceProblem(NVIDIA_DRIVER, "NVIDIA T1000",
-                                    "no type of the catalog matches type='gpu', productName='NVIDIA T1000'", 5, 2)
+                                    "no type of the catalog matches type='gpu', productName='NVIDIA T1000'; by its "
+                                    "attributes: too little information: no architecture, cudaComputeCapability", 5, 2)
 
 
 def test_a_dra_offer_carries_the_devices_memory_and_the_smallest_counts() -> None:

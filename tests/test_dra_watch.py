@@ -240,7 +240,8 @@ def test_problems_are_logged_once_each(caplog: pytest.LogCaptureFixture, dra_api
         eventually(lambda: "dra-2" in inv.state.bases, what="second node")
         lines = [r.getMessage() for r in caplog.records if "does not place on" in r.getMessage()]
         assert lines == ["DRA devices gpu-class does not place on: 2 of driver gpu.nvidia.com (NVIDIA T1000) on 1 "
-                         "node(s): no type of the catalog matches type='gpu', productName='NVIDIA T1000'"]
+                         "node(s): no type of the catalog matches type='gpu', productName='NVIDIA T1000'; by its "
+                         "attributes: too little information: no architecture, cudaComputeCapability"]
     finally:
         inv.stop()
 

@@ -8,7 +8,7 @@ from typing import Any, Mapping
 
 import pytest
 
-from builders import make_node, make_pod
+from builders import make_bare_node, make_node, make_pod, make_slice, nvidia_device_classes, nvidia_gpus
 from webhook.core.catalog import load_catalog_text, load_default_catalog
 from webhook.core.explain import explain_json, explain_text
 from webhook.core.inventory import build_snapshot, placing_catalog
@@ -196,3 +196,44 @@ def test_requires_errors(text: str, message: str) -> None:
     with pytest.raises(CatalogError) as info:
         load_catalog_text(text, "c.yaml")
     assert message in str(info.value)
+
+
+def dra_gpus(product: str, architecture: str, compute: str, memory: str) -> list[dict[str, Any]]:
+    """Eight whole GPUs as NVIDIA's DRA driver publishes them, with the attributes that say what they are."""
+    return nvidia_gpus(8, product, memory=memory, architecture=architecture, compute=compute)
+
+
+# The same cluster, its GPUs published as DRA devices on nodes without GPU labels.
+DRA_TODAY = [
+    ("b300", dra_gpus("NVIDIA B300 SXM6 AC", "Blackwell", "10.3.0", "275040Mi")),
+    ("b200", dra_gpus("NVIDIA B200", "Blackwell", "10.0.0", "183359Mi")),
+    ("gb200", dra_gpus("NVIDIA GB200", "Blackwell", "10.0.0", "189471Mi")),
+    ("h100", dra_gpus("NVIDIA H100 80GB HBM3", "Hopper", "9.0.0", "81559Mi")),
+    ("h20", dra_gpus("NVIDIA H20", "Hopper", "9.0.0", "97871Mi")),
+    ("a100", dra_gpus("NVIDIA A100-SXM4-80GB", "Ampere", "8.0.0", "81920Mi")),
+    ("rtx-pro", dra_gpus("NVIDIA RTX PRO 6000 Blackwell Server Edition", "Blackwell", "12.0.0", "97887Mi")),
+    ("l4", dra_gpus("NVIDIA L4", "Ada Lovelace", "8.9.0", "23034Mi")),
+    ("x300", dra_gpus("NVIDIA X300", "X-Next", "11.0.0", "300Gi")),
+]
+DRA_SNAPSHOT = build_snapshot(BUILT_IN, [
+    *(make_bare_node(name) for name, _ in DRA_TODAY), *(make_slice(name, devices) for name, devices in DRA_TODAY),
+    *nvidia_device_classes()])
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c.outcome == "patched"],
+                         ids=[c.id for c in CASES if c.outcome == "patched"])
+def test_choosing_by_need_on_dra_devices(case: Case) -> None:
+    """DRA devices are placed in the order labelled nodes are, the unknown X300 by its attributes."""
+    decision = plan(make_pod(dict(case.annotations)), DRA_SNAPSHOT, BUILT_IN, namespace="ml")
+    assert decision.placement is not None and decision.placement.types == case.types, decision.message
+    assert {k for k, _ in decision.placement.required} == {"kubernetes.io/hostname"}
+
+
+def test_dra_device_with_too_little_information_stays_out() -> None:
+    devices = dra_gpus("NVIDIA X300", "X-Next", "11.0.0", "300Gi")
+    for d in devices:
+        del d["attributes"]["cudaComputeCapability"]
+    snapshot = build_snapshot(BUILT_IN, [make_bare_node("x300"), make_slice("x300", devices), *nvidia_device_classes()])
+    (problem,) = snapshot.dra.problems
+    assert "by its attributes: too little information: no cudaComputeCapability" in problem.reason
+    assert not snapshot.label_types

@@ -675,6 +675,7 @@ class InventoryState:
         found = node_devices(devices, self.dra.is_taken, self.dra.mapped_resources(), dict(base.device_plugin),
                              self.catalog)
         problems = list(found.problems)
+        by_attributes = {d.label_type.name: d.label_type for _, d in devices if d.label_type is not None}
         offers: list[Offer] = []
         taken: dict[str, int] = {}
         for type_name, resource, count, held, memory in found.offers:
@@ -693,12 +694,13 @@ class InventoryState:
                                                    "of the type: a Pod's affinity cannot name it")
                                 for i, d in devices if d.type_name == type_name)
                 continue
-            gpu_type = self.catalog.types[type_name]
+            gpu_type = by_attributes.get(type_name) or self.catalog.types[type_name]
             default = None if gpu_type.memory_gib is None else gpu_type.memory_gib * GIB_MIB
             offers.append(Offer(type_name, key, value, resource, count, default if memory is None else memory, dra=True))
             taken[resource] = held
         merged = _merge_offers(base.offers, offers)
-        info = replace(base, offers=merged)
+        offered = [by_attributes[o.type_name] for o in merged if o.type_name in by_attributes]
+        info = replace(base, offers=merged, label_type=LabelType(offered[0]) if offered else base.label_type)
         return (info if merged or base.product else None), taken, tuple(problems), len(devices)
 
     def _refresh(self, name: str) -> bool:
