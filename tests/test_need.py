@@ -237,3 +237,12 @@ def test_dra_device_with_too_little_information_stays_out() -> None:
     (problem,) = snapshot.dra.problems
     assert "by its attributes: too little information: no cudaComputeCapability" in problem.reason
     assert not snapshot.label_types
+
+
+def test_label_types_are_the_same_seen_again_through_the_placing_catalog() -> None:
+    """The extender reduces the nodes the scheduler sends with the catalog it decides with: a label type
+    is made again the same, not taken for a product named like a type."""
+    placing = placing_catalog(BUILT_IN, SNAPSHOT)
+    x300 = next(n for n in TODAY if n["metadata"]["name"] == "x300")
+    again = placing.type_from_labels(x300["metadata"]["labels"])
+    assert again.gpu_type == placing.types["NVIDIA-X300"]

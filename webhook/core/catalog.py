@@ -380,7 +380,8 @@ class Catalog:
         assert capability is not None and memory_mib is not None
         if "-MIG-" in product or product.endswith(MIG_INVALID_SUFFIX):
             return LabelType(None, "a MIG slice of a GPU no type claims; add the GPU and its profiles to the catalog")
-        if product in self.types:
+        named = self.types.get(product)
+        if named is not None and (named.facts is None or not named.facts.from_labels):
             return LabelType(None, f"its product is the name of type {product}, which does not claim it")
         known = [t for t in self.types.values() if t.resource == self.gpu_resource and t.facts is not None
                  and t.facts.compute_capability is not None and not t.facts.from_labels
