@@ -299,7 +299,7 @@ def test_gpu_taint_keys_default_covers_nvidia_and_amd() -> None:
 
 
 def test_built_in_catalog_has_mig_profiles_and_instinct() -> None:
-    for gpu in ("A100-40GB", "A100-80GB", "H100", "H200"):
+    for gpu in ("A100-40GB", "A100-80GB", "H100", "H200", "B200"):
         whole = BUILT_IN.types[gpu]
         slices = [t for t in BUILT_IN.types.values() if t.name.startswith(gpu + "-") and t.name[len(gpu) + 1].isdigit()]
         mixed = [t for t in slices if t.mig_profile is not None]

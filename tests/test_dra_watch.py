@@ -246,6 +246,25 @@ def test_problems_are_logged_once_each(caplog: pytest.LogCaptureFixture, dra_api
         inv.stop()
 
 
+def test_a_product_placed_by_its_labels_is_logged_once(caplog: pytest.LogCaptureFixture,
+                                                       dra_api: FakeApiServer) -> None:
+    """The operator hears of a product placed by what its devices say, once, and is told to add it."""
+    caplog.set_level(logging.WARNING, logger="gpu_class.watch")
+    dra_api.create(make_bare_node("dra-1"))
+    dra_api.create(make_slice("dra-1", nvidia_gpus(2, "NVIDIA X300", memory="300Gi", architecture="X-Next",
+                                                   compute="11.0.0")))
+    inv = start(dra_api)
+    try:
+        dra_api.create(make_bare_node("dra-2"))  # a change that publishes again, the product unchanged
+        eventually(lambda: "dra-2" in inv.state.bases, what="second node")
+        lines = [r.getMessage() for r in caplog.records if "placed by its labels" in r.getMessage()]
+        assert lines == ["GPU product NVIDIA-X300 is in no type of the catalog: placed by its labels (not in the "
+                         "catalog: the score of B300, the slowest type of compute capability 10.3); add it to the "
+                         "catalog to rank it by its specifications"]
+    finally:
+        inv.stop()
+
+
 def test_read_once_with_and_without_dra(dra_api: FakeApiServer) -> None:
     """`gpuclass inventory` and `explain` read the cluster once, DRA included, and say when it is off."""
     dra_api.create(make_bare_node("dra-1"))

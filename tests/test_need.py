@@ -122,7 +122,7 @@ def test_x300_is_shown_as_placed_by_its_labels() -> None:
     catalog = placing_catalog(BUILT_IN, SNAPSHOT)
     text = explain_text(result, "ml", pod, catalog)
     assert "NVIDIA-X300 (placed by its labels)" in text
-    assert "placed by its labels (from its labels: the score of B300" in text
+    assert "placed by its labels (not in the catalog: the score of B300" in text
     rows = {t["type"]: t for t in explain_json(result, "ml", pod, catalog)["types"]}
     assert rows["NVIDIA-X300"]["placedByLabels"] and not rows["B300"]["placedByLabels"]
     assert any("NVIDIA-X300 placed by its labels" in w for w in result.decision.warnings)
@@ -144,8 +144,8 @@ def test_x300_is_shown_as_placed_by_its_labels() -> None:
                  id="no-gfd-labels"),
     pytest.param(gfd_node("x", "NVIDIA-X300-MIG-1g.10gb", "x-next", "11.0", 10240), "a MIG slice",
                  id="a-mig-slice-is-no-whole-gpu"),
-    pytest.param(gfd_node("x", "NVIDIA-OLD", "kepler", "3.0", 4096), "no type of the catalog has compute capability 3.0",
-                 id="older-than-any-type"),
+    pytest.param(gfd_node("x", "NVIDIA-OLD", "kepler", "3.0", 4096),
+                 "no type of the catalog has compute capability 3.0", id="older-than-any-type"),
 ])
 def test_too_little_information_stays_out_and_says_why(node: dict[str, Any], reason: str) -> None:
     snapshot = build_snapshot(BUILT_IN, [node])
@@ -185,10 +185,11 @@ def test_requires_class_takes_types_with_facts_only_and_label_types_join_it_alon
                  "must be a CUDA compute capability", id="bad-capability"),
     pytest.param(REQUIRES.replace("strategy: cost}", "strategy: cost, types: [old]}"), "give 'requires' alone",
                  id="requires-with-names"),
-    pytest.param(REQUIRES.replace("precisions: [fp16, bf16]}", "precisions: [fp16, int3]}"), "'int3' is not a precision",
-                 id="unknown-precision"),
+    pytest.param(REQUIRES.replace("precisions: [fp16, bf16]}", "precisions: [fp16, int3]}"),
+                 "'int3' is not a precision", id="unknown-precision"),
     pytest.param(REQUIRES.replace("minMemoryGiB: 40}", "minMemoryGiB: 400}"), "selects no type", id="nothing-meets"),
-    pytest.param(REQUIRES.replace("architecture: Ampere, ", ""), "need its 'architecture' too", id="facts-without-architecture"),
+    pytest.param(REQUIRES.replace("architecture: Ampere, ", ""), "need its 'architecture' too",
+                 id="facts-without-architecture"),
 ])
 def test_requires_errors(text: str, message: str) -> None:
     from webhook.core.catalog import CatalogError

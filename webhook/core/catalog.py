@@ -396,7 +396,7 @@ class Catalog:
             architecture=family.replace("-", " ").title(),
             compute_capability=capability,
             precisions=frozenset(p for since, p in PRECISIONS_SINCE if capability >= since),
-            score_basis=f"from its labels: the score of {basis.name}, the slowest type of compute capability "
+            score_basis=f"not in the catalog: the score of {basis.name}, the slowest type of compute capability "
                         f"{capability_text(newest)}",
             from_labels=True,
         )
