@@ -239,10 +239,19 @@ def _copies(template: dict[str, Any], count: int, name: Callable[[int], str], st
 
 
 def nvidia_gpus(count: int, product: str = "NVIDIA H100 80GB HBM3", *, memory: str | None = "81559Mi",
-                start: int = 0) -> list[dict[str, Any]]:
-    """Whole GPUs as NVIDIA's driver publishes them (fixture nvidia-h100-resourceslice.yaml)."""
+                start: int = 0, architecture: str | None = None, compute: str | None = None) -> list[dict[str, Any]]:
+    """Whole GPUs as NVIDIA's driver publishes them (fixture nvidia-h100-resourceslice.yaml). A product other
+    than the fixture's H100 has the `architecture` and `cudaComputeCapability` given, none when not given."""
     (slice_,) = dra_fixture("nvidia-h100-resourceslice.yaml")
     template = slice_["spec"]["devices"][0]
+    attributes = template["attributes"]
+    if product != attributes["productName"]["string"]:
+        attributes.pop("architecture")
+        attributes.pop("cudaComputeCapability")
+    if architecture is not None:
+        attributes["architecture"] = {"string": architecture}
+    if compute is not None:
+        attributes["cudaComputeCapability"] = {"version": compute}
     template["attributes"]["productName"] = {"string": product}
     if memory is None:
         template.pop("capacity")

@@ -34,7 +34,15 @@ def test_built_in_catalog_maps_real_gfd_products(product: str, type_name: str | 
     pytest.param("NVIDIA-L40S", "L40S", id="l40s-is-not-l4"),
     pytest.param("NVIDIA-L40", "L40", id="l40-is-not-l4-or-l40s"),
     pytest.param("NVIDIA-H200", "H200", id="h200"),
-    pytest.param("NVIDIA-H20", None, id="h20-is-not-h200"),
+    pytest.param("NVIDIA-H20", "H20", id="h20-is-not-h200"),
+    pytest.param("NVIDIA-B200", "B200", id="b200"),
+    pytest.param("NVIDIA-GB200", "GB200", id="gb200-is-not-b200"),
+    pytest.param("NVIDIA-B300-SXM6-AC", "B300", id="b300"),
+    pytest.param("NVIDIA-GB300", "GB300", id="gb300-is-not-b300"),
+    pytest.param("NVIDIA-L20", "L20", id="l20-is-not-l2-or-l40"),
+    pytest.param("NVIDIA-RTX-PRO-6000-Blackwell-Server-Edition", "RTX-PRO-6000", id="rtx-pro-6000-blackwell"),
+    pytest.param("NVIDIA-RTX-6000-Ada-Generation", "RTX-6000-Ada", id="rtx-6000-ada-is-not-rtx-pro-6000"),
+    pytest.param("NVIDIA-B200-MIG-1g.23gb", "B200-1g.23gb-single", id="b200-mig-single"),
     pytest.param("NVIDIA-A10-MIG-1g.6gb", None, id="mig-slice-is-not-the-gpu"),
     pytest.param("nvidia-a10", None, id="case-matters"),
     pytest.param("", None, id="empty"),
@@ -44,12 +52,13 @@ def test_built_in_catalog_prefix_traps(product: str, type_name: str | None) -> N
 
 
 def test_built_in_catalog_covers_the_data_centre_gpus() -> None:
-    for name in ("K80", "P100", "V100", "T4", "A10", "A10G", "L4", "L40S", "A30", "A100-40GB", "A100-80GB", "H100", "H200"):
+    for name in ("K80", "P100", "V100", "T4", "A10", "A10G", "L4", "L40S", "A30", "A100-40GB", "A100-80GB", "H100", "H200",
+                 "H20", "H800", "A800", "L20", "RTX-6000-Ada", "RTX-PRO-6000", "B200", "GB200", "B300", "GB300"):
         gpu_type = BUILT_IN.types[name]
         assert gpu_type.score > 0 and gpu_type.memory_gib
         assert all(p.endswith("-SHARED") or BUILT_IN.type_of_product(p + "-SHARED") == name for p in gpu_type.products)
     high = BUILT_IN.classes["high"].types
-    assert high[0] in ("H200", "H100-NVL", "H100") and "T4" not in high
+    assert high[0] in ("GB300", "GB200", "B300", "B200") and "T4" not in high and "L4" not in high
     assert "T4" not in BUILT_IN.classes["large-memory"].types and "A100-80GB" in BUILT_IN.classes["large-memory"].types
 
 
@@ -200,7 +209,9 @@ def _device(**attributes: object) -> dict[str, object]:
                  (), "no type of the catalog matches type='vfio', productName='NVIDIA H100 80GB HBM3'",
                  id="vfio-passthrough-is-no-type"),
     pytest.param("gpu.nvidia.com", _device(type={"string": "gpu"}, productName={"string": "NVIDIA H20"}),
-                 (), "no type of the catalog matches", id="h20-is-not-h200"),
+                 ("H20",), "", id="h20-is-not-h200"),
+    pytest.param("gpu.nvidia.com", _device(type={"string": "gpu"}, productName={"string": "NVIDIA H2"}),
+                 (), "no type of the catalog matches", id="never-by-prefix"),
     pytest.param("gpu.nvidia.com", _device(type={"string": "gpu"}, productName={"int": 100}),
                  (), "attribute productName is int; the catalog matches text (string)", id="attribute-of-the-wrong-type"),
     pytest.param("gpu.nvidia.com", _device(type={"string": "gpu"}), (),
@@ -288,7 +299,7 @@ def test_gpu_taint_keys_default_covers_nvidia_and_amd() -> None:
 
 
 def test_built_in_catalog_has_mig_profiles_and_instinct() -> None:
-    for gpu in ("A100-40GB", "A100-80GB", "H100", "H200"):
+    for gpu in ("A100-40GB", "A100-80GB", "H100", "H200", "B200"):
         whole = BUILT_IN.types[gpu]
         slices = [t for t in BUILT_IN.types.values() if t.name.startswith(gpu + "-") and t.name[len(gpu) + 1].isdigit()]
         mixed = [t for t in slices if t.mig_profile is not None]

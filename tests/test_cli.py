@@ -93,6 +93,28 @@ def test_catalog_prints_the_built_in_catalog(capsys: pytest.CaptureFixture[str])
     assert "gpuResource: nvidia.com/gpu" in capsys.readouterr().out
 
 
+def test_catalog_table_shows_each_types_facts_and_the_classes(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["catalog", "-o", "table"]) == 0
+    rows = {line.split()[0]: line.split() for line in capsys.readouterr().out.splitlines() if line.strip()}
+    assert rows["TYPE"][:8] == ["TYPE", "RESOURCE", "SCORE", "MEMORY-GIB", "ARCHITECTURE", "COMPUTE", "PRECISIONS",
+                                "BANDWIDTH-GBPS"]
+    assert rows["B300"][:8] == ["B300", "nvidia.com/gpu", "2250", "288", "Blackwell", "10.3", "fp4,fp8,fp16,bf16,tf32",
+                                "8000"]
+    assert rows["A100-80GB"][6] == "fp16,bf16,tf32,fp64"  # no fp8: Ampere
+    assert rows["H100-1g.10gb"][4:8] == ["-", "-", "-", "-"]  # a slice states no facts
+    assert rows["fp8"][:4] == ["fp8", "performance", "requires", "fp8:"] and "H100," in rows["fp8"]
+    assert "A100-80GB," not in rows["fp8"] and rows["high"][2] == "GB300,"
+
+
+def test_catalog_prints_a_given_catalog(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from builders import TEST_CATALOG_YAML
+
+    given = tmp_path / "c.yaml"
+    given.write_text(TEST_CATALOG_YAML)
+    assert main(["catalog", "--config", str(given)]) == 0
+    assert capsys.readouterr().out == TEST_CATALOG_YAML
+
+
 def test_json_inventory_reads_like_yaml(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from webhook.cluster.loading import read_objects
 

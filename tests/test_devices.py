@@ -102,7 +102,7 @@ CASES = [
     Case("allocatable-not-labels-names-the-resource", make_pod({C: "any-slice"}), [MISLABELLED_A100_40], "patched",
          "nvidia.com/mig-3g.20gb", ("A100-40GB-3g.20gb",), {"nvidia.com/gpu.product": ["NVIDIA-A100-SXM4-40GB"]}),
     Case("a-slice-is-never-the-whole-gpu", make_pod({C: "high"}), [MIXED_A100_80, SINGLE_A100_40], "refused",
-         message=("types H200, H100-NVL", "Present: A100-40GB-1g.5gb-single", "A100-80GB-1g.10gb")),
+         message=("types GB300, GB200, B300, B200, H200, H100-NVL", "Present: A100-40GB-1g.5gb-single", "A100-80GB-1g.10gb")),
     Case("mig-invalid-is-never-valid", make_pod({C: "high"}), [MIG_INVALID], "refused", message=("no GPU nodes",)),
     Case("amd-by-product-name", make_pod({C: "instinct"}), [MI300X], "patched", "amd.com/gpu", ("MI300X",),
          {"amd.com/gpu.product-name": ["AMD_Instinct_MI300X_OAM"]}),

@@ -139,11 +139,12 @@ def test_dra_devices_become_offers_or_problems(case: Case) -> None:
 
 
 def test_problems_count_devices_and_nodes() -> None:
-    objects = [make_bare_node("n1"), make_bare_node("n2"), make_slice("n1", nvidia_gpus(2, "NVIDIA B200")),
-               make_slice("n2", nvidia_gpus(3, "NVIDIA B200")), *nvidia_device_classes()]
+    objects = [make_bare_node("n1"), make_bare_node("n2"), make_slice("n1", nvidia_gpus(2, "NVIDIA T1000")),
+               make_slice("n2", nvidia_gpus(3, "NVIDIA T1000")), *nvidia_device_classes()]
     (problem,) = build_snapshot(CATALOG, objects).dra.problems
-    assert problem == DeviceProblem(NVIDIA_DRIVER, "NVIDIA B200",
-                                    "no type of the catalog matches type='gpu', productName='NVIDIA B200'", 5, 2)
+    assert problem == DeviceProblem(NVIDIA_DRIVER, "NVIDIA T1000",
+                                    "no type of the catalog matches type='gpu', productName='NVIDIA T1000'; by its "
+                                    "attributes: too little information: no architecture, cudaComputeCapability", 5, 2)
 
 
 def test_a_dra_offer_carries_the_devices_memory_and_the_smallest_counts() -> None:

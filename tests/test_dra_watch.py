@@ -230,19 +230,37 @@ def test_claims_not_allowed_count_pods_instead(caplog: pytest.LogCaptureFixture,
         inv.stop()
 
 
-def test_problems_are_logged_once_each(caplog: pytest.LogCaptureFixture, dra_api: FakeApiServer) -> None:
+def logged_once(caplog: pytest.LogCaptureFixture, dra_api: FakeApiServer, devices: list[dict[str, Any]],
+                marker: str) -> list[str]:
+    """The watch's warnings holding `marker` after a node with `devices` is read, and another node is added: a
+    change that publishes again, what was logged unchanged."""
     caplog.set_level(logging.WARNING, logger="gpu_class.watch")
     dra_api.create(make_bare_node("dra-1"))
-    dra_api.create(make_slice("dra-1", nvidia_gpus(2, "NVIDIA B200")))
+    dra_api.create(make_slice("dra-1", devices))
     inv = start(dra_api)
     try:
-        dra_api.create(make_bare_node("dra-2"))  # a change that publishes again, the problem unchanged
+        dra_api.create(make_bare_node("dra-2"))
         eventually(lambda: "dra-2" in inv.state.bases, what="second node")
-        lines = [r.getMessage() for r in caplog.records if "does not place on" in r.getMessage()]
-        assert lines == ["DRA devices gpu-class does not place on: 2 of driver gpu.nvidia.com (NVIDIA B200) on 1 "
-                         "node(s): no type of the catalog matches type='gpu', productName='NVIDIA B200'"]
+        return [r.getMessage() for r in caplog.records if marker in r.getMessage()]
     finally:
         inv.stop()
+
+
+def test_problems_are_logged_once_each(caplog: pytest.LogCaptureFixture, dra_api: FakeApiServer) -> None:
+    lines = logged_once(caplog, dra_api, nvidia_gpus(2, "NVIDIA T1000"), "does not place on")
+    assert lines == ["DRA devices gpu-class does not place on: 2 of driver gpu.nvidia.com (NVIDIA T1000) on 1 "
+                     "node(s): no type of the catalog matches type='gpu', productName='NVIDIA T1000'; by its "
+                     "attributes: too little information: no architecture, cudaComputeCapability"]
+
+
+def test_a_product_placed_by_its_labels_is_logged_once(caplog: pytest.LogCaptureFixture,
+                                                       dra_api: FakeApiServer) -> None:
+    """The operator hears of a product placed by what its devices say, once, and is told to add it."""
+    devices = nvidia_gpus(2, "NVIDIA X300", memory="300Gi", architecture="X-Next", compute="11.0.0")
+    assert logged_once(caplog, dra_api, devices, "placed by its labels") == [
+        "GPU product NVIDIA-X300 is in no type of the catalog: placed by its labels (not in the catalog: the score "
+        "of B300, the slowest type of compute capability 10.3); add it to the catalog to rank it by its "
+        "specifications"]
 
 
 def test_read_once_with_and_without_dra(dra_api: FakeApiServer) -> None:

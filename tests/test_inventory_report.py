@@ -64,8 +64,12 @@ def test_only_types_with_nodes_fastest_first_and_unknown_products_with_their_key
     report = build_report(snapshot_of(nodes), CATALOG)
     assert [t["name"] for t in report["types"]] == ["H100", "A100", "T4"]
     assert report["unknownProducts"] == [
-        {"labelKey": "gpu-type", "product": "A100-SXM4-40GB-MIG-1g.5gb", "nodes": 1},
-        {"labelKey": "nvidia.com/gpu.product", "product": "NVIDIA-GeForce-RTX-5090", "nodes": 2},
+        {"labelKey": "gpu-type", "product": "A100-SXM4-40GB-MIG-1g.5gb", "nodes": 1,
+         "reason": "too little information: its labels lack nvidia.com/gpu.family, nvidia.com/gpu.compute.major, "
+                   "nvidia.com/gpu.compute.minor, nvidia.com/gpu.memory or have them unreadable"},
+        {"labelKey": "nvidia.com/gpu.product", "product": "NVIDIA-GeForce-RTX-5090", "nodes": 2,
+         "reason": "too little information: its labels lack nvidia.com/gpu.family, nvidia.com/gpu.compute.major, "
+                   "nvidia.com/gpu.compute.minor, nvidia.com/gpu.memory or have them unreadable"},
     ]
     assert "Unknown products: no type claims them; add a whole-GPU product to a type's `products`" in render_table(report)
 

@@ -541,3 +541,17 @@ def test_keep_alive_connections_spread_evenly_over_workers(tmp_path: Path, worke
             pass
         for _ in range(3):
             assert open_pool() == [connections // workers] * workers
+
+
+def test_a_product_placed_by_its_labels_is_counted_for_the_operator(tmp_path: Path) -> None:
+    """A GPU node of a product no type claims, placed by its GFD labels: the gauge names the product to add to
+    the catalog."""
+    labels = {"nvidia.com/gpu.family": "x-next", "nvidia.com/gpu.compute.major": "11",
+              "nvidia.com/gpu.compute.minor": "0", "nvidia.com/gpu.memory": "307200"}
+    nodes = write_objects(tmp_path / "nodes.yaml", [make_node(f"x300-{i}", "NVIDIA-X300", labels=labels)
+                                                    for i in range(2)] + [make_node("h100", "NVIDIA-H100-80GB-HBM3")])
+    with running_server(tmp_path, ["--nodes", str(nodes)], workers=1) as server:
+        samples = scrape(server)
+    assert samples[("gpu_class_label_placed_nodes", (("product", "NVIDIA-X300"),))] == 2
+    assert not any(name == "gpu_class_label_placed_nodes" and dict(labels).get("product") != "NVIDIA-X300"
+                   for name, labels in samples)

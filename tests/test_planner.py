@@ -92,7 +92,7 @@ CASES = [
     Case("unknown-annotation-warned", make_pod({C: "high", "gpu-class.io/min-mem": "40Gi"}), "patched",
          ("H200", "H100", "A100"),
          warnings=("gpu-class: gpu-class.io/min-mem ignored; known: class, count, container, exclude-types, "
-                   "min-memory, group, group-size",)),
+                   "min-memory, group, group-size...",)),
     Case("exclusion-outside-the-class-warned", make_pod({C: "high", "gpu-class.io/exclude-types": "T4,H200"}),
          "patched", ("H100", "A100"), warnings=("gpu-class: gpu-class.io/exclude-types: T4 ignored: not in class high",)),
     Case("types-written-by-the-user-warned", make_pod({C: "high", "gpu-class.io/types": "T4"}), "patched",

@@ -43,7 +43,7 @@ def test_patches_a_gpu_pod(server: Server) -> None:
     pytest.param({"gpu-class.io/class": "economy", "gpu-class.io/count": "2"}, "gpu-class: class economy: not on T4 "
                  "(too few GPUs: largest allocatable 1, Pod needs 2); best allowed: V100", id="worse-than-the-best-present"),
     pytest.param({"gpu-class.io/min-mem": "40Gi"}, "gpu-class: gpu-class.io/min-mem ignored; known: class, count, "
-                 "container, exclude-types, min-memory, group, group-size", id="input-ignored"),
+                 "container, exclude-types, min-memory, group, group-size...", id="input-ignored"),
 ])
 def test_warns_when_the_pod_gets_less_than_the_best_or_input_is_ignored(server: Server, annotations: dict[str, str],
                                                                          warning: str) -> None:

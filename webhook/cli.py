@@ -101,7 +101,10 @@ def build_parser(prog: str = "gpuclass") -> argparse.ArgumentParser:
     d.add_argument("--certs-dir", default=None, help="where to write the demo certificates (default: certs/demo)")
     d.add_argument("--log-level", default="info", choices=logs.LEVELS)
 
-    sub.add_parser("catalog", help="print the built-in catalog (a starting point for --config)")
+    c = sub.add_parser("catalog", help="print the built-in catalog (a starting point for --config), or a catalog's "
+                                       "types with their facts and its classes (-o table)")
+    c.add_argument("--config", dest="catalog_file", help="catalog YAML (default: the built-in catalog)")
+    c.add_argument("-o", "--output", choices=("yaml", "table"), default="yaml")
 
     k = sub.add_parser("kueue", help="print Kueue's ResourceFlavors for the catalog's products and a ClusterQueue per "
                                      "class that tries them in the class's order")
@@ -318,6 +321,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
 def _explain_file_pod(args: argparse.Namespace, pod: dict[str, Any], namespace: str, snapshot: Snapshot,
                       catalog: Catalog) -> int:
     from .core.explain import explain_json, explain_text
+    from .core.inventory import placing_catalog
     from .core.review import Request, review_pod
 
     review = admission_request(pod, namespace)
@@ -325,6 +329,8 @@ def _explain_file_pod(args: argparse.Namespace, pod: dict[str, Any], namespace: 
         api_version="admission.k8s.io/v1", uid=review["request"]["uid"], operation="CREATE", kind="Pod", group="",
         sub_resource="", namespace=namespace, object=review["request"]["object"], name=review["request"]["name"],
     )
+    # the catalog the decision was made with: with the types the nodes' labels made
+    catalog = placing_catalog(catalog, snapshot)
     result = review_pod(req, snapshot, catalog)
     if args.output == "json":
         print(json.dumps(explain_json(result, namespace, pod, catalog), indent=2))
@@ -348,10 +354,17 @@ def _explain_existing(args: argparse.Namespace, name: str, catalog: Catalog) -> 
     return 0 if can_run_now(report) else 1
 
 
-def cmd_catalog(_args: argparse.Namespace) -> int:
+def cmd_catalog(args: argparse.Namespace) -> int:
     from .core.catalog import default_catalog_text
+    from .core.catalog_table import render_catalog_table
 
-    sys.stdout.write(default_catalog_text())
+    if args.output == "table":
+        sys.stdout.write(render_catalog_table(_catalog(args)))
+    elif args.catalog_file:
+        with open(args.catalog_file, encoding="utf-8") as fh:
+            sys.stdout.write(fh.read())
+    else:
+        sys.stdout.write(default_catalog_text())
     return 0
 
 

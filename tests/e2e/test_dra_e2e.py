@@ -225,6 +225,40 @@ def test_a_mixed_cluster_keeps_one_order(core: kubernetes.client.CoreV1Api,
     assert [bool(devices) for node, devices in got] == [node == dra_node for node, _ in got]
 
 
+def test_classes_by_need_take_dra_devices_by_their_attributes(
+        core: kubernetes.client.CoreV1Api, resource_api: kubernetes.client.ResourceV1Api, namespace: str,
+        dra_nodes: DraNodes) -> None:
+    """Class fp4 (defined by `requires`, not by names) on devices as NVIDIA's driver publishes them: a B200,
+    which the catalog names; an X300, which no type claims, placed by its architecture,
+    cudaComputeCapability and memory; an H100, which has no FP4. The scheduler allocates B200's device,
+    then X300's; a Pod that needs compute capability 11.0 gets X300's alone."""
+    b200 = dra_nodes.add("b200", nvidia_gpus(1, "NVIDIA B200", memory="183359Mi", architecture="Blackwell",
+                                             compute="10.0.0"))
+    x300 = dra_nodes.add("x300", nvidia_gpus(2, "NVIDIA X300", memory="300Gi", architecture="X-Next",
+                                             compute="11.0.0"))
+    dra_nodes.add("h100", nvidia_gpus(2))
+    pod = make_pod("p0", gpu_class="fp4", gpus=None, scheduler=local_cluster.STRICT_SCHEDULER)
+
+    def types_of(candidate: dict[str, Any]) -> str:
+        try:
+            return str(dry_run_create(core, namespace, candidate)["metadata"]["annotations"][TYPES])
+        except ApiException:
+            return ""
+    wait_for("the webhook to place fp4 on B200 and X300", lambda: types_of(pod) == "B200,NVIDIA-X300")
+
+    got = [placed(core, resource_api, namespace, f"p{i}",
+                  make_pod(f"p{i}", gpu_class="fp4", gpus=None, scheduler=local_cluster.STRICT_SCHEDULER))
+           for i in range(2)]
+    assert [node for node, _ in got] == [b200, x300]
+    assert all(len(devices) == 1 and devices[0][1] == node for node, devices in got)
+
+    newest = make_pod("newest", gpu_class="fp4", gpus=None, scheduler=local_cluster.STRICT_SCHEDULER,
+                      annotations={"gpu-class.io/min-compute-capability": "11.0"})
+    assert types_of(newest) == "NVIDIA-X300"
+    node, devices = placed(core, resource_api, namespace, "newest", newest)
+    assert node == x300 and len(devices) == 1 and devices[0] != got[1][1][0]
+
+
 def test_amd_devices_need_a_deviceclass_that_maps_amd_gpu(
         core: kubernetes.client.CoreV1Api, resource_api: kubernetes.client.ResourceV1Api, namespace: str,
         dra_nodes: DraNodes) -> None:

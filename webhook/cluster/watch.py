@@ -45,7 +45,7 @@ from typing import Any, Callable, Iterable, Iterator, Literal, Mapping, Protocol
 import kubernetes
 from kubernetes.client.exceptions import ApiException
 
-from ..core.catalog import Catalog
+from ..core.catalog import Catalog, GpuType
 from .loading import InputError
 from ..core.dra import (
     DeviceClassInfo, DeviceId, DeviceProblem, SliceInfo, claim_from_object, device_class_from_object,
@@ -418,6 +418,7 @@ class LiveInventory:
         self._off: dict[str, str] = {}
         self._logging = False  # a running watch logs what changes; a one-shot read reports it in its output
         self._logged_problems: frozenset[DeviceProblem] = frozenset()
+        self._logged_label_types: Mapping[str, GpuType] = {}
         resource = kubernetes.client.ResourceV1Api(api.api_client)
         self.reflectors += [
             self._reflector("deviceclasses", resource.list_device_class, device_class_from_object,
@@ -617,6 +618,7 @@ class LiveInventory:
         snapshot = self.state.publish()
         self.observer.published(snapshot)
         self._log_problems(snapshot.dra.problems)
+        self._log_label_types(snapshot)
         with self._published:
             self._published.notify_all()
 
@@ -629,6 +631,17 @@ class LiveInventory:
         for p in new:
             log.warning("DRA devices gpu-class does not place on: %d of driver %s (%s) on %d node(s): %s",
                         p.devices, p.driver, p.product or "no productName", p.nodes, p.reason)
+
+    def _log_label_types(self, snapshot: Snapshot) -> None:
+        """Each product placed by its nodes' labels, once: its rank is a guess the catalog should replace."""
+        if not self._logging or snapshot.label_types is self._logged_label_types:
+            return
+        new = [t for name, t in snapshot.label_types.items() if name not in self._logged_label_types]
+        self._logged_label_types = snapshot.label_types
+        for t in new:
+            log.warning("GPU product %s is in no type of the catalog: placed by its labels (%s); add it to the "
+                        "catalog to rank it by its specifications", t.name,
+                        t.facts.score_basis if t.facts is not None else "")
 
     def _reduce_node(self, obj: dict[str, Any]) -> NodeInfo | None:
         # a node without GPU labels may have GPUs as DRA devices: keep every node

@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence, TypeVar
 
-from .catalog import Catalog
+from .catalog import PRECISIONS, Catalog, Need, parse_compute_capability
 from .inventory import CLASS_ANNOTATION, GROUP_LABEL, TYPES_ANNOTATION, parse_gpu_count
 from .quantity import quantity_mib
 
@@ -27,6 +27,9 @@ COUNT_ANNOTATION = PREFIX + "count"
 CONTAINER_ANNOTATION = PREFIX + "container"
 EXCLUDE_ANNOTATION = PREFIX + "exclude-types"
 MIN_MEMORY_ANNOTATION = PREFIX + "min-memory"
+# what the Pod's code needs of a GPU, whatever its name: they narrow the class as min-memory does
+REQUIRES_ANNOTATION = PREFIX + "requires"
+MIN_COMPUTE_CAPABILITY_ANNOTATION = PREFIX + "min-compute-capability"
 GROUP_ANNOTATION = "gpu-class.io/group"
 GROUP_SIZE_ANNOTATION = "gpu-class.io/group-size"
 # LeaderWorkerSet writes the number of Pods of its group (leader included) on each of them. The Job
@@ -39,7 +42,8 @@ PODSET_LABEL = "kueue.x-k8s.io/podset"
 
 # the Pod annotations gpu-class reads (and the one it writes): any other gpu-class.io/ key is a slip
 POD_ANNOTATIONS = (CLASS_ANNOTATION, COUNT_ANNOTATION, CONTAINER_ANNOTATION, EXCLUDE_ANNOTATION, MIN_MEMORY_ANNOTATION,
-                   GROUP_ANNOTATION, GROUP_SIZE_ANNOTATION, TYPES_ANNOTATION)
+                   GROUP_ANNOTATION, GROUP_SIZE_ANNOTATION, REQUIRES_ANNOTATION, MIN_COMPUTE_CAPABILITY_ANNOTATION,
+                   TYPES_ANNOTATION)
 
 T = TypeVar("T")
 
@@ -108,6 +112,7 @@ class PodAsk:
     requested: tuple[str, ...] | Malformed  # the catalog's resources any container limits or requests, in its order
     excluded: frozenset[str] | str
     min_memory_mib: float | None | str
+    need: Need | None | str  # gpu-class.io/requires and min-compute-capability; None: neither
     group: GroupAsk | None | str
     group_name: str  # gpu-class.io/group as written, "" when absent: a refused group is still named
     scheduler_name: str | None
@@ -172,6 +177,7 @@ def read_pod(pod: Any, catalog: Catalog) -> PodAsk | None:
         requested=requested,
         excluded=_excluded(annotations, catalog),
         min_memory_mib=_min_memory_mib(annotations),
+        need=read_need(annotations),
         group=read_group(annotations),
         group_name=annotations.get(GROUP_ANNOTATION, ""),
         scheduler_name=spec.get("schedulerName"),
@@ -438,6 +444,25 @@ def _min_memory_mib(annotations: Mapping[str, str]) -> float | None | str:
         return (f"gpu-class: {MIN_MEMORY_ANNOTATION} must be a positive Kubernetes quantity of memory per GPU, "
                 f"like \"40Gi\", \"40960Mi\" or \"48G\", not {quoted(raw)}")
     return mib
+
+
+def read_need(annotations: Mapping[str, str]) -> Need | None | str:
+    """gpu-class.io/requires (precisions, comma-separated) and gpu-class.io/min-compute-capability, or
+    the message refusing what the Pod wrote."""
+    raw_precisions = annotations.get(REQUIRES_ANNOTATION)
+    raw_capability = annotations.get(MIN_COMPUTE_CAPABILITY_ANNOTATION)
+    if raw_precisions is None and raw_capability is None:
+        return None
+    precisions = frozenset(p.strip().lower() for p in (raw_precisions or "").split(",") if p.strip())
+    unknown = sorted(precisions - set(PRECISIONS))
+    if raw_precisions is not None and (unknown or not precisions):
+        return (f"gpu-class: {REQUIRES_ANNOTATION} lists tensor-core precisions, comma-separated, of "
+                f"{', '.join(PRECISIONS)} (like \"fp8\" or \"fp8,bf16\"), not {quoted(raw_precisions)}")
+    capability = None if raw_capability is None else parse_compute_capability(raw_capability)
+    if raw_capability is not None and capability is None:
+        return (f"gpu-class: {MIN_COMPUTE_CAPABILITY_ANNOTATION} must be a CUDA compute capability major.minor, "
+                f"like \"8.9\" or \"9.0\", not {quoted(raw_capability)}")
+    return Need(min_compute_capability=capability, precisions=precisions)
 
 
 def _size(raw: str | None) -> int | None:

@@ -10,6 +10,7 @@ in. A bad catalog raises CatalogError naming the file and line, so a misconfigur
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import functools
 import re
@@ -69,6 +70,37 @@ _C_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 DRA_ATTRIBUTE_VALUE_MAX_CHARS = 64  # resource.k8s.io/v1: a string attribute's longest value
 
 
+# Tensor-core (matrix-core) precisions a type's facts may list, and a Pod's gpu-class.io/requires may ask for
+PRECISIONS: tuple[str, ...] = ("fp4", "fp8", "fp16", "bf16", "tf32", "fp64")
+ComputeCapability = tuple[int, int]
+_COMPUTE_CAPABILITY_RE = re.compile(r"([0-9]{1,3})\.([0-9]{1,3})(\.[0-9]{1,3})?")
+
+
+def parse_compute_capability(text: Any) -> ComputeCapability | None:
+    """`9.0` (GFD's major.minor, the catalog's) or `9.0.0` (the DRA driver's version) as (9, 0); None if neither."""
+    if isinstance(text, (int, float)) and not isinstance(text, bool):
+        text = str(text)
+    found = _COMPUTE_CAPABILITY_RE.fullmatch(text.strip()) if isinstance(text, str) else None
+    return None if found is None else (int(found.group(1)), int(found.group(2)))
+
+
+def capability_text(capability: ComputeCapability) -> str:
+    return f"{capability[0]}.{capability[1]}"
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What a type is, beyond its score: what requirements are checked against and `gpuclass catalog` shows."""
+
+    architecture: str
+    compute_capability: ComputeCapability | None = None  # CUDA's; None for other vendors
+    precisions: frozenset[str] = frozenset()  # tensor-core precisions, of PRECISIONS
+    memory_bandwidth_gbps: float | None = None
+    interconnect: str = ""
+    score_basis: str = ""
+    from_labels: bool = False  # derived from a node's labels, not written in the catalog
+
+
 @dataclass(frozen=True)
 class GpuType:
     name: str
@@ -79,6 +111,7 @@ class GpuType:
     resource: str = "nvidia.com/gpu"
     match: Match = ()
     devices: DeviceMatch = ()  # DRA devices that are this type (from `match` entries naming a driver)
+    facts: Facts | None = None  # None: the catalog says nothing of it, so it meets no requirement
 
     @property
     def exact_products(self) -> tuple[str, ...]:
@@ -141,9 +174,84 @@ def attribute_kind(value: Any) -> str:
     return "malformed"
 
 
+# GPU Feature Discovery's labels that say what an NVIDIA GPU is, whatever its product
+FAMILY_LABEL = "nvidia.com/gpu.family"
+COMPUTE_MAJOR_LABEL = "nvidia.com/gpu.compute.major"
+COMPUTE_MINOR_LABEL = "nvidia.com/gpu.compute.minor"
+GPU_MEMORY_LABEL = "nvidia.com/gpu.memory"  # MiB
+# The compute capability that brought each tensor-core precision (CUDA C++ Programming Guide, "Warp
+# matrix functions" and the architecture tuning guides): Volta FP16, Ampere BF16 and TF32, Ada and
+# Hopper FP8, Blackwell FP4. FP64 tensor cores are on some x.0 data-centre parts only: never assumed.
+PRECISIONS_SINCE: tuple[tuple[ComputeCapability, str], ...] = (
+    ((7, 0), "fp16"), ((8, 0), "bf16"), ((8, 0), "tf32"), ((8, 9), "fp8"), ((10, 0), "fp4"))
+
+
+@dataclass(frozen=True)
+class LabelType:
+    """What the catalog makes of a GPU node whose product no type claims: a type derived from its
+    labels, or why it cannot be placed."""
+
+    gpu_type: GpuType | None
+    problem: str = ""
+
+
 def qualified_attribute(driver: str, name: str) -> str:
     """resource.k8s.io: an attribute name without a domain belongs to the driver's own domain."""
     return name if "/" in name else f"{driver}/{name}"
+
+
+@dataclass(frozen=True)
+class Need:
+    """What a job needs of a GPU, whatever its name: a class's `requires`, or a Pod's narrowing of its class."""
+
+    min_compute_capability: ComputeCapability | None = None
+    precisions: frozenset[str] = frozenset()
+    min_memory_gib: float | None = None
+    architectures: frozenset[str] = frozenset()
+
+    def __bool__(self) -> bool:
+        return bool(self.min_compute_capability or self.precisions or self.min_memory_gib or self.architectures)
+
+    def unmet(self, gpu_type: GpuType) -> str | None:
+        """Why `gpu_type` does not meet the need, or None when it does. A type without facts meets none."""
+        facts = gpu_type.facts
+        if facts is None:
+            return "the catalog gives no facts for it (architecture, compute capability, precisions)"
+        if self.architectures and facts.architecture not in self.architectures:
+            return f"architecture {facts.architecture}, not {' or '.join(sorted(self.architectures))}"
+        wanted = self.min_compute_capability
+        if wanted is not None:
+            have = facts.compute_capability
+            if have is None:
+                return f"no CUDA compute capability ({facts.architecture}); needs {capability_text(wanted)}"
+            if have < wanted:
+                return f"compute capability {capability_text(have)}, needs {capability_text(wanted)} or above"
+        missing = [p for p in PRECISIONS if p in self.precisions and p not in facts.precisions]
+        if missing:
+            return f"no {', '.join(missing)} tensor cores"
+        if self.min_memory_gib is not None and (gpu_type.memory_gib or 0) < self.min_memory_gib:
+            return f"{gpu_type.memory_gib or 'unknown'} GiB, needs {self.min_memory_gib:g} GiB"
+        return None
+
+    def describe(self) -> str:
+        parts = []
+        if self.architectures:
+            parts.append(" or ".join(sorted(self.architectures)))
+        if self.min_compute_capability is not None:
+            parts.append(f"compute capability {capability_text(self.min_compute_capability)} or above")
+        parts.extend(p for p in PRECISIONS if p in self.precisions)
+        if self.min_memory_gib is not None:
+            parts.append(f"at least {self.min_memory_gib:g} GiB")
+        return ", ".join(parts)
+
+    def narrowed(self, other: Need) -> Need:
+        """Both needs at once: a Pod narrows its class's."""
+        capabilities = [c for c in (self.min_compute_capability, other.min_compute_capability) if c is not None]
+        memories = [m for m in (self.min_memory_gib, other.min_memory_gib) if m is not None]
+        return Need(max(capabilities) if capabilities else None, self.precisions | other.precisions,
+                    max(memories) if memories else None,
+                    self.architectures & other.architectures if self.architectures and other.architectures
+                    else self.architectures or other.architectures)
 
 
 @dataclass(frozen=True)
@@ -151,6 +259,9 @@ class GpuClass:
     name: str
     types: tuple[str, ...]  # resolved type names, fastest first
     strategy: Strategy
+    # a class defined by what its types can do: a node of a product no type claims joins it when
+    # its labels show it meets the need (inventory.py); a class of names never takes one
+    requires: Need | None = None
 
 
 @dataclass(frozen=True)
@@ -264,6 +375,77 @@ class Catalog:
         shown = [f"{_short_attribute(driver, n)}={attribute_text(attributes[n])!r}" for n in read if n in attributes]
         return DeviceTypes((), f"no type of the catalog matches {', '.join(shown) or 'a device without its attributes'}")
 
+    def type_from_facts(self, product: str, family: str, capability: ComputeCapability | None,
+                        memory_mib: float | None) -> LabelType:
+        """A type for a GPU product no type claims, from what its node (or DRA device) says it is.
+
+        Its score is the lowest of the catalog's types of the newest compute capability not above
+        its own: never ahead of a GPU the catalog knows of its generation, and a newer generation
+        than the catalog knows starts at the newest one's slowest. Its precisions are those its
+        compute capability brought (PRECISIONS_SINCE). Too little to go on is the reason it stays out.
+        """
+        missing = [what for what, value in (("family", family), ("compute capability", capability),
+                                            ("memory", memory_mib)) if not value]
+        if missing:
+            return LabelType(None, f"too little information: no {', '.join(missing)}")
+        assert capability is not None and memory_mib is not None
+        if "-MIG-" in product or product.endswith(MIG_INVALID_SUFFIX):
+            return LabelType(None, "a MIG slice of a GPU no type claims; add the GPU and its profiles to the catalog")
+        named = self.types.get(product)
+        if named is not None and (named.facts is None or not named.facts.from_labels):
+            return LabelType(None, f"its product is the name of type {product}, which does not claim it")
+        known = [t for t in self.types.values() if t.resource == self.gpu_resource and t.facts is not None
+                 and t.facts.compute_capability is not None and not t.facts.from_labels
+                 and t.facts.compute_capability <= capability]
+        if not known:
+            return LabelType(None, f"no type of the catalog has compute capability {capability_text(capability)} "
+                                   "or below to score it by")
+        newest = max(t.facts.compute_capability for t in known if t.facts and t.facts.compute_capability)
+        peers = [t for t in known if t.facts is not None and t.facts.compute_capability == newest]
+        basis = min(peers, key=lambda t: (t.score, t.name))
+        facts = Facts(
+            architecture=family.replace("-", " ").title(),
+            compute_capability=capability,
+            precisions=frozenset(p for since, p in PRECISIONS_SINCE if capability >= since),
+            score_basis=f"not in the catalog: the score of {basis.name}, the slowest type of compute capability "
+                        f"{capability_text(newest)}",
+            from_labels=True,
+        )
+        return LabelType(GpuType(product, basis.score, round(memory_mib / 1024, 1), (product,),
+                                 resource=self.gpu_resource, facts=facts))
+
+    def type_from_labels(self, labels: Mapping[str, Any]) -> LabelType:
+        """type_from_facts for a node of GPU Feature Discovery's labels (no product label: no GPU node)."""
+        product = self.product_label(labels)
+        if product is None:
+            return LabelType(None, "no product label")
+        major, minor = labels.get(COMPUTE_MAJOR_LABEL), labels.get(COMPUTE_MINOR_LABEL)
+        capability = parse_compute_capability(f"{major}.{minor}") if major is not None and minor is not None else None
+        try:
+            memory = float(str(labels.get(GPU_MEMORY_LABEL)))
+        except ValueError:
+            memory = 0.0
+        family = labels.get(FAMILY_LABEL)
+        found = self.type_from_facts(product[1], family if isinstance(family, str) else "", capability,
+                                     memory if memory > 0 else None)
+        if found.problem.startswith("too little information"):
+            wanted = (FAMILY_LABEL, COMPUTE_MAJOR_LABEL, COMPUTE_MINOR_LABEL, GPU_MEMORY_LABEL)
+            return LabelType(None, f"too little information: its labels lack "
+                                   f"{', '.join(k for k in wanted if not labels.get(k))} or have them unreadable")
+        return found
+
+    def with_label_types(self, found: Sequence[GpuType]) -> Catalog:
+        """The catalog with types derived from labels, each in the classes defined by requirements it meets
+        (never a class of names: its administrator chose those types one by one)."""
+        added = {t.name: t for t in found if t.name not in self.types}
+        if not added:
+            return self
+        types = {**self.types, **added}
+        classes = {name: c if c.requires is None else dataclasses.replace(c, types=fastest_first(
+            [types[t] for t in c.types] + [t for t in added.values() if meets(t, c.requires, self.gpu_resource)]))
+            for name, c in self.classes.items()}
+        return dataclasses.replace(self, types=types, classes=classes)
+
     def type_of_product(self, product: str) -> str | None:
         """The type a product label value names: exact match first, then the catalog's globs in order.
 
@@ -290,8 +472,11 @@ TOP_KEYS = frozenset(
     {"gpuResource", "productLabels", "gpuTaintKeys", "onUnsatisfiable", "defaultClass", "schedulerName",
      "strictSchedulers", "types", "classes"}
 )
-TYPE_KEYS = frozenset({"name", "score", "memoryGiB", "products", "match", "resource", "scalable"})
-CLASS_KEYS = frozenset({"name", "types", "minScore", "maxScore", "minMemoryGiB", "strategy"})
+FACT_KEYS = frozenset({"architecture", "computeCapability", "precisions", "memoryBandwidthGBps", "interconnect",
+                       "scoreBasis"})
+TYPE_KEYS = frozenset({"name", "score", "memoryGiB", "products", "match", "resource", "scalable"}) | FACT_KEYS
+CLASS_KEYS = frozenset({"name", "types", "minScore", "maxScore", "minMemoryGiB", "strategy", "requires"})
+REQUIRES_KEYS = frozenset({"minComputeCapability", "precisions", "minMemoryGiB", "architectures"})
 
 Path = tuple[str | int, ...]
 
@@ -392,7 +577,7 @@ def _build(data: Mapping[str, Any], loc: _Located) -> Catalog:
     exact, globs = _product_index(types)
     _check_claims(types, product_labels, loc)
     _check_device_claims(types, loc)
-    classes = _build_classes(data.get("classes"), types, loc)
+    classes = _build_classes(data.get("classes"), types, gpu_resource, loc)
 
     default_class = data.get("defaultClass")
     if default_class is not None and default_class not in classes:
@@ -526,8 +711,75 @@ def _build_types(raw: Any, gpu_resource: str, loc: _Located) -> dict[str, GpuTyp
             resource=_resource(loc, path + ("resource",), entry["resource"]) if "resource" in entry else gpu_resource,
             match=labels,
             devices=devices,
+            facts=_facts(loc, path, entry),
         )
     return types
+
+
+def _facts(loc: _Located, path: Path, entry: Mapping[str, Any]) -> Facts | None:
+    given = FACT_KEYS & entry.keys()
+    if not given:
+        return None
+    if "architecture" not in entry:
+        raise loc.error(path, f"{', '.join(sorted(given))}: facts of a type need its 'architecture' too")
+    capability = None
+    if "computeCapability" in entry:
+        capability = _capability(loc, path + ("computeCapability",), entry["computeCapability"])
+    bandwidth = entry.get("memoryBandwidthGBps")
+    return Facts(
+        architecture=_str(loc, path + ("architecture",), entry["architecture"]),
+        compute_capability=capability,
+        precisions=_precisions(loc, path + ("precisions",), entry.get("precisions", []), allow_empty=True),
+        memory_bandwidth_gbps=None if bandwidth is None else _number(loc, path + ("memoryBandwidthGBps",), bandwidth),
+        interconnect=_str(loc, path + ("interconnect",), entry["interconnect"]) if "interconnect" in entry else "",
+        score_basis=_str(loc, path + ("scoreBasis",), entry["scoreBasis"]) if "scoreBasis" in entry else "",
+    )
+
+
+def _capability(loc: _Located, path: Path, raw: Any) -> ComputeCapability:
+    found = parse_compute_capability(raw)
+    if found is None:
+        raise loc.error(path, f"must be a CUDA compute capability major.minor, like \"9.0\", not {raw!r}")
+    return found
+
+
+def _precisions(loc: _Located, path: Path, raw: Any, *, allow_empty: bool = False) -> frozenset[str]:
+    if allow_empty and raw == []:
+        return frozenset()
+    names = _str_list(loc, path, raw)
+    for i, name in enumerate(names):
+        if name not in PRECISIONS:
+            raise loc.error(path + (i,), f"{name!r} is not a precision; precisions: {', '.join(PRECISIONS)}")
+    return frozenset(names)
+
+
+def _requires(loc: _Located, path: Path, raw: Any) -> Need:
+    if not isinstance(raw, dict) or not raw:
+        raise loc.error(path, f"must be a mapping of one or more of {', '.join(sorted(REQUIRES_KEYS))}")
+    _check_keys(loc, path, raw, REQUIRES_KEYS)
+    capability = raw.get("minComputeCapability")
+    memory = raw.get("minMemoryGiB")
+    return Need(
+        min_compute_capability=None if capability is None else _capability(loc, path + ("minComputeCapability",),
+                                                                            capability),
+        precisions=_precisions(loc, path + ("precisions",), raw["precisions"]) if "precisions" in raw else frozenset(),
+        min_memory_gib=None if memory is None else _number(loc, path + ("minMemoryGiB",), memory),
+        architectures=frozenset(_str_list(loc, path + ("architectures",), raw["architectures"]))
+        if "architectures" in raw else frozenset(),
+    )
+
+
+def meets(gpu_type: GpuType, need: Need, resource: str) -> bool:
+    """Whether a type joins a class that requires `need`: it is requested as the catalog's resource (a
+    CUDA Pod cannot use a MIG slice's or another vendor's) and meets the need."""
+    return gpu_type.resource == resource and need.unmet(gpu_type) is None
+
+
+def fastest_first(types: Sequence[GpuType]) -> tuple[str, ...]:
+    """A class's order: fastest first; between equals, the catalog's own types before those made from
+    labels (whose score is borrowed from one of them), then more memory first."""
+    return tuple(t.name for t in sorted(types, key=lambda t: (
+        -t.score, t.facts is not None and t.facts.from_labels, -(t.memory_gib or 0), t.name)))
 
 
 def _glob_regex(patterns: Sequence[str]) -> re.Pattern[str] | None:
@@ -638,7 +890,7 @@ def _check_device_claims(types: Mapping[str, GpuType], loc: _Located) -> None:
             seen.append((t_index, t.name, driver, mine))
 
 
-def _build_classes(raw: Any, types: Mapping[str, GpuType], loc: _Located) -> dict[str, GpuClass]:
+def _build_classes(raw: Any, types: Mapping[str, GpuType], gpu_resource: str, loc: _Located) -> dict[str, GpuClass]:
     if not isinstance(raw, list) or not raw:
         raise loc.error(("classes",), "must be a non-empty list of classes")
     classes: dict[str, GpuClass] = {}
@@ -653,12 +905,16 @@ def _build_classes(raw: Any, types: Mapping[str, GpuType], loc: _Located) -> dic
         strategy = entry.get("strategy", "performance")
         if strategy not in STRATEGIES:
             raise loc.error(path + ("strategy",), f"must be one of {', '.join(STRATEGIES)}, not {strategy!r}")
-        members = _class_members(entry, types, loc, path)
+        requires = _requires(loc, path + ("requires",), entry["requires"]) if "requires" in entry else None
+        if requires is not None and (CLASS_KEYS - {"name", "strategy", "requires"}) & entry.keys():
+            raise loc.error(path, "give 'requires' alone (minMemoryGiB goes inside it): a class of names takes no "
+                                  "other type, and a node placed by its labels joins a class by its requirements")
+        members = [t for t in _class_members(entry, types, loc, path)
+                   if requires is None or meets(types[t], requires, gpu_resource)]
         if not members:
             raise loc.error(path, f"class {name!r} selects no type")
-        # fastest first; between equals, more memory first
-        ordered = tuple(sorted(members, key=lambda t: (-types[t].score, -(types[t].memory_gib or 0), t)))
-        classes[name] = GpuClass(name=name, types=ordered, strategy=cast(Strategy, strategy))
+        classes[name] = GpuClass(name=name, types=fastest_first([types[t] for t in members]),
+                                 strategy=cast(Strategy, strategy), requires=requires)
     return classes
 
 
@@ -672,8 +928,8 @@ def _class_members(entry: Mapping[str, Any], types: Mapping[str, GpuType], loc: 
             if type_name not in types:
                 raise loc.error(path + ("types", j), f"unknown type {type_name!r}; types: {', '.join(types)}")
         return list(dict.fromkeys(listed))
-    if not bounds:
-        raise loc.error(path, "a class needs 'types' or at least one of minScore, maxScore, minMemoryGiB")
+    if not bounds and "requires" not in entry:
+        raise loc.error(path, "a class needs 'types', 'requires' or at least one of minScore, maxScore, minMemoryGiB")
     lo = _number(loc, path + ("minScore",), bounds.get("minScore", 0))
     hi = _number(loc, path + ("maxScore",), bounds.get("maxScore", float("inf")))
     mem = _number(loc, path + ("minMemoryGiB",), bounds.get("minMemoryGiB", 0))

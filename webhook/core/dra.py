@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .catalog import Catalog, attribute_text, qualified_attribute
+from .catalog import Catalog, GpuType, LabelType, attribute_text, parse_compute_capability, qualified_attribute
 from .quantity import quantity_mib
 
 DeviceId = tuple[str, str, str]  # (driver, pool, device name), as a claim's allocation names a device
@@ -47,6 +47,7 @@ class Device:
     product: str  # its productName, "" when it has none: what reports show
     memory_mib: float | None  # capacity `memory`; None when absent or 0 (AMD's "unreadable")
     problem: str = ""
+    label_type: GpuType | None = None  # a product no type claims, made a type from its attributes
 
 
 @dataclass(frozen=True)
@@ -124,7 +125,33 @@ def _device(raw: Any, driver: str, catalog: Catalog) -> Device | None:
         return Device(raw["name"], None, product, memory, f"device taint {shown}: the Pods gpu-class places do not "
                                                            "tolerate it")
     found = catalog.types_of_device(driver, attributes)
-    return Device(raw["name"], found.types[0] if found.types else None, product, memory, found.problem)
+    by_attributes = None if found.types else attribute_type(driver, attributes, memory, catalog)
+    if by_attributes is not None and by_attributes.gpu_type is not None:
+        return Device(raw["name"], by_attributes.gpu_type.name, product, memory, label_type=by_attributes.gpu_type)
+    problem = found.problem if by_attributes is None else f"{found.problem}; by its attributes: {by_attributes.problem}"
+    return Device(raw["name"], found.types[0] if found.types else None, product, memory, problem)
+
+
+NVIDIA_DRIVER = "gpu.nvidia.com"
+
+
+def attribute_type(driver: str, attributes: Mapping[str, Any], memory_mib: float | None,
+                   catalog: Catalog) -> LabelType | None:
+    """A whole GPU of NVIDIA's DRA driver that no type claims, as its attributes make it (architecture,
+    cudaComputeCapability, capacity memory: cmd/gpu-kubelet-plugin/deviceinfo.go), named as GPU Feature
+    Discovery names its product (productName, spaces as dashes), so a node seen both ways is one type.
+    None for other drivers and devices (a MIG device is a slice of a GPU the catalog must describe)."""
+    def text(name: str) -> str:
+        return attribute_text(attributes.get(qualified_attribute(driver, name))) or ""
+
+    if driver != NVIDIA_DRIVER or text("type") != "gpu" or not text("productName"):
+        return None
+    capability = parse_compute_capability(text("cudaComputeCapability"))
+    missing = [name for name, known in (("architecture", text("architecture")), ("cudaComputeCapability", capability),
+                                        ("capacity memory", memory_mib)) if not known]
+    if missing:
+        return LabelType(None, f"too little information: no {', '.join(missing)}")
+    return catalog.type_from_facts(text("productName").replace(" ", "-"), text("architecture"), capability, memory_mib)
 
 
 def slice_from_object(obj: Mapping[str, Any], catalog: Catalog) -> SliceInfo | None:
@@ -189,7 +216,7 @@ def node_devices(devices: Iterable[tuple[DeviceId, Device]], is_taken: Callable[
         if device.type_name is None:
             problems.append((device_id[0], device.product, device.problem))
             continue
-        resource = catalog.types[device.type_name].resource
+        resource = (device.label_type or catalog.types[device.type_name]).resource
         by_resource.setdefault(resource, {}).setdefault(device.type_name, []).append((device_id, device))
     offers = []
     for resource, by_type in by_resource.items():

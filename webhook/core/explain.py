@@ -29,6 +29,19 @@ def scheduler_guarantee(scheduler: str, catalog: Catalog) -> tuple[str, str]:
                          f"strict order, write schedulerName: {STRICT_SCHEDULER} and run deploy/scheduler)")
 
 
+PLACED_BY_LABELS = "placed by its labels"
+
+
+def placed_by_labels(catalog: Catalog, type_name: str) -> bool:
+    """Whether a type was made from a node's labels (a product no type claims), not read from the catalog."""
+    gpu_type = catalog.types.get(type_name)
+    return gpu_type is not None and gpu_type.facts is not None and gpu_type.facts.from_labels
+
+
+def _shown(catalog: Catalog, type_name: str) -> str:
+    return f"{type_name} ({PLACED_BY_LABELS})" if placed_by_labels(catalog, type_name) else type_name
+
+
 def explain_json(result: Review, namespace: str, pod: Mapping[str, Any], catalog: Catalog) -> dict[str, Any]:
     d = result.decision
     p = d.placement
@@ -43,7 +56,8 @@ def explain_json(result: Review, namespace: str, pod: Mapping[str, Any], catalog
         "resources": [{"resource": r, "chosen": r == d.resource, "reason": why} for r, why in d.resource_notes],
         "types": [
             {"type": v.type_name, "valid": v.valid, "reason": v.reason, "maxAllocatable": v.max_allocatable,
-             "freeGpus": v.free_gpus, "resource": v.resource, "maxMemoryMiB": v.max_memory_mib}
+             "freeGpus": v.free_gpus, "resource": v.resource, "maxMemoryMiB": v.max_memory_mib,
+             "placedByLabels": placed_by_labels(catalog, v.type_name)}
             for v in d.verdicts
         ],
         "placement": None if p is None else {
@@ -104,7 +118,8 @@ def explain_text(result: Review, namespace: str, pod: Mapping[str, Any], catalog
     lines = [f"Pod {namespace}/{_pod_name(pod)}: {d.outcome}"]
     if d.class_name and d.class_name in catalog.classes:
         gpu_class = catalog.classes[d.class_name]
-        lines.append(f"class {gpu_class.name} (strategy {gpu_class.strategy}): {', '.join(gpu_class.types)}")
+        lines.append(f"class {gpu_class.name} (strategy {gpu_class.strategy}): "
+                     f"{', '.join(_shown(catalog, t) for t in gpu_class.types)}")
     if d.message:
         lines.append(d.message)
     if d.group is not None:
@@ -118,7 +133,10 @@ def explain_text(result: Review, namespace: str, pod: Mapping[str, Any], catalog
         lines.append(f"{'type':<{width}}{'valid':<7}{'weight':<8}reason")
         for v in d.verdicts:
             weight = str(weights.get(v.type_name, "-"))
-            lines.append(f"{v.type_name:<{width}}{'yes' if v.valid else 'no':<7}{weight:<8}{v.reason}")
+            facts = catalog.types[v.type_name].facts if v.type_name in catalog.types else None
+            why = (f"{v.reason}; {PLACED_BY_LABELS} ({facts.score_basis})" if facts is not None and facts.from_labels
+                   else v.reason)
+            lines.append(f"{v.type_name:<{width}}{'yes' if v.valid else 'no':<7}{weight:<8}{why}")
     if p is not None:
         lines.append("")
         lines.append(f"container {p.container_name}: {p.count} {p.resource}{' (limit added)' if p.set_limit else ''}")

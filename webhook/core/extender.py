@@ -20,7 +20,9 @@ from types import MappingProxyType
 from typing import Any, Iterable, Literal, Mapping, Sequence, TypedDict
 
 from .catalog import Catalog
-from .inventory import NodeInfo, Offer, Snapshot, UnboundGpuPod, node_info_from_object, pod_gpus, split_types
+from .inventory import (
+    NodeInfo, Offer, Snapshot, UnboundGpuPod, node_info_from_object, placing_catalog, pod_gpus, split_types,
+)
 from .planner import CLASS_ANNOTATION, TYPES_ANNOTATION, weights_for
 
 MIN_EXTENDER_PRIORITY = 0
@@ -281,6 +283,7 @@ NOT_SYNCED = "gpu-class has not yet read the cluster's nodes and GPU Pods (start
 
 def filter_nodes(args: ExtenderArgs, snapshot: Snapshot, catalog: Catalog) -> ExtenderFilterResult:
     """The `filter` verb. Pods the webhook did not place pass unchanged; so does an empty node list."""
+    catalog = placing_catalog(catalog, snapshot)  # with the types nodes' labels made
     try:
         needs = read_pod(args.pod, catalog)
     except PodProblem as exc:
@@ -512,6 +515,7 @@ def prioritize_nodes(args: ExtenderArgs, snapshot: Snapshot, catalog: Catalog) -
     everywhere: no opinion. (The scheduler ignores prioritize errors anyway, and `filter` has already
     reported the problem.)
     """
+    catalog = placing_catalog(catalog, snapshot)  # with the types nodes' labels made
     names = args.candidates
     try:
         needs = read_pod(args.pod, catalog)

@@ -29,7 +29,7 @@ from typing import Literal, get_args
 from .catalog import Catalog
 from .extender import PodNeeds, ordering_for, pod_offer, share_after, type_order
 from .groups import GroupScope, runs_on
-from .inventory import Offer, ProductGroup, Snapshot, UnboundGpuPod
+from .inventory import Offer, ProductGroup, Snapshot, UnboundGpuPod, placing_catalog
 
 PlacementOutcome = Literal["best", "fallback", "broken"]
 PLACEMENT_OUTCOMES: tuple[PlacementOutcome, ...] = get_args(PlacementOutcome)
@@ -57,6 +57,7 @@ def judge_bind(pod: UnboundGpuPod, node: str, before: Snapshot, catalog: Catalog
     offers none of its types (a node the inventory does not know, or whose labels changed), or bound
     before the inventory had read every node.
     """
+    catalog = placing_catalog(catalog, before)  # with the types nodes' labels made
     gpu_class = catalog.classes.get(pod.class_name or "")
     info = before.nodes.get(node)
     if gpu_class is None or not pod.placed or info is None or not before.synced:

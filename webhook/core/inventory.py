@@ -28,7 +28,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from immutables import Map
 
-from .catalog import Catalog, GpuType
+from .catalog import Catalog, GpuType, LabelType
 from .dra import (
     HOSTNAME_LABEL, DeviceClassInfo, DeviceId, DeviceProblem, DraState, DraView, SliceInfo, claim_from_object,
     device_class_from_object, group_problems, node_devices, slice_from_object,
@@ -134,6 +134,8 @@ class NodeInfo:
     reserved: tuple[Taint, ...] = ()  # its other NoSchedule/NoExecute taints (split_taints)  # its kubernetes.io/hostname label: what names a node no product label names
     # status.allocatable of the catalog's resources (those above 0): what its device plugins offer
     device_plugin: tuple[tuple[str, int], ...] = ()
+    # a product no type claims: the type its labels make it (its one offer), else why it has none
+    label_type: LabelType | None = None
 
     @property
     def schedulable(self) -> bool:
@@ -253,6 +255,8 @@ class Snapshot:
     # node pools that can create nodes of each type (Karpenter's NodePools); None: not read
     pools_by_type: Mapping[str, tuple[Pool, ...]] | None = None
     pools_off: str | None = None  # why NodePools are not read, where they were asked for
+    # types of products no type claims, made from their nodes' labels (placing_catalog adds them)
+    label_types: Mapping[str, GpuType] = field(default_factory=dict)
     # answers worked out from this snapshot (the planner's), dropped with it; the only mutable part
     memo: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
 
@@ -359,6 +363,12 @@ def node_info_from_object(obj: Mapping[str, Any], catalog: Catalog, *, keep_all:
     allocatable = status.get("allocatable") or {}
     offers = node_offers(labels, allocatable if isinstance(allocatable, dict) else {}, catalog)
     product = catalog.product_label(labels)
+    label_type = catalog.type_from_labels(labels) if not offers and product is not None else None
+    if label_type is not None and label_type.gpu_type is not None and product is not None:
+        found = label_type.gpu_type
+        offers = (Offer(found.name, product[0], product[1], found.resource,
+                        parse_gpu_count(allocatable.get(found.resource)) if isinstance(allocatable, dict) else 0,
+                        device_memory_mib(labels, found)),)
     if not offers and product is None and not keep_all:
         return None
     conditions = status.get("conditions") or []
@@ -378,7 +388,20 @@ def node_info_from_object(obj: Mapping[str, Any], catalog: Catalog, *, keep_all:
         reserved=reserved,
         device_plugin=tuple((r, n) for r in catalog.resources
                             if isinstance(allocatable, dict) and (n := parse_gpu_count(allocatable.get(r))) > 0),
+        label_type=label_type,
     )
+
+
+def placing_catalog(catalog: Catalog, snapshot: Snapshot) -> Catalog:
+    """The catalog the snapshot is decided with: with the types its nodes' labels made of products no
+    type claims. Worked out once per snapshot."""
+    if not snapshot.label_types:
+        return catalog
+    key = ("placing_catalog", id(catalog))
+    found: Catalog | None = snapshot.memo.get(key)
+    if found is None:
+        found = snapshot.memo[key] = catalog.with_label_types(tuple(snapshot.label_types.values()))
+    return found
 
 
 def namespace_info_from_object(obj: Mapping[str, Any]) -> NamespaceInfo | None:
@@ -657,6 +680,7 @@ class InventoryState:
     _of_type: dict[str | None, dict[GroupKey, ProductGroup]] = field(default_factory=dict, init=False, repr=False)
     _by_type: dict[str, tuple[ProductGroup, ...]] = field(default_factory=dict, init=False, repr=False)
     _unknown: tuple[ProductGroup, ...] = field(default=(), init=False, repr=False)
+    _label_types: dict[str, GpuType] = field(default_factory=dict, init=False, repr=False)  # kept as nodes join
     _dra_device_total: int = field(default=0, init=False, repr=False)
     _problems: tuple[DeviceProblem, ...] = field(default=(), init=False, repr=False)
 
@@ -691,6 +715,7 @@ class InventoryState:
         found = node_devices(devices, self.dra.is_taken, self.dra.mapped_resources(), dict(base.device_plugin),
                              self.catalog)
         problems = list(found.problems)
+        by_attributes = {d.label_type.name: d.label_type for _, d in devices if d.label_type is not None}
         offers: list[Offer] = []
         taken: dict[str, int] = {}
         for type_name, resource, count, held, memory in found.offers:
@@ -709,12 +734,13 @@ class InventoryState:
                                                    "of the type: a Pod's affinity cannot name it")
                                 for i, d in devices if d.type_name == type_name)
                 continue
-            gpu_type = self.catalog.types[type_name]
+            gpu_type = by_attributes.get(type_name) or self.catalog.types[type_name]
             default = None if gpu_type.memory_gib is None else gpu_type.memory_gib * GIB_MIB
             offers.append(Offer(type_name, key, value, resource, count, default if memory is None else memory, dra=True))
             taken[resource] = held
         merged = _merge_offers(base.offers, offers)
-        info = replace(base, offers=merged)
+        offered = [by_attributes[o.type_name] for o in merged if o.type_name in by_attributes]
+        info = replace(base, offers=merged, label_type=LabelType(offered[0]) if offered else base.label_type)
         return (info if merged or base.product else None), taken, tuple(problems), len(devices)
 
     def _refresh(self, name: str) -> bool:
@@ -764,6 +790,8 @@ class InventoryState:
         self._rebuild_groups()
 
     def _join_groups(self, info: NodeInfo) -> None:
+        if info.label_type is not None and info.label_type.gpu_type is not None:
+            self._label_types[info.label_type.gpu_type.name] = info.label_type.gpu_type
         for key in group_keys(info):
             tally = self.tallies.get(key)
             if tally is None:
@@ -996,6 +1024,7 @@ class InventoryState:
             dra=DraView(self.dra_off, self._dra_device_total, self._problems, self.claims_read),
             pools_by_type=self._pools[1],
             pools_off=self.pools_off,
+            label_types=self._published_label_types(old.label_types) if groups_changed else old.label_types,
         )
         # Only Pods waiting for a node changed (a Pod created, or written while it waits): the answers
         # worked out from the last snapshot hold for this one. Without this, each Pod of a Job created
@@ -1003,6 +1032,12 @@ class InventoryState:
         self.snapshot = replace(new, memo=old.memo) if _same_but_pods_waiting(old, new) else new
         self._changed.clear()
         return self.snapshot
+
+    def _published_label_types(self, old: Mapping[str, GpuType]) -> Mapping[str, GpuType]:
+        """The label types some node offers now; the old mapping while they are the same (few: one per
+        product no type claims)."""
+        self._label_types = {t: found for t, found in self._label_types.items() if t in self._by_type}
+        return old if self._label_types == old else MappingProxyType(dict(self._label_types))
 
     def _view(self, name: str, current: Mapping[Any, Any]) -> Mapping[Any, Any]:
         """A read-only copy of `current` as it is now: the last one while it has not changed."""

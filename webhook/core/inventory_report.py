@@ -19,7 +19,7 @@ from typing import Iterable, Literal, Mapping, TypedDict
 from .catalog import Catalog
 from .extender import PodNeeds, judge_node
 from .fidelity import placed_pending
-from .inventory import NodeInfo, Snapshot
+from .inventory import NodeInfo, Snapshot, placing_catalog
 from .planner import class_fit
 
 Output = Literal["table", "wide", "json"]
@@ -54,12 +54,16 @@ class TypeReport(TypedDict):
     nodes: NodeCounts
     gpus: GpuCounts
     products: list[ProductReport]
+    # a product no type claims, made a type from its nodes' labels: scoreBasis says how it ranks
+    placedByLabels: bool
+    scoreBasis: str
 
 
 class UnknownProduct(TypedDict):
     labelKey: str
     product: str
     nodes: int
+    reason: str  # why its labels do not place it
 
 
 class ClassReport(TypedDict):
@@ -108,6 +112,8 @@ class InventoryReport(TypedDict):
 
 
 UNKNOWN_PRODUCT_HINT = "no type claims them; add a whole-GPU product to a type's `products` (--config; see `gpuclass catalog`)"
+LABEL_PLACED_HINT = ("no type claims them, their GPU Feature Discovery labels do (classes defined by `requires` take "
+                     "them); add them to the catalog to rank them by their specifications")
 
 
 def _resource(catalog: Catalog, type_name: str) -> str:
@@ -143,8 +149,10 @@ def _type_report(type_name: str, nodes: list[NodeInfo], snapshot: Snapshot, cata
         node_counts, gpu_counts = _counts(members, type_name, snapshot, free)
         products.append({"labelKey": key[0], "product": key[1], "nodes": node_counts, "gpus": gpu_counts})
     node_counts, gpu_counts = _counts(nodes, type_name, snapshot, sum(free_of.values()))
+    facts = catalog.types[type_name].facts
+    by_labels = facts is not None and facts.from_labels
     return {"name": type_name, "resource": _resource(catalog, type_name), "nodes": node_counts, "gpus": gpu_counts,
-            "products": products}
+            "products": products, "placedByLabels": by_labels, "scoreBasis": facts.score_basis if facts else ""}
 
 
 def _class_report(class_name: str, snapshot: Snapshot, catalog: Catalog, by_type: Mapping[str, list[NodeInfo]],
@@ -170,6 +178,7 @@ def _class_report(class_name: str, snapshot: Snapshot, catalog: Catalog, by_type
 def build_report(snapshot: Snapshot, catalog: Catalog) -> InventoryReport:
     """Types with at least one node (fastest first), products no type claims, node pools, and each class's
     reach now."""
+    catalog = placing_catalog(catalog, snapshot)
     by_type: dict[str, list[NodeInfo]] = {}
     for info in snapshot.nodes.values():
         for offer in info.offers:  # a mixed-MIG node is listed under each profile it offers
@@ -179,7 +188,8 @@ def build_report(snapshot: Snapshot, catalog: Catalog) -> InventoryReport:
     pending_now = None if pending is None else Counter(p.class_name or "" for p in pending)
     return {
         "types": [_type_report(t.name, by_type[t.name], snapshot, catalog) for t in order if t.name in by_type],
-        "unknownProducts": [{"labelKey": g.label_key, "product": g.product, "nodes": g.nodes}
+        "unknownProducts": [{"labelKey": g.label_key, "product": g.product, "nodes": g.nodes,
+                             "reason": _unplaced_reason(snapshot, g.label_key, g.product)}
                             for g in snapshot.unknown_groups],
         "classes": [_class_report(name, snapshot, catalog, by_type, pending_now) for name in catalog.classes],
         "dra": {"off": snapshot.dra.off, "devices": snapshot.dra.devices,
@@ -190,6 +200,14 @@ def build_report(snapshot: Snapshot, catalog: Catalog) -> InventoryReport:
              "taints": [f"{t.key}={t.value}:{t.effect}" for t in p.taints], "resource": p.resource, "left": p.left}
             for t in order for p in snapshot.pools(t.name)]},
     }
+
+
+def _unplaced_reason(snapshot: Snapshot, label_key: str, product: str) -> str:
+    """Why the labels of a product's nodes do not place it (the first node's: GFD labels its nodes alike)."""
+    for info in snapshot.nodes.values():
+        if (info.label_key, info.product) == (label_key, product) and info.label_type is not None:
+            return info.label_type.problem
+    return ""
 
 
 # --- rendering ----------------------------------------------------------------------------
@@ -221,12 +239,18 @@ def render_table(report: InventoryReport, *, wide: bool = False) -> str:
                 types.rows.append((t["name"], t["resource"], p["labelKey"], p["product"], *_figures(p["nodes"], p["gpus"])))
     else:
         types = _Table(("TYPE", "RESOURCE", *FIGURES),
-                       [(t["name"], t["resource"], *_figures(t["nodes"], t["gpus"])) for t in report["types"]])
+                       [(t["name"] + ("*" if t["placedByLabels"] else ""), t["resource"],
+                         *_figures(t["nodes"], t["gpus"])) for t in report["types"]])
     lines = types.lines() if report["types"] else ["No GPU nodes of any catalog type."]
+    by_labels = [t for t in report["types"] if t["placedByLabels"]]
+    if by_labels:
+        lines += ["", f"* placed by its labels: {LABEL_PLACED_HINT}."]
+        lines += [f"  {t['name']}: {t['scoreBasis']}" for t in by_labels]
     if report["unknownProducts"]:
         lines += ["", f"Unknown products: {UNKNOWN_PRODUCT_HINT}."]
-        unknown = _Table(("LABEL-KEY", "PRODUCT", "NODES"),
-                         [(u["labelKey"], u["product"], str(u["nodes"])) for u in report["unknownProducts"]])
+        unknown = _Table(("LABEL-KEY", "PRODUCT", "NODES", "WHY NOT PLACED BY ITS LABELS"),
+                         [(u["labelKey"], u["product"], str(u["nodes"]), u["reason"] or "-")
+                          for u in report["unknownProducts"]])
         lines += unknown.lines()
     dra = report["dra"]
     if dra["off"]:

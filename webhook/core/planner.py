@@ -15,11 +15,13 @@ from typing import Any, Callable, Literal, Mapping, Sequence
 
 from .ask import EXCLUDE_ANNOTATION as EXCLUDE_ANNOTATION  # e2e tests import it from here
 from .ask import POD_ANNOTATIONS, PREFIX, GroupAsk, Malformed, MalformedPod, PodAsk, Tolerations, quoted, read_pod
-from .catalog import Catalog, GpuClass, Strategy, profile_suffix
+from .catalog import Catalog, GpuClass, Need, Strategy, fastest_first, profile_suffix
 from .groups import ClassOffer, GroupOutcome, GroupPlan, GroupScope, decide_group
 from .inventory import CLASS_ANNOTATION as CLASS_ANNOTATION  # the inventory reads both of unbound Pods too
 from .inventory import TYPES_ANNOTATION as TYPES_ANNOTATION
-from .inventory import GIB_MIB, NamespaceInfo, Pool, ProductGroup, Snapshot, Taint, split_types, tolerates_all
+from .inventory import (
+    GIB_MIB, NamespaceInfo, Pool, ProductGroup, Snapshot, Taint, placing_catalog, split_types, tolerates_all,
+)
 from .kueue import flavor_disagreement, uncounted_gpus
 from .provenance import provenance
 
@@ -110,6 +112,7 @@ def plan(
     policy: NamespacePolicy = None,
 ) -> Decision:
     """The whole admission decision for a Pod being created in `namespace`: its ask, read once, decided."""
+    catalog = placing_catalog(catalog, snapshot)
     try:
         ask = read_pod(pod, catalog)
     except MalformedPod as exc:
@@ -216,13 +219,15 @@ def decide(ask: PodAsk, snapshot: Snapshot, catalog: Catalog, *, namespace: str 
         return Decision("refused", excluded, class_name=class_name)
     if isinstance(min_memory, str):
         return Decision("refused", min_memory, class_name=class_name)
+    if isinstance(ask.need, str):
+        return Decision("refused", ask.need, class_name=class_name)
     if isinstance(group_ask, str):
         return Decision("refused", group_ask, class_name=class_name, group=GroupPlan(ask.group_name, "refused"))
 
     # with no resource fixed the Pod asks for none of the class's, so every one needs the same
     gpus_needed = ask.gpus_needed(resource, container, gpus.count)
     fit_class = functools.partial(class_fit, gpu_class, gpus_needed, excluded, snapshot, catalog,
-                                  min_memory_mib=min_memory, tolerations=ask.tolerations)
+                                  min_memory_mib=min_memory, need=ask.need, tolerations=ask.tolerations)
     group: GroupPlan | None = None
     if group_ask is None:
         fit = fit_class(resource=fixed)
@@ -497,18 +502,19 @@ MEMO_MAX_ENTRIES = 1024
 def class_fit(
     gpu_class: GpuClass, gpus_needed: int, excluded: frozenset[str], snapshot: Snapshot, catalog: Catalog,
     *, min_memory_mib: float | None = None, resource: str | None = None, scope: GroupScope | None = None,
-    tolerations: Tolerations = (),
+    need: Need | None = None, tolerations: Tolerations = (),
 ) -> ClassFit:
     """Memoised per snapshot: Pods of one Deployment ask the same question, and the answer only
     changes when the inventory does (which publishes a new snapshot with an empty memo).
     `resource`: the one the Pod already asks for; None lets the class's strategy choose.
     `scope`: for a Pod of a group, the nodes the group may use.
+    `need`: what the Pod's code needs of a GPU (gpu-class.io/requires, min-compute-capability).
     `tolerations`: the Pod's own, which alone open nodes and pools reserved by taints other than the GPU's."""
-    key = (gpu_class.name, gpus_needed, excluded, min_memory_mib, resource, scope, tolerations)
+    key = (gpu_class.name, gpus_needed, excluded, min_memory_mib, resource, scope, need or None, tolerations)
     fit: ClassFit | None = snapshot.memo.get(key)
     if fit is None:
         fit = _class_fit(gpu_class, gpus_needed, excluded, snapshot, catalog, min_memory_mib, resource, scope,
-                         tolerations)
+                         need or None, tolerations)
         if len(snapshot.memo) >= MEMO_MAX_ENTRIES:
             snapshot.memo.clear()
         snapshot.memo[key] = fit
@@ -593,10 +599,15 @@ def _scoped_verdict(
 
 def _class_fit(
     gpu_class: GpuClass, gpus_needed: int, excluded: frozenset[str], snapshot: Snapshot, catalog: Catalog,
-    min_memory_mib: float | None, fixed: str | None, scope: GroupScope | None = None, tolerations: Tolerations = (),
+    min_memory_mib: float | None, fixed: str | None, scope: GroupScope | None = None, need: Need | None = None,
+    tolerations: Tolerations = (),
 ) -> ClassFit:
+    unmet = _unmet(gpu_class, catalog, need)
     verdicts = tuple(
         _scoped_verdict(t, snapshot, gpus_needed, excluded, catalog, min_memory_mib, scope, tolerations)
+        if t not in unmet else
+        dataclasses.replace(_verdict(t, snapshot.groups(t), gpus_needed, excluded, catalog, min_memory_mib),
+                            valid=False, reason=f"does not meet the Pod's need: {unmet[t]}")
         for t in gpu_class.types
     )
     resource, notes = _choose_resource(verdicts, gpu_class, catalog, fixed)
@@ -610,9 +621,13 @@ def _class_fit(
     valid = [v for v in verdicts if v.valid]
     if not valid:
         message = _unsatisfiable_message(gpu_class, gpus_needed, snapshot, catalog, excluded, min_memory_mib, resource)
+        if need is not None:
+            message = _need_note(message, gpu_class, snapshot, catalog, need, unmet)
         return ClassFit(verdicts, (), message, resource=resource, resource_notes=notes)
     ordered = _order(valid, gpu_class, catalog)
-    warnings = _worse_than_best(gpu_class, verdicts, ordered[0], snapshot, catalog, excluded, scope)
+    # a type the Pod's need rules out is its own choice, as an excluded one is: no warning
+    warnings = _worse_than_best(gpu_class, verdicts, ordered[0], snapshot, catalog, excluded | set(unmet), scope)
+    warnings += _placed_by_labels(ordered, catalog)
     required: dict[str, set[str]] = {}
     taints: set[Taint] = set()
     preferences: list[Preference] = []
@@ -649,6 +664,38 @@ def _class_fit(
         resource=resource,
         resource_notes=notes,
     )
+
+
+def _placed_by_labels(ordered: Sequence[str], catalog: Catalog) -> tuple[str, ...]:
+    """A type made from a node's labels is a guess at its rank: the Pod hears of it, the administrator
+    is asked to write it in the catalog (`gpuclass inventory` says the same)."""
+    guessed = [t for t in ordered if (facts := catalog.types[t].facts) is not None and facts.from_labels]
+    if not guessed:
+        return ()
+    return (_short(f"gpu-class: {', '.join(guessed)} placed by its labels, not the catalog: ask an administrator "
+                   "to add it"),)
+
+
+def _unmet(gpu_class: GpuClass, catalog: Catalog, need: Need | None) -> Mapping[str, str]:
+    """The class's types the Pod's need rules out, with why."""
+    if need is None:
+        return {}
+    return {t: why for t in gpu_class.types if (why := need.unmet(catalog.types[t])) is not None}
+
+
+def _need_note(message: str, gpu_class: GpuClass, snapshot: Snapshot, catalog: Catalog, need: Need,
+               unmet: Mapping[str, str]) -> str:
+    """The refusal of a Pod that narrows its class by need says which types meet the need, and which
+    of those the cluster has: the user learns whether to change the need or the class."""
+    meeting = [t for t in gpu_class.types if t not in unmet]
+    elsewhere = fastest_first([t for t in catalog.types.values() if t.name not in gpu_class.types
+                               and t.resource == catalog.gpu_resource and need.unmet(t) is None
+                               and snapshot.groups(t.name)])
+    present = [t for t in meeting if snapshot.groups(t)]
+    note = (f"gpu-class: the Pod needs {need.describe()}: types of class {gpu_class.name} meeting it: "
+            f"{', '.join(meeting) or 'none'}; of those present: {', '.join(present) or 'none'}"
+            + (f"; present in other classes: {', '.join(elsewhere)}" if elsewhere else "") + ". ")
+    return note + message.removeprefix("gpu-class: ")
 
 
 def _drop_covered(taints: set[Taint]) -> set[Taint]:

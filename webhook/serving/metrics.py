@@ -103,6 +103,12 @@ PENDING = Gauge(
     "Pods gpu-class placed that no node holds yet, by class, waiting longer than longer_than since creation",
     ["class", "longer_than"], multiprocess_mode="livemostrecent",
 )
+LABEL_PLACED = Gauge(
+    "gpu_class_label_placed_nodes",
+    "GPU nodes of a product no type of the catalog claims, placed by their GPU Feature Discovery labels in the "
+    "classes defined by requirements, by product: add the product to the catalog", ["product"],
+    multiprocess_mode="livemax",
+)
 
 log = logging.getLogger("gpu_class.placement")
 UNKNOWN = "unknown"
@@ -170,6 +176,14 @@ def observe_inventory(snapshot: Snapshot, catalog: Catalog) -> None:
         # each type is counted in its own resource: a MIG slice held is not a whole GPU used
         _child(FREE_GPUS, type_name, gpu_type.resource).set(sum(g.free_gpus for g in groups))
     _child(INVENTORY_NODES, UNKNOWN, "ready").set(sum(g.nodes for g in snapshot.unknown_groups))
+    for product in _label_placed_seen - snapshot.label_types.keys():  # a product gone, or now in the catalog
+        _child(LABEL_PLACED, product).set(0)
+    for product in snapshot.label_types:
+        _label_placed_seen.add(product)
+        _child(LABEL_PLACED, product).set(sum(g.nodes for g in snapshot.groups(product)))
+
+
+_label_placed_seen: set[str] = set()  # products once placed by their labels: their series stay, at 0 when gone
 
 
 def observe_watch_restart(resource: str, reason: str) -> None:
