@@ -426,7 +426,8 @@ def test_forged_marks_beside_kueue_get_a_tenant_nothing_outside_its_namespaces_c
             batch.create_namespaced_job(ns, class_job("high", gpu_class="high", count=1, queue="high"))
         assert refused.value.status == 403 and "not allowed in namespace" in refused.value.body
 
-        job = class_job("forged", gpu_class="economy", count=1, queue="high")
+        # the limit written: Kueue's podset label on a template without one is refused outright
+        job = class_job("forged", gpu_class="economy", count=1, queue="high", limit=True)
         template = job["spec"]["template"]
         template["metadata"]["labels"] = {PODSET_LABEL: "main"}
         template["metadata"]["annotations"][TYPES] = "H100"
