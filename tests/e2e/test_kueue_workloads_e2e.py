@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 import local_cluster
-from kubeobjects import make_namespace, node_label, wait_for
+from kubeobjects import TYPES, create_node, delete_nodes, make_namespace, node_label, wait_bound, wait_for
 from kueue import QUEUE_LABEL, WORKLOAD_FRAMEWORKS, Kueue, cluster_queue, is_admitted, running_kueue
 from workload_controllers import JOBSET, LWS, running_controllers
 
@@ -47,24 +47,35 @@ def kueue(cluster: local_cluster.Cluster, controllers: None) -> Iterator[Kueue]:
 
 
 @pytest.fixture(scope="module")
-def h100_flavor(kueue: Kueue) -> str:
-    """The flavors `gpuclass kueue` prints, applied; the name of the H100 one."""
+def flavors(kueue: Kueue) -> dict[str, str]:
+    """The flavors `gpuclass kueue` prints, applied: product -> flavor name."""
     printed = subprocess.run([local_cluster.gpuclass_path(), "kueue", "--quota", str(QUOTA)], capture_output=True,
                              text=True, check=True).stdout
-    flavors = [o for o in yaml.safe_load_all(printed) if o and o["kind"] == "ResourceFlavor"]
-    kueue.apply(*flavors)
-    return next(f["metadata"]["name"] for f in flavors if f["spec"]["nodeLabels"].get(PRODUCT) == H100)
+    applied = [o for o in yaml.safe_load_all(printed) if o and o["kind"] == "ResourceFlavor"]
+    kueue.apply(*applied)
+    return {f["spec"]["nodeLabels"][PRODUCT]: f["metadata"]["name"] for f in applied if PRODUCT in f["spec"]["nodeLabels"]}
+
+
+@pytest.fixture
+def h100_flavor(flavors: dict[str, str]) -> str:
+    return flavors[H100]
+
+
+def queue_namespace(core: kubernetes.client.CoreV1Api, kueue: Kueue, flavor: str) -> str:
+    """Opted in to gpu-class and managed by Kueue, with a LocalQueue `gpus` on a ClusterQueue of its own of
+    QUOTA GPUs of `flavor`."""
+    name = make_namespace(core, "e2e-kw", labels={"gpu-class.io/inject": "enabled", KUEUE_LABEL[0]: KUEUE_LABEL[1]})
+    kueue.apply(cluster_queue(name, flavor=flavor, nominal_quota={"nvidia.com/gpu": QUOTA}))
+    wait_for(f"ClusterQueue {name} active", lambda: kueue.is_active("clusterqueues", name), seconds=60)
+    kueue.apply_local_queue(name, "gpus", cluster_queue_name=name)
+    return name
 
 
 @pytest.fixture
 def queued_namespace(core: kubernetes.client.CoreV1Api, api_client: kubernetes.client.ApiClient, kueue: Kueue,
                      h100_flavor: str, fleet: None) -> Iterator[str]:
-    """Opted in to gpu-class and managed by Kueue, with a LocalQueue `gpus` on a ClusterQueue of QUOTA
-    GPUs of the H100 flavor."""
-    name = make_namespace(core, "e2e-kw", labels={"gpu-class.io/inject": "enabled", KUEUE_LABEL[0]: KUEUE_LABEL[1]})
-    kueue.apply(cluster_queue(name, flavor=h100_flavor, nominal_quota={"nvidia.com/gpu": QUOTA}))
-    wait_for(f"ClusterQueue {name} active", lambda: kueue.is_active("clusterqueues", name), seconds=60)
-    kueue.apply_local_queue(name, "gpus", cluster_queue_name=name)
+    """A queue_namespace on the H100 flavor, deleted afterwards with its workloads, Pods and ClusterQueue."""
+    name = queue_namespace(core, kueue, h100_flavor)
     yield name
     objects = kubernetes.client.CustomObjectsApi(api_client)
     for kind in KINDS.values():
@@ -200,3 +211,48 @@ def test_a_queued_workload_is_counted_where_kueue_counts_and_never_holds_more_th
     # placed on its flavor's type
     for node, _ in bound.values():
         assert node_label(core, node, PRODUCT) == H100
+
+
+# --- decisions that age well ---------------------------------------------------------------------------
+
+H200 = "NVIDIA-H200"  # class high's best type; no node of the shared fleet is one
+
+
+def class_job(name: str) -> dict[str, Any]:
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name, "labels": {QUEUE_LABEL: "gpus"}},
+            "spec": {"parallelism": 1, "completions": 1, "template": pod_template(2, limit=False, restart="Never")}}
+
+
+def test_a_job_queued_while_its_best_type_was_cordoned_runs_on_it_once_it_is_back(
+        core: kubernetes.client.CoreV1Api, api_client: kubernetes.client.ApiClient, kueue: Kueue,
+        flavors: dict[str, str]) -> None:
+    """The H200 node is cordoned when the Job is queued: its template still gets H200 (first, the class's
+    best), so Kueue can admit it to the H200 flavor, and its Pod binds there once the node is uncordoned."""
+    node = "e2e-kw-h200"
+    create_node(core, node, {PRODUCT: H200}, gpus=8)
+    core.patch_node(node, {"spec": {"unschedulable": True}})
+    ns = queue_namespace(core, kueue, flavors[H200])
+    batch = kubernetes.client.BatchV1Api(api_client)
+    try:
+        def decided() -> str | None:
+            # gpu-class's view holds the cordoned node once a dry run gives H200
+            job = batch.create_namespaced_job(ns, class_job("probe"), dry_run="All")
+            types = str(job.spec.template.metadata.annotations.get(TYPES, ""))
+            return types if types.split(",")[0] == "H200" else None
+
+        types = wait_for("a queued template to get the cordoned H200 first", decided, seconds=30)
+        batch.create_namespaced_job(ns, class_job("train"))
+        wait_for("the Job admitted to the H200 flavor", lambda: any(is_admitted(w) for w in kueue.workloads(ns)),
+                 seconds=60)
+        pod = wait_for("the Job's Pod", lambda: core.list_namespaced_pod(ns).items, seconds=60)[0]
+        time.sleep(3)
+        assert core.read_namespaced_pod(pod.metadata.name, ns).spec.node_name is None, "bound on a cordoned node"
+        core.patch_node(node, {"spec": {"unschedulable": False}})
+        assert wait_bound(core, ns, pod.metadata.name, seconds=60) == node
+        print(f"queued with H200 cordoned: types {types}; bound to {node} once uncordoned")
+    finally:
+        batch.delete_collection_namespaced_job(ns, propagation_policy="Background")
+        core.delete_collection_namespaced_pod(ns, grace_period_seconds=0)
+        core.delete_namespace(ns)
+        kueue.objects.delete_cluster_custom_object("kueue.x-k8s.io", "v1beta2", "clusterqueues", ns)
+        delete_nodes(core, [node])
