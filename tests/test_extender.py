@@ -870,6 +870,9 @@ class LateWatch:
     def readiness(self) -> tuple[bool, dict[str, Any]]:
         return True, {}
 
+    def namespace_policy(self, snapshot: Snapshot, name: str) -> None:
+        return None
+
 
 def test_filter_waits_for_the_watch_to_bring_a_pod_the_scheduler_asked_about_first() -> None:
     """The scheduler can ask about a Pod before the webhook's watch has brought its creation (one Pod in

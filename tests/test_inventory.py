@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from builders import make_catalog, make_node, make_unbound_pod
 from webhook.core.inventory import (
-    InventoryState, NamespaceInfo, NodeInfo, Pool, ProductGroup, Snapshot, group_keys,
+    GroupKey, InventoryState, NamespaceInfo, NodeInfo, Pool, ProductGroup, Snapshot, group_keys,
     node_info_from_object, summarize_group,
 )
 
@@ -27,18 +27,18 @@ def info(obj: dict[str, Any]) -> NodeInfo:
     return found
 
 
-def from_scratch(state: InventoryState) -> dict[tuple[str | None, str, str], ProductGroup]:
+def from_scratch(state: InventoryState) -> dict[GroupKey, ProductGroup]:
     """Every group summarised anew from the state's nodes: what the kept summaries must equal."""
-    members: dict[tuple[str | None, str, str], list[NodeInfo]] = {}
+    members: dict[GroupKey, list[NodeInfo]] = {}
     for node in state.nodes.values():
         for key in group_keys(node):
             members.setdefault(key, []).append(node)
     return {k: summarize_group(k, v, state.requested) for k, v in members.items()}
 
 
-def published_groups(snapshot: Snapshot) -> dict[tuple[str | None, str, str], ProductGroup]:
+def published_groups(snapshot: Snapshot) -> dict[GroupKey, ProductGroup]:
     groups = [g for gs in snapshot.groups_by_type.values() for g in gs] + list(snapshot.unknown_groups)
-    return {(g.type_name, g.label_key, g.product): g for g in groups}
+    return {(g.type_name, g.label_key, g.product, g.reserved): g for g in groups}
 
 
 @dataclass(frozen=True)
@@ -51,6 +51,7 @@ class Step:
     cordoned: bool = False
     tainted: bool = False
     pod_gpus: int = 0
+    reserved: bool = False  # a team's taint beside the GPU's: the node's groups are its own
 
 
 PRODUCTS = (H100, A100, T4, "Unknown-GPU", None)  # None: a CPU-only node
@@ -66,13 +67,16 @@ def apply(state: InventoryState, step: Step) -> None:
         product = PRODUCTS[step.product]
         state.upsert_node(info(make_node(name, product, gpus=step.gpus if product else 0, ready=step.ready,
                                          unschedulable=step.cordoned,
-                                         taints=[{"key": GPU, "value": "present", "effect": "NoSchedule"}]
-                                         if step.tainted else [])))
+                                         taints=([{"key": GPU, "value": "present", "effect": "NoSchedule"}]
+                                                 if step.tainted else [])
+                                         + ([{"key": "dedicated", "value": "team-a", "effect": "NoSchedule"}]
+                                            if step.reserved else []))))
 
 
 steps = st.builds(Step, kind=st.sampled_from(("node", "node", "remove", "pod")), node=st.integers(0, 7),
                   product=st.integers(0, len(PRODUCTS) - 1), gpus=st.sampled_from((0, 1, 4, 8)),
-                  ready=st.booleans(), cordoned=st.booleans(), tainted=st.booleans(), pod_gpus=st.integers(0, 9))
+                  ready=st.booleans(), cordoned=st.booleans(), tainted=st.booleans(), pod_gpus=st.integers(0, 9),
+                  reserved=st.booleans())
 
 
 @settings(max_examples=200, deadline=None)

@@ -17,8 +17,8 @@ from kubernetes.watch.watch import iter_resp_lines
 from builders import make_catalog, make_namespace, make_node, make_pod, make_review
 from fakeapi import FakeApiServer
 from servers import running_server
-from webhook.core.inventory import Snapshot, UnboundGpuPod, pod_gpu_requests, unbound_gpu_pod
-from webhook.core.planner import plan
+from webhook.core.inventory import NamespaceInfo, Snapshot, UnboundGpuPod, pod_gpu_requests, unbound_gpu_pod
+from webhook.core.planner import UnreadNamespace, plan
 from webhook.cluster import watch
 from webhook.cluster.watch import UNFINISHED_PODS, LiveInventory, NoObserver
 from webhook.serving.server import keep_listed_from_gc
@@ -209,6 +209,20 @@ def test_namespace_label_change_takes_effect(api: FakeApiServer, inventory: Live
     api.update(make_namespace("ml", inject=False))
     eventually(lambda: plan(make_pod({"gpu-class.io/class": "high"}), inventory.snapshot(), CATALOG,
                             namespace="ml").outcome == "out-of-scope", what="opt-out")
+
+
+def test_a_namespace_the_view_lacks_is_read_from_the_api_and_a_failed_read_is_said(
+        api: FakeApiServer, inventory: LiveInventory) -> None:
+    before = inventory.snapshot()
+    assert inventory.namespace_policy(before, "ml") is None  # the view holds it: the view decides
+    api.create(make_namespace("team", default_class="economy", allowed="economy"))
+    assert inventory.namespace_policy(before, "team") == NamespaceInfo("team", True, "economy", ("economy",))
+    api.fail_next(1, status=500, path_prefix="/api/v1/namespaces/team")
+    unread = inventory.namespace_policy(before, "team")
+    assert isinstance(unread, UnreadNamespace) and "HTTP 500" in unread.error
+    # the planner refuses a class Pod there rather than deciding it without the namespace's classes
+    decision = plan(make_pod({"gpu-class.io/class": "high"}), before, CATALOG, namespace="team", policy=unread)
+    assert decision.outcome == "refused" and "cannot read the policy of namespace team" in decision.message
 
 
 def gpu_pod(name: str, node: str | None, gpus: int, phase: str = "Running") -> dict[str, Any]:

@@ -185,6 +185,35 @@ def test_a_queued_template_gets_the_class_for_as_long_as_it_waits(case: AgingCas
     assert {"key": "nvidia.com/gpu", "operator": "Exists"} in tpl["spec"]["tolerations"]
 
 
+H100_GONE = build_snapshot(CATALOG, [*CATALOG_NODES[1:], make_namespace("ml")])
+
+
+@pytest.mark.parametrize("kind", ["Job", "StatefulSet", "JobSet", "LeaderWorkerSet"])
+def test_a_second_call_never_narrows_a_decided_template(kind: str) -> None:
+    """Kueue's webhook changes the workload, so the API server calls gpu-class again; the cluster changed in
+    between (the H100 node went): the templates stay as first decided, within the class Kueue counted."""
+    obj = sample(kind, template(2))
+    decided = patched(obj, review(obj))
+    again = review(decided, H100_GONE)
+    assert again.patch == [], again.decision.message
+    assert "decided at an earlier call" in again.decision.message
+    # a template that only claims to be decided (the types annotation, no affinity of the class) is decided
+    forged = sample(kind, {**template(2, limit=True), "metadata": {"annotations": {
+        "gpu-class.io/class": "high", "gpu-class.io/types": "H100"}}})
+    assert review(forged, H100_GONE).decision.outcome == "patched"
+
+
+def test_a_pod_of_a_decided_statefulset_is_left_as_decided() -> None:
+    """At creation it has no Kueue label yet (Kueue adds it when it ungates it), only the parent's mark."""
+    sts = sample("StatefulSet", template(2))
+    tpl = patched(sts, review(sts))["spec"]["template"]
+    tpl["metadata"]["annotations"][SUSPENDING_PARENT] = "statefulset"
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "train-0", "namespace": "ml", **tpl["metadata"]},
+           "spec": tpl["spec"]}
+    answer = review_request(parse_review(json.dumps(make_review(pod)).encode()), H100_GONE, CATALOG)
+    assert answer.decision.outcome == "out-of-scope" and answer.patch == [], answer.decision.message
+
+
 def test_a_pod_is_still_placed_on_what_takes_it_now() -> None:
     """The same Pod, not queued: its cordoned best type is left out (it would wait for it for nothing)."""
     pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "ml", **template(2)["metadata"]},

@@ -20,10 +20,10 @@ create nodes; other tests' Pods tolerate the GPU taint at most. A test that want
 must tolerate ISOLATION_TAINT, and should also require its pools' nodes (the `karpenter.sh/nodepool`
 label, NODEPOOL_LABEL) so the scheduler cannot place it on a session node of the same product instead.
 Name pools after the test's namespace: the NodePools and their nodes are cluster-scoped. gpu-class
-itself reads NodePools (its inventory): in an opted-in namespace it may place a Pod on such a pool and
-then writes the pool's tolerations, ISOLATION_TAINT's included, which is what a gpu-class test with
-Karpenter wants; so create pools in the test that uses them and delete them at its end
-(`Karpenter.delete_node_pools`), as other tests' opted-in Pods could be offered them meanwhile.
+itself reads NodePools (its inventory), and tolerates only their GPU taint: ISOLATION_TAINT keeps the
+pools for Pods that tolerate it themselves, as a team's taint keeps a pool for the team, so a gpu-class
+test with Karpenter writes that toleration on its Pods. Create pools in the test that uses them and
+delete them at its end (`Karpenter.delete_node_pools`).
 """
 
 from __future__ import annotations

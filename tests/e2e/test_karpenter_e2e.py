@@ -132,10 +132,21 @@ def batch(api_client: kubernetes.client.ApiClient) -> kubernetes.client.BatchV1A
     return kubernetes.client.BatchV1Api(api_client)
 
 
+ISOLATED = {"key": ISOLATION_TAINT["key"], "operator": "Exists"}
+
+
+def class_pod(name: str, *, gpus: int = 1, scheduler: str | None = STRICT) -> dict[str, Any]:
+    """A class `high` Pod that tolerates the harness's pools' own taint: gpu-class tolerates only the GPU
+    taint, so the pools are offered only to Pods that tolerate the rest themselves."""
+    pod = make_pod(name, gpu_class="high", gpus=gpus, scheduler=scheduler)
+    pod["spec"]["tolerations"] = [dict(ISOLATED)]
+    return pod
+
+
 def placed_types(core: kubernetes.client.CoreV1Api, namespace: str, gpus: int = 1) -> str:
     """gpu-class.io/types of a class `high` Pod as gpu-class would place it now, or its refusal."""
     try:
-        pod = dry_run_create(core, namespace, make_pod("probe", gpu_class="high", gpus=gpus, scheduler=STRICT))
+        pod = dry_run_create(core, namespace, class_pod("probe", gpus=gpus))
     except kubernetes.client.exceptions.ApiException as e:
         return f"refused: {e.body}"
     return str((pod["metadata"].get("annotations") or {}).get(TYPES))
@@ -169,7 +180,7 @@ def class_pools(karpenter: Karpenter, core: kubernetes.client.CoreV1Api, namespa
 def template(name: str, *, gpus: int, group: str | None = None) -> dict[str, Any]:
     annotations = {CLASS: "high", "gpu-class.io/count": str(gpus), **({"gpu-class.io/group": group} if group else {})}
     return {"metadata": {"labels": {"app": name}, "annotations": annotations},
-            "spec": {"schedulerName": STRICT, "terminationGracePeriodSeconds": 0,
+            "spec": {"schedulerName": STRICT, "terminationGracePeriodSeconds": 0, "tolerations": [dict(ISOLATED)],
                      "containers": [{"name": "main", "image": "registry.example/cuda:12"}]}}
 
 
@@ -187,17 +198,16 @@ def test_class_pods_at_zero_nodes_grow_the_best_types_pool_and_bind_there(
                      a100=node_pool("", A100, limits={"nvidia.com/gpu": 16}),
                      t4=node_pool("", T4, instance_types=["g4dn.12xlarge"])) as pools:
         created = time.monotonic()
-        core.create_namespaced_pod(ns, make_pod("single", gpu_class="high", scheduler=STRICT))
+        core.create_namespaced_pod(ns, class_pod("single"))
         pod = read_pod(core, ns, "single")
-        # exactly the pools' values and taints
+        # exactly the pools' values; of their taints the GPU's alone (the Pod tolerates the other itself)
         terms = pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
         assert terms["nodeSelectorTerms"] == [{"matchExpressions": [
             {"key": PRODUCT_LABEL, "operator": "In", "values": sorted([A100, H100])}]}]
         # (the API server's DefaultTolerationSeconds adds the node.kubernetes.io/ ones to every Pod)
         gpu_class_tolerations = [t for t in pod["spec"]["tolerations"] if not t["key"].startswith("node.kubernetes.io/")]
         assert sorted(gpu_class_tolerations, key=str) == sorted(
-            [{"key": t["key"], "operator": "Exists", "effect": t["effect"]} for t in (GPU_TAINT, ISOLATION_TAINT)],
-            key=str)
+            [ISOLATED, {"key": GPU_TAINT["key"], "operator": "Exists", "effect": GPU_TAINT["effect"]}], key=str)
         node = wait_bound(core, ns, "single", seconds=180)
         print(f"\nclass high Pod at zero nodes, create to bind through a new H100 node: "
               f"{time.monotonic() - created:.1f} s ({STRICT})")
@@ -226,13 +236,13 @@ def test_with_the_best_pool_at_its_limit_the_next_types_pool_grows(
     ns = class_namespace
     with class_pools(karpenter, core, ns, h100=node_pool("", H100, limits={"nvidia.com/gpu": 8}),
                      a100=node_pool("", A100, limits={"nvidia.com/gpu": 16})) as pools:
-        core.create_namespaced_pod(ns, make_pod("first", gpu_class="high", gpus=8, scheduler=STRICT))
+        core.create_namespaced_pod(ns, class_pod("first", gpus=8))
         first = wait_bound(core, ns, "first", seconds=180)
         assert node_label(core, first, NODEPOOL_LABEL) == pools["h100"]
         wait_for("the H100 pool at its limit", lambda: karpenter.pool_resources(pools["h100"]).get(
             "nvidia.com/gpu") == "8")
         created = time.monotonic()
-        core.create_namespaced_pod(ns, make_pod("second", gpu_class="high", gpus=8, scheduler=STRICT))
+        core.create_namespaced_pod(ns, class_pod("second", gpus=8))
         second = wait_bound(core, ns, "second", seconds=180)
         print(f"\nclass high Pod, best pool at its limit, create to bind through a new A100 node: "
               f"{time.monotonic() - created:.1f} s ({STRICT})")
@@ -264,7 +274,7 @@ def test_every_path_grows_the_best_types_pool(karpenter: Karpenter, core: kubern
     ns = class_namespace
     with class_pools(karpenter, core, ns, h100=node_pool("", H100), a100=node_pool("", A100)) as pools:
         created = time.monotonic()
-        core.create_namespaced_pod(ns, make_pod("one", gpu_class="high", scheduler=scheduler))
+        core.create_namespaced_pod(ns, class_pod("one", scheduler=scheduler))
         node = wait_bound(core, ns, "one", seconds=180)
         print(f"\nclass high Pod at zero nodes, create to bind through a new node: {time.monotonic() - created:.1f} s "
               f"({scheduler or 'default-scheduler'})")

@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 import local_cluster
+from fleet import TYPE_OF
 from kubeobjects import (TYPES, create_node, delete_if_present, delete_nodes, dry_run_create, make_namespace, node_label,
                          wait_bound, wait_for)
 from kueue import QUEUE_LABEL, Kueue, is_admitted, local_queue, running_kueue
@@ -396,6 +397,69 @@ def test_a_kueue_started_pod_gpu_class_did_not_decide_at_its_job_is_refused(
             seconds=60)
         assert "write the limit (nvidia.com/gpu: 2) in the workload's pod template" in events[0]
         assert core.list_namespaced_pod(ns).items == []
+    finally:
+        batch.delete_collection_namespaced_job(ns, propagation_policy="Background")
+        core.delete_collection_namespaced_pod(ns, grace_period_seconds=0)
+        core.delete_namespace(ns)
+
+
+ECONOMY_TYPES = {"L4", "A10", "A10G", "T4"}  # the built-in catalog's class economy
+H100_AFFINITY = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+    {"matchExpressions": [{"key": PRODUCT, "operator": "In", "values": [H100]}]}]}}}
+
+
+def test_forged_marks_beside_kueue_get_a_tenant_nothing_outside_its_namespaces_class(
+        core: kubernetes.client.CoreV1Api, batch: kubernetes.client.BatchV1Api, kueue: Kueue,
+        class_queues: dict[str, Any], fleet: None) -> None:
+    """A namespace allowed only economy, with a LocalQueue on class high's ClusterQueue (Kueue's quota would
+    let it run there): Kueue's marks and gpu-class's types, written by the tenant on a queued Job's template
+    and on a queued Pod, with an affinity for H100, bind nothing outside economy's types."""
+    ns = make_namespace(core, "e2e-kq-tenant", labels={
+        "gpu-class.io/inject": "enabled", "gpu-class.io/default-class": "economy", KUEUE_LABEL[0]: KUEUE_LABEL[1]},
+        annotations={"gpu-class.io/allowed-classes": "economy"})
+    try:
+        kueue.apply(local_queue(ns, "high", cluster_queue_name="gpu-class-high"))
+        wait_for("LocalQueue high", lambda: (kueue.get("localqueues", "high", ns) or {}).get(
+            "status", {}).get("conditions"), seconds=30)
+        with pytest.raises(kubernetes.client.ApiException) as refused:
+            batch.create_namespaced_job(ns, class_job("high", gpu_class="high", count=1, queue="high"))
+        assert refused.value.status == 403 and "not allowed in namespace" in refused.value.body
+
+        job = class_job("forged", gpu_class="economy", count=1, queue="high")
+        template = job["spec"]["template"]
+        template["metadata"]["labels"] = {PODSET_LABEL: "main"}
+        template["metadata"]["annotations"][TYPES] = "H100"
+        template["spec"]["affinity"] = H100_AFFINITY
+        batch.create_namespaced_job(ns, job)
+        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {
+            "name": "forged-pod", "labels": {QUEUE_LABEL: "high", PODSET_LABEL: "main"},
+            "annotations": {TYPES: "H100"}}, "spec": {
+            "restartPolicy": "Never", "terminationGracePeriodSeconds": 0, "affinity": H100_AFFINITY,
+            "containers": [{"name": "main", "image": "registry.example/cuda:12",
+                            "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}
+        core.create_namespaced_pod(ns, pod)
+
+        # Kueue tries each workload: it admits it on a flavor, or finds none its pod set's affinity admits
+        def tried() -> list[dict[str, Any]] | None:
+            workloads = kueue.workloads(ns)
+            return workloads if len(workloads) == 2 and all(
+                is_admitted(w) or quota_refusal(w) for w in workloads) else None
+
+        wait_for("Kueue to try both workloads", tried, seconds=90)
+
+        def settled(p: Any) -> bool:
+            """Bound, found unschedulable, or still held by Kueue's gate."""
+            return bool(p.spec.node_name or p.spec.scheduling_gates or any(
+                c.type == "PodScheduled" and c.reason == "Unschedulable" for c in (p.status.conditions or [])))
+
+        def all_settled() -> list[Any] | None:
+            items = core.list_namespaced_pod(ns).items
+            return items if all(settled(p) for p in items) else None
+
+        pods = wait_for("every Pod bound, unschedulable or held", all_settled, seconds=60)
+        for p in pods:
+            node = p.spec.node_name
+            assert node is None or TYPE_OF.get(node) in ECONOMY_TYPES, (p.metadata.name, node, TYPE_OF.get(node))
     finally:
         batch.delete_collection_namespaced_job(ns, propagation_policy="Background")
         core.delete_collection_namespaced_pod(ns, grace_period_seconds=0)

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from ..core.catalog import Catalog
 from ..core.inventory import Snapshot
+from ..core.planner import NamespacePolicy
 from .loading import InputError, load_snapshot_in_child
 
 if TYPE_CHECKING:
@@ -42,6 +43,10 @@ class InventorySource(Protocol):
 
     def readiness(self) -> tuple[bool, dict[str, Any]]: ...
 
+    def namespace_policy(self, snapshot: Snapshot, name: str) -> NamespacePolicy:
+        """The namespace when `snapshot` should hold it and does not (read elsewhere), else None."""
+        ...
+
 
 class StaticInventory:
     """An inventory fixed at start (read from a file)."""
@@ -57,6 +62,9 @@ class StaticInventory:
 
     def readiness(self) -> tuple[bool, dict[str, Any]]:
         return True, {"source": "file", "nodes": self._snapshot.node_count}
+
+    def namespace_policy(self, snapshot: Snapshot, name: str) -> NamespacePolicy:
+        return None  # a file holds every namespace it will ever hold
 
 
 def read_file_snapshot(paths: tuple[str, ...], catalog: Catalog) -> Snapshot:

@@ -50,6 +50,7 @@ from ..core.dra import (
     DeviceClassInfo, DeviceId, DeviceProblem, SliceInfo, claim_from_object, device_class_from_object,
     extended_resource_claim, slice_from_object,
 )
+from ..core.planner import NamespacePolicy, UnreadNamespace
 from ..core.pools import NODEPOOL_API, pools_from_object
 from ..core.review import load_json
 from ..core.inventory import (
@@ -81,6 +82,10 @@ RESTART_REASONS: tuple[RestartReason, ...] = get_args(RestartReason)
 # a Pod as the pods watch keeps it: (namespace/name, node or None, devices held per resource, its group,
 # and the Pod itself when it is a known unbound GPU Pod)
 PodView = tuple[str, str | None, dict[str, int], GroupName | None, UnboundGpuPod | None]
+
+
+# within the API server's webhook timeout (5 s) with the decision's own time to spare
+NAMESPACE_READ_TIMEOUT_SECONDS = 2.0
 
 
 class Expired(Exception):
@@ -374,6 +379,7 @@ class LiveInventory:
     def __init__(self, catalog: Catalog, api: kubernetes.client.CoreV1Api, *, watch_pods: bool = True,
                  observer: InventoryObserver | None = None, after_list: Callable[[], None] | None = None) -> None:
         self.catalog = catalog
+        self.api = api
         self.observer = observer or NoObserver()
         self.after_list = after_list
         self.stop_event = threading.Event()
@@ -458,6 +464,24 @@ class LiveInventory:
 
     def snapshot(self) -> Snapshot:
         return self.state.snapshot
+
+    def namespace_policy(self, snapshot: Snapshot, name: str) -> NamespacePolicy:
+        """A namespace the view does not hold yet, read from the API; None where the view decides.
+
+        A namespace and its Pods created in one apply reach the webhook before the watch has told
+        this worker of the namespace. Its default and allowed classes are a tenant's boundary, so
+        they are read before the decision, never assumed absent; a failed read is said, and the
+        planner refuses a Pod that needs them."""
+        if snapshot.namespaces is None or not name or name in snapshot.namespaces:
+            return None
+        try:
+            # the raw body, reduced as the watch reduces it (the client's typed model would only be undone)
+            response: Any = self.api.read_namespace(name, _preload_content=False,
+                                                    _request_timeout=NAMESPACE_READ_TIMEOUT_SECONDS)
+            info = namespace_info_from_object(load_json(response.data))
+        except Exception as exc:  # any failure to read is the same answer: the policy is unknown
+            return UnreadNamespace(name, f"reading it from the API failed ({_brief(exc)})")
+        return info if info is not None else UnreadNamespace(name, "the API's answer names no namespace")
 
     def wait_newer(self, than: Snapshot, timeout_seconds: float) -> Snapshot:
         """The first snapshot published after `than`, or the current one when none comes in time."""

@@ -62,6 +62,12 @@ class Malformed:
     message: str
 
 
+# A required node affinity term as far as it names label values: its (key, values) `In` expressions, ANDed
+NodeTerm = tuple[tuple[str, tuple[str, ...]], ...]
+# A Pod's tolerations, each as its sorted (field, text) items: hashable, so a decision can be memoised on them
+Tolerations = tuple[tuple[tuple[str, str], ...], ...]
+
+
 @dataclass(frozen=True)
 class GroupAsk:
     """A Pod's group: its name, and the number of Pods it has when known (and which annotation said so)."""
@@ -110,6 +116,9 @@ class PodAsk:
     kueue_started: bool  # Kueue's podset label: kueue.py's rules apply
     counted_at_parent: bool  # SUSPENDING_PARENT_ANNOTATION: Kueue counts the Pod's parent, not the Pod
     types_written: str | None  # gpu-class.io/types as the Pod came; gpu-class writes it
+    # what the scheduler and kubelet enforce on the Pod as it came (provenance.py reads them)
+    node_terms: tuple[NodeTerm, ...]  # spec.affinity.nodeAffinity's required terms, ORed; () for none
+    tolerations: Tolerations
     claims: tuple[str, ...] | Malformed  # the names of spec.resourceClaims
     node_selector: Mapping[str, Any] | Malformed
     unknown_annotations: tuple[str, ...]  # gpu-class.io/ keys nobody reads, sorted
@@ -144,7 +153,7 @@ def read_pod(pod: Any, catalog: Catalog) -> PodAsk | None:
     if MIRROR_ANNOTATION in annotations:
         return None
     containers = _containers(pod)
-    labels = _check_patchable(pod)
+    labels, node_terms, tolerations = _check_patchable(pod)
     spec = _mapping(pod.get("spec"), "spec")
     requested = _caught(lambda: _requested_resources(pod, catalog.resources))
     wanted = _wanted_count(annotations)
@@ -172,6 +181,8 @@ def read_pod(pod: Any, catalog: Catalog) -> PodAsk | None:
         kueue_started=PODSET_LABEL in labels,
         counted_at_parent=SUSPENDING_PARENT_ANNOTATION in annotations,
         types_written=annotations.get(TYPES_ANNOTATION),
+        node_terms=node_terms,
+        tolerations=tolerations,
         claims=_caught(lambda: _own_claims(spec)),
         node_selector=_caught(lambda: _mapping(spec.get("nodeSelector"), "spec.nodeSelector")),
         unknown_annotations=tuple(sorted(k for k in annotations if k.startswith(PREFIX) and k not in POD_ANNOTATIONS)),
@@ -266,17 +277,22 @@ def _own_claims(spec: Mapping[str, Any]) -> tuple[str, ...]:
     return tuple(str(_item(c, f"spec.resourceClaims[{i}]").get("name") or "?") for i, c in enumerate(claims))
 
 
-def _check_patchable(pod: Mapping[str, Any]) -> Mapping[str, str]:
-    """The parts patch.py reads and extends must have their API shapes. Returns the Pod's labels, one of them."""
+def _check_patchable(pod: Mapping[str, Any]
+                     ) -> tuple[Mapping[str, str], tuple[NodeTerm, ...], Tolerations]:
+    """The parts patch.py reads and extends must have their API shapes. Returns three of them: the
+    Pod's labels, its required node affinity terms and its tolerations."""
     spec = _mapping(pod.get("spec"), "spec")
     node_affinity = _mapping(_mapping(spec.get("affinity"), "spec.affinity").get("nodeAffinity"), "nodeAffinity")
     required = _mapping(node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution"), "nodeAffinity.required")
-    for i, term in enumerate(_list(required.get("nodeSelectorTerms"), "nodeSelectorTerms")):
-        _list(_item(term, f"nodeSelectorTerms[{i}]").get("matchExpressions"), f"nodeSelectorTerms[{i}].matchExpressions")
+    terms = tuple(
+        _node_term(_list(_item(term, f"nodeSelectorTerms[{i}]").get("matchExpressions"),
+                         f"nodeSelectorTerms[{i}].matchExpressions"))
+        for i, term in enumerate(_list(required.get("nodeSelectorTerms"), "nodeSelectorTerms")))
     for i, pref in enumerate(_list(node_affinity.get("preferredDuringSchedulingIgnoredDuringExecution"), "nodeAffinity.preferred")):
         _item(pref, f"nodeAffinity.preferred[{i}]")
-    for i, toleration in enumerate(_list(spec.get("tolerations"), "spec.tolerations")):
-        _item(toleration, f"spec.tolerations[{i}]")
+    tolerations = tuple(
+        tuple(sorted((k, v) for k, v in _item(toleration, f"spec.tolerations[{i}]").items() if isinstance(v, str)))
+        for i, toleration in enumerate(_list(spec.get("tolerations"), "spec.tolerations")))
     pod_affinity = _mapping(_mapping(spec.get("affinity"), "spec.affinity").get("podAffinity"), "podAffinity")
     for i, term in enumerate(_list(pod_affinity.get("requiredDuringSchedulingIgnoredDuringExecution"),
                                    "podAffinity.required")):
@@ -284,7 +300,17 @@ def _check_patchable(pod: Mapping[str, Any]) -> Mapping[str, str]:
     labels = _string_map(_mapping(pod.get("metadata"), "metadata").get("labels"), "metadata.labels")
     if not isinstance(spec.get("schedulerName", ""), (str, type(None))):
         raise MalformedPod("spec.schedulerName must be a string")
-    return labels
+    return labels, terms, tolerations
+
+
+def _node_term(expressions: Sequence[Any]) -> NodeTerm:
+    """A required term's `In` expressions: the only ones that keep a Pod to named label values. An
+    expression of another shape or operator is left out, which can only make the term admit more."""
+    return tuple(
+        (e["key"], tuple(v for v in e["values"] if isinstance(v, str)))
+        for e in expressions
+        if isinstance(e, dict) and e.get("operator") == "In" and isinstance(e.get("key"), str)
+        and isinstance(e.get("values"), list) and e["values"])
 
 
 def _requested_resources(pod: Mapping[str, Any], resources: Sequence[str]) -> tuple[str, ...]:

@@ -169,6 +169,8 @@ class Catalog:
     _matchers: Mapping[str, tuple[_Matcher, ...]] = field(default_factory=dict, repr=False, compare=False)
     _device_matchers: Mapping[str, tuple[_DeviceMatcher, ...]] = field(default_factory=dict, repr=False,
                                                                         compare=False)  # by driver
+    _label_types: dict[tuple[str, str], frozenset[str]] = field(default_factory=dict, init=False, repr=False,
+                                                                 compare=False)
 
     # Derived once: the planner asks on every admission. (cached_property writes the instance's
     # __dict__ directly, so it works on a frozen dataclass.)
@@ -222,6 +224,15 @@ class Catalog:
                 if not value.endswith(MIG_INVALID_SUFFIX) and m.matches(value):
                     found.append((type_name, key, value))
                     break
+        return found
+
+    def types_of_label(self, key: str, value: str) -> frozenset[str]:
+        """The types a node labelled `key: value` is, by that label alone (memoised: a few values recur)."""
+        found = self._label_types.get((key, value))
+        if found is None:
+            found = frozenset(t for t, _, _ in self.matches_of_labels({key: value}))
+            if len(self._label_types) < 4096:  # values come from Pods: the memo must not grow without bound
+                self._label_types[(key, value)] = found
         return found
 
     @property

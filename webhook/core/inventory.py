@@ -51,6 +51,43 @@ class Taint:
     effect: str
 
 
+# the effects that keep a Pod off a node unless it tolerates them (PreferNoSchedule only weighs against it)
+KEEPING_EFFECTS = ("NoSchedule", "NoExecute")
+
+
+def tolerates(toleration: Mapping[str, Any], taint: Taint) -> bool:
+    """Kubernetes' rule: empty key with Exists tolerates everything; empty effect matches every effect."""
+    effect = toleration.get("effect") or ""
+    if effect and taint.effect and effect != taint.effect:
+        return False
+    if effect and not taint.effect:
+        return False  # the taint stands for any effect; a toleration for one effect does not cover it
+    key = toleration.get("key") or ""
+    operator = toleration.get("operator") or "Equal"
+    if not key:
+        return operator == "Exists"
+    if key != taint.key:
+        return False
+    if operator == "Exists":
+        return True
+    return (toleration.get("value") or "") == taint.value
+
+
+def tolerates_all(tolerations: Iterable[Mapping[str, Any]], taints: Iterable[Taint]) -> bool:
+    held = tuple(tolerations)
+    return all(any(tolerates(t, taint) for t in held) for taint in taints)
+
+
+def split_taints(raw: Any, gpu_taint_keys: Sequence[str]) -> tuple[tuple[Taint, ...], tuple[Taint, ...]]:
+    """(GPU taints, reserving taints) of a node's or a pool's `taints`. gpu-class tolerates the GPU taints
+    the catalog names and nothing else: any other taint that keeps Pods off (a team's
+    `dedicated=team-a:NoSchedule`) reserves the node for the Pods that tolerate it of their own accord."""
+    taints = sorted(Taint(str(t.get("key") or ""), str(t.get("value") or ""), str(t.get("effect") or ""))
+                    for t in raw if isinstance(t, dict) and t.get("key")) if isinstance(raw, list) else []
+    return (tuple(t for t in taints if t.key in gpu_taint_keys),
+            tuple(t for t in taints if t.key not in gpu_taint_keys and t.effect in KEEPING_EFFECTS))
+
+
 @dataclass(frozen=True)
 class Pool:
     """One type an autoscaler's node pool can create nodes of (pools.py reads Karpenter's NodePools)."""
@@ -59,10 +96,11 @@ class Pool:
     type_name: str
     label_key: str
     values: tuple[str, ...]  # what the pool's nodes carry under label_key, all naming type_name
-    taints: tuple[Taint, ...]
+    taints: tuple[Taint, ...]  # the catalog's GPU taints its nodes carry: what gpu-class tolerates
     resource: str  # the type's
     left: int | None  # devices of `resource` its limits leave; None: no limit on it
     weight: int = 0
+    reserved: tuple[Taint, ...] = ()  # its other taints: offered only to Pods that tolerate them
 
     def holds(self, gpus: int) -> bool:
         return self.left is None or self.left >= gpus
@@ -92,7 +130,8 @@ class NodeInfo:
     ready: bool
     unschedulable: bool
     gpu_taints: tuple[Taint, ...]
-    hostname: str = ""  # its kubernetes.io/hostname label: what names a node no product label names
+    hostname: str = ""
+    reserved: tuple[Taint, ...] = ()  # its other NoSchedule/NoExecute taints (split_taints)  # its kubernetes.io/hostname label: what names a node no product label names
     # status.allocatable of the catalog's resources (those above 0): what its device plugins offer
     device_plugin: tuple[tuple[str, int], ...] = ()
 
@@ -143,6 +182,9 @@ class ProductGroup:
     # (allocatable, free, how many usable nodes have them): which Pods one node has room for, and the
     # share of its devices in use, without a walk over the nodes (fidelity.py judges each bind on it)
     room: tuple[tuple[int, int, int], ...] = ()
+    # the taints, besides the GPU ones, every node of the group has: a Pod that does not tolerate them
+    # cannot use the group (nodes reserved for a team are a group of their own)
+    reserved: tuple[Taint, ...] = ()
 
     def has_room(self, devices: int) -> bool:
         return any(free >= devices for _, free, _ in self.room)
@@ -323,13 +365,7 @@ def node_info_from_object(obj: Mapping[str, Any], catalog: Catalog, *, keep_all:
     ready = any(
         isinstance(c, dict) and c.get("type") == "Ready" and c.get("status") == "True" for c in conditions
     )
-    taints = tuple(
-        sorted(
-            Taint(key=t["key"], value=str(t.get("value") or ""), effect=str(t.get("effect") or ""))
-            for t in spec.get("taints") or []
-            if isinstance(t, dict) and t.get("key") in catalog.gpu_taint_keys
-        )
-    )
+    taints, reserved = split_taints(spec.get("taints"), catalog.gpu_taint_keys)
     return NodeInfo(
         name=name,
         label_key=product[0] if product else "",
@@ -339,6 +375,7 @@ def node_info_from_object(obj: Mapping[str, Any], catalog: Catalog, *, keep_all:
         unschedulable=bool(spec.get("unschedulable")),
         gpu_taints=taints,
         hostname=str(labels.get(HOSTNAME_LABEL) or ""),
+        reserved=reserved,
         device_plugin=tuple((r, n) for r in catalog.resources
                             if isinstance(allocatable, dict) and (n := parse_gpu_count(allocatable.get(r))) > 0),
     )
@@ -431,19 +468,20 @@ def timestamp_seconds(value: Any) -> float | None:
         return None
 
 
-GroupKey = tuple[str | None, str, str]  # (type or None for no type, label key, label value)
+# (type or None for no type, label key, label value, the nodes' reserving taints)
+GroupKey = tuple[str | None, str, str, tuple[Taint, ...]]
 
 
 def group_keys(info: NodeInfo) -> list[GroupKey]:
     if not info.offers:
-        return [(None, info.label_key, info.product)]
-    return [(o.type_name, o.label_key, o.value) for o in info.offers]
+        return [(None, info.label_key, info.product, info.reserved)]
+    return [(o.type_name, o.label_key, o.value, info.reserved) for o in info.offers]
 
 
 def summarize_group(key: GroupKey, nodes: Iterable[NodeInfo], requested: Mapping[tuple[str, str], int]) -> ProductGroup:
     """A group's summary worked out from all its members: what GroupTally keeps node by node (the
     tests hold one to the other)."""
-    type_name, label_key, value = key
+    type_name, label_key, value, reserved = key
     members = list(nodes)
     offers = [(n, n.offer(type_name)) for n in members] if type_name is not None else []
     usable = [(n, o) for n, o in offers if o is not None and _is_usable(n, o)]
@@ -461,6 +499,7 @@ def summarize_group(key: GroupKey, nodes: Iterable[NodeInfo], requested: Mapping
         resource=usable[0][1].resource if usable else next((o.resource for _, o in offers if o), ""),
         allocatable_gpus=sum(o.allocatable for _, o in usable),
         room=tuple(sorted((a, f, n) for (a, f), n in Counter(free).items())),
+        reserved=reserved,
     )
 
 
@@ -531,7 +570,7 @@ class GroupTally:
             self.allocatable_gpus += sign * shape.allocatable
 
     def summary(self) -> ProductGroup:
-        type_name, label_key, value = self.key
+        type_name, label_key, value, reserved = self.key
         return ProductGroup(
             label_key=label_key,
             product=value,
@@ -545,6 +584,7 @@ class GroupTally:
             resource=next((r for r in sorted(self.resources) if r), ""),
             allocatable_gpus=self.allocatable_gpus,
             room=tuple(sorted((a, f, n) for (a, f), n in self.room.items())),
+            reserved=reserved,
         )
 
 
@@ -1037,8 +1077,8 @@ def _merge_offers(from_labels: Sequence[Offer], from_dra: Sequence[Offer]) -> tu
     return positive or tuple(merged)
 
 
-def _group_order(group: ProductGroup) -> tuple[str, str]:
-    return (group.label_key, group.product)
+def _group_order(group: ProductGroup) -> tuple[str, str, tuple[Taint, ...]]:
+    return (group.label_key, group.product, group.reserved)
 
 
 @dataclass(frozen=True)

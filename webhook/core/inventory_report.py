@@ -129,7 +129,9 @@ def _counts(nodes: Iterable[NodeInfo], type_name: str, snapshot: Snapshot, free:
 
 def _type_report(type_name: str, nodes: list[NodeInfo], snapshot: Snapshot, catalog: Catalog) -> TypeReport:
     # free GPUs as the snapshot summarised them per product group (what admissions and metrics read)
-    groups = {(g.label_key, g.product): g for g in snapshot.groups(type_name)}
+    free_of: dict[tuple[str, str], int] = {}  # nodes reserved by other taints are groups of their own
+    for g in snapshot.groups(type_name):
+        free_of[(g.label_key, g.product)] = free_of.get((g.label_key, g.product), 0) + g.free_gpus
     by_product: dict[tuple[str, str], list[NodeInfo]] = {}
     for n in nodes:
         offer = n.offer(type_name)
@@ -137,10 +139,10 @@ def _type_report(type_name: str, nodes: list[NodeInfo], snapshot: Snapshot, cata
         by_product.setdefault((offer.label_key, offer.value), []).append(n)
     products: list[ProductReport] = []
     for key, members in sorted(by_product.items()):
-        free = groups[key].free_gpus if key in groups else 0
+        free = free_of.get(key, 0)
         node_counts, gpu_counts = _counts(members, type_name, snapshot, free)
         products.append({"labelKey": key[0], "product": key[1], "nodes": node_counts, "gpus": gpu_counts})
-    node_counts, gpu_counts = _counts(nodes, type_name, snapshot, sum(g.free_gpus for g in groups.values()))
+    node_counts, gpu_counts = _counts(nodes, type_name, snapshot, sum(free_of.values()))
     return {"name": type_name, "resource": _resource(catalog, type_name), "nodes": node_counts, "gpus": gpu_counts,
             "products": products}
 

@@ -4,8 +4,9 @@ Kueue's flavor order and a class's order the same. Pure.
 Kueue counts a workload's GPUs from its pod template when the workload is created, and merges
 the admitted flavor's nodeLabels into the template's nodeSelector when it starts it (Kueue
 v0.19.2: pkg/controller/jobs/job PodSets, pkg/podset Merge). So gpu-class decides a queued Job at
-the Job (workload.py), and at Pod creation it leaves that decision alone: a narrower affinity
-written then could disagree with the flavor and leave a Pod Pending while its Workload holds quota.
+the Job (workload.py), and at Pod creation it leaves that decision alone where the Pod's own node
+constraints still carry it (provenance.py): a narrower affinity written then could disagree with the
+flavor and leave a Pod Pending while its Workload holds quota.
 """
 
 from __future__ import annotations
@@ -22,12 +23,6 @@ QUEUE_LABEL = "kueue.x-k8s.io/queue-name"  # on a workload (a Job) or a plain Po
 
 
 # --- the rules for a Pod Kueue started (its PODSET_LABEL, as ask.py read it) ------------
-
-
-def decided_with_workload(ask: PodAsk) -> bool:
-    """A Pod Kueue started that carries gpu-class's types: its Job's template was decided where
-    Kueue counted it (workload.py), and deciding again could disagree with the flavor Kueue chose since."""
-    return ask.kueue_started and ask.types_written is not None
 
 
 def uncounted_gpus(ask: PodAsk, resource: str, gpus: Gpus) -> str | None:

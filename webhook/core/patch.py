@@ -12,7 +12,7 @@ import copy
 from typing import Any, Mapping, Sequence, TypedDict
 
 from .planner import CLASS_ANNOTATION, TYPES_ANNOTATION, Placement
-from .inventory import GROUP_LABEL, Taint
+from .inventory import GROUP_LABEL, Taint, tolerates
 
 
 class PatchOp(TypedDict):
@@ -128,24 +128,6 @@ def _affinity_ops(spec: Mapping[str, Any], placement: Placement) -> list[PatchOp
     if not affinity:
         return [_add("/spec/affinity", changed)]
     return [_add(f"/spec/affinity/{key}", value) for key, value in changed.items()]
-
-
-def tolerates(toleration: Mapping[str, Any], taint: Taint) -> bool:
-    """Kubernetes' rule: empty key with Exists tolerates everything; empty effect matches every effect."""
-    effect = toleration.get("effect") or ""
-    if effect and taint.effect and effect != taint.effect:
-        return False
-    if effect and not taint.effect:
-        return False  # the taint stands for any effect; a toleration for one effect does not cover it
-    key = toleration.get("key") or ""
-    operator = toleration.get("operator") or "Equal"
-    if not key:
-        return operator == "Exists"
-    if key != taint.key:
-        return False
-    if operator == "Exists":
-        return True
-    return (toleration.get("value") or "") == taint.value
 
 
 def _toleration_ops(spec: Mapping[str, Any], taints: Sequence[Taint]) -> list[PatchOp]:

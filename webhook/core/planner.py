@@ -14,13 +14,14 @@ from dataclasses import dataclass
 from typing import Any, Callable, Literal, Mapping, Sequence
 
 from .ask import EXCLUDE_ANNOTATION as EXCLUDE_ANNOTATION  # e2e tests import it from here
-from .ask import POD_ANNOTATIONS, PREFIX, GroupAsk, Malformed, MalformedPod, PodAsk, quoted, read_pod
+from .ask import POD_ANNOTATIONS, PREFIX, GroupAsk, Malformed, MalformedPod, PodAsk, Tolerations, quoted, read_pod
 from .catalog import Catalog, GpuClass, Strategy, profile_suffix
 from .groups import ClassOffer, GroupOutcome, GroupPlan, GroupScope, decide_group
 from .inventory import CLASS_ANNOTATION as CLASS_ANNOTATION  # the inventory reads both of unbound Pods too
 from .inventory import TYPES_ANNOTATION as TYPES_ANNOTATION
-from .inventory import GIB_MIB, NamespaceInfo, Pool, ProductGroup, Snapshot, Taint, split_types
-from .kueue import decided_with_workload, flavor_disagreement, uncounted_gpus
+from .inventory import GIB_MIB, NamespaceInfo, Pool, ProductGroup, Snapshot, Taint, split_types, tolerates_all
+from .kueue import flavor_disagreement, uncounted_gpus
+from .provenance import provenance
 
 WARNING_MAX_CHARS = 120  # the API server asks webhooks to keep warnings this short
 
@@ -88,12 +89,25 @@ class Decision:
         return self.outcome != "refused"
 
 
+@dataclass(frozen=True)
+class UnreadNamespace:
+    """A namespace the webhook's view does not hold yet and the API did not answer for: its policy is unknown."""
+
+    name: str
+    error: str
+
+
+# How the caller knows the namespace: None leaves it to the snapshot (namespaces watched, or not at all)
+NamespacePolicy = NamespaceInfo | UnreadNamespace | None
+
+
 def plan(
     pod: Mapping[str, Any],
     snapshot: Snapshot,
     catalog: Catalog,
     *,
     namespace: str = "",
+    policy: NamespacePolicy = None,
     queued: bool = False,
 ) -> Decision:
     """The whole admission decision for a Pod being created in `namespace`: its ask, read once, decided.
@@ -104,26 +118,26 @@ def plan(
         return _malformed(str(exc))
     if ask is None:
         return Decision("out-of-scope", "mirror Pod")
-    return decide(ask, snapshot, catalog, namespace=namespace, queued=queued)
+    return decide(ask, snapshot, catalog, namespace=namespace, policy=policy, queued=queued)
 
 
 def _malformed(message: str) -> Decision:
     return Decision("refused", f"gpu-class: malformed Pod: {message}")
 
 
-def decide(ask: PodAsk, snapshot: Snapshot, catalog: Catalog, *, namespace: str = "", queued: bool = False) -> Decision:
-    """The decision for what a Pod asks, in `namespace`. The refusals come in a fixed order: the
-    first thing wrong is the one the user hears of.
+def decide(ask: PodAsk, snapshot: Snapshot, catalog: Catalog, *, namespace: str = "",
+           policy: NamespacePolicy = None, queued: bool = False) -> Decision:
+    """The decision for what a Pod asks, in `namespace` (whose policy the caller may have read from
+    the API: `policy`). The refusals come in a fixed order: the first thing wrong is the one the user
+    hears of.
 
     `queued`: a pod template Kueue counts now and starts later, once its quota allows: it gets every
     type of the class whose nodes could take it, those cordoned or not ready now included (they may be
     back by then; Kueue's flavors choose among them all), and it is never admitted unplaced: Kueue would
     count no GPUs for it and start it without them."""
-    ns_info = snapshot.namespace(namespace)
-    if ns_info is not None and not ns_info.inject:
+    ns_info = snapshot.namespace(namespace) if policy is None else policy
+    if isinstance(ns_info, NamespaceInfo) and not ns_info.inject:
         return Decision("out-of-scope", f"namespace {namespace} is not opted in")
-    if decided_with_workload(ask):
-        return Decision("out-of-scope", "decided with its workload, which Kueue started")
 
     class_name = ask.class_name
     from_default = class_name is None
@@ -132,6 +146,15 @@ def decide(ask: PodAsk, snapshot: Snapshot, catalog: Catalog, *, namespace: str 
             return _malformed(ask.requested.message)
         if not ask.requested:
             return Decision("out-of-scope", "no class annotation and no GPU request")
+    if isinstance(ns_info, UnreadNamespace):
+        # its default class and allowed classes are a tenant boundary: never decided without them
+        return Decision(
+            "refused",
+            f"gpu-class: cannot read the policy of namespace {namespace} (its default and allowed classes): "
+            f"{ns_info.error}; retry in a few seconds",
+            class_name=class_name,
+        )
+    if class_name is None:
         class_name, source = _default_class(ns_info, catalog)
         if class_name is None:
             return Decision("out-of-scope", "no class annotation and no default class")
@@ -156,6 +179,14 @@ def decide(ask: PodAsk, snapshot: Snapshot, catalog: Catalog, *, namespace: str 
             f"allowed classes: {', '.join(ns_info.allowed_classes) or '(none)'}",
             class_name=class_name,
         )
+    decided = provenance(ask, gpu_class, catalog, queued=queued)
+    if decided == "decided-with-workload":
+        return Decision("out-of-scope", f"decided with its workload, which Kueue started: its node affinity "
+                                        f"keeps it to class {class_name}", class_name=class_name)
+    if decided == "decided-at-an-earlier-call":
+        return Decision("out-of-scope", f"decided at an earlier call: its node affinity keeps it to class {class_name} "
+                                        "and it asks for its GPUs; deciding again could only narrow it",
+                        class_name=class_name)
 
     if isinstance(ask.claims, Malformed):
         return _malformed(ask.claims.message)
@@ -203,7 +234,7 @@ def decide(ask: PodAsk, snapshot: Snapshot, catalog: Catalog, *, namespace: str 
     # with no resource fixed the Pod asks for none of the class's, so every one needs the same
     gpus_needed = ask.gpus_needed(resource, container, gpus.count)
     fit_class = functools.partial(class_fit, gpu_class, gpus_needed, excluded, snapshot, catalog,
-                                  min_memory_mib=min_memory, queued=queued)
+                                  min_memory_mib=min_memory, tolerations=ask.tolerations, queued=queued)
     group: GroupPlan | None = None
     if group_ask is None:
         fit = fit_class(resource=fixed)
@@ -486,16 +517,19 @@ MEMO_MAX_ENTRIES = 1024
 def class_fit(
     gpu_class: GpuClass, gpus_needed: int, excluded: frozenset[str], snapshot: Snapshot, catalog: Catalog,
     *, min_memory_mib: float | None = None, resource: str | None = None, scope: GroupScope | None = None,
-    queued: bool = False,
+    tolerations: Tolerations = (), queued: bool = False,
 ) -> ClassFit:
     """Memoised per snapshot: Pods of one Deployment ask the same question, and the answer only
     changes when the inventory does (which publishes a new snapshot with an empty memo).
     `resource`: the one the Pod already asks for; None lets the class's strategy choose.
-    `scope`: for a Pod of a group, the nodes the group may use. `queued`: see decide."""
-    key = (gpu_class.name, gpus_needed, excluded, min_memory_mib, resource, scope, queued)
+    `scope`: for a Pod of a group, the nodes the group may use.
+    `tolerations`: the Pod's own, which alone open nodes and pools reserved by taints other than the GPU's.
+    `queued`: see decide."""
+    key = (gpu_class.name, gpus_needed, excluded, min_memory_mib, resource, scope, tolerations, queued)
     fit: ClassFit | None = snapshot.memo.get(key)
     if fit is None:
-        fit = _class_fit(gpu_class, gpus_needed, excluded, snapshot, catalog, min_memory_mib, resource, scope, queued)
+        fit = _class_fit(gpu_class, gpus_needed, excluded, snapshot, catalog, min_memory_mib, resource, scope,
+                         tolerations, queued)
         if len(snapshot.memo) >= MEMO_MAX_ENTRIES:
             snapshot.memo.clear()
         snapshot.memo[key] = fit
@@ -542,24 +576,35 @@ def _pool_verdict(memory_gib: float | None, pools: Sequence[Pool], gpus_needed: 
     return verdict(False, f"no node can take it now, and its NodePools are at their limits: {capped}", memory=memory)
 
 
-def _pools_in(snapshot: Snapshot, type_name: str, scope: GroupScope | None) -> tuple[Pool, ...]:
-    pools = snapshot.pools(type_name)
-    return pools if scope is None else tuple(
-        p for p in pools if p.label_key == scope.label_key and (scope.products is None or scope.products & set(p.values)))
+def _open_to(reserved: tuple[Taint, ...], tolerations: Tolerations) -> bool:
+    """Whether a Pod with `tolerations` may use nodes reserved by these (non-GPU) taints."""
+    return not reserved or tolerates_all((dict(t) for t in tolerations), reserved)
 
 
-def _groups_in(snapshot: Snapshot, type_name: str, scope: GroupScope | None) -> tuple[ProductGroup, ...]:
-    groups = snapshot.groups(type_name)
-    return groups if scope is None else tuple(g for g in groups if scope.admits(g))
+def _pools_in(snapshot: Snapshot, type_name: str, scope: GroupScope | None, tolerations: Tolerations) -> tuple[Pool, ...]:
+    return tuple(p for p in snapshot.pools(type_name) if _open_to(p.reserved, tolerations) and (
+        scope is None or p.label_key == scope.label_key and (scope.products is None or scope.products & set(p.values))))
+
+
+def _groups_in(snapshot: Snapshot, type_name: str, scope: GroupScope | None,
+               tolerations: Tolerations) -> tuple[ProductGroup, ...]:
+    return tuple(g for g in snapshot.groups(type_name)
+                 if _open_to(g.reserved, tolerations) and (scope is None or scope.admits(g)))
 
 
 def _scoped_verdict(
     type_name: str, snapshot: Snapshot, gpus_needed: int, excluded: frozenset[str], catalog: Catalog,
-    min_memory_mib: float | None, scope: GroupScope | None, queued: bool = False,
+    min_memory_mib: float | None, scope: GroupScope | None, tolerations: Tolerations, queued: bool = False,
 ) -> TypeVerdict:
-    scoped = _groups_in(snapshot, type_name, scope)
-    v = _verdict(type_name, scoped, gpus_needed, excluded, catalog, min_memory_mib, _pools_in(snapshot, type_name, scope),
-                 queued)
+    scoped = _groups_in(snapshot, type_name, scope, tolerations)
+    pools = _pools_in(snapshot, type_name, scope, tolerations)
+    v = _verdict(type_name, scoped, gpus_needed, excluded, catalog, min_memory_mib, pools, queued)
+    if not v.valid and not scoped and not pools and type_name not in excluded:
+        kept = sorted({t for g in snapshot.groups(type_name) for t in g.reserved}
+                      | {t for p in snapshot.pools(type_name) for t in p.reserved})
+        if kept:
+            shown = ", ".join(f"{t.key}={t.value}:{t.effect}" if t.value else f"{t.key}:{t.effect}" for t in kept)
+            v = dataclasses.replace(v, reason=f"its nodes are kept for Pods that tolerate {shown}")
     # the scope has its say where the type is valid, or where it took all of the type's nodes away
     if scope is None or type_name in excluded or not (v.valid or (snapshot.groups(type_name) and not scoped)):
         return v
@@ -569,10 +614,11 @@ def _scoped_verdict(
 
 def _class_fit(
     gpu_class: GpuClass, gpus_needed: int, excluded: frozenset[str], snapshot: Snapshot, catalog: Catalog,
-    min_memory_mib: float | None, fixed: str | None, scope: GroupScope | None = None, queued: bool = False,
+    min_memory_mib: float | None, fixed: str | None, scope: GroupScope | None = None, tolerations: Tolerations = (),
+    queued: bool = False,
 ) -> ClassFit:
     verdicts = tuple(
-        _scoped_verdict(t, snapshot, gpus_needed, excluded, catalog, min_memory_mib, scope, queued)
+        _scoped_verdict(t, snapshot, gpus_needed, excluded, catalog, min_memory_mib, scope, tolerations, queued)
         for t in gpu_class.types
     )
     resource, notes = _choose_resource(verdicts, gpu_class, catalog, fixed)
@@ -594,7 +640,7 @@ def _class_fit(
     preferences: list[Preference] = []
     for weight, type_name in zip(weights_for(len(ordered)), ordered):
         per_key: dict[str, set[str]] = {}
-        groups = _groups_in(snapshot, type_name, scope)
+        groups = _groups_in(snapshot, type_name, scope, tolerations)
         for g in groups:
             fitting = [s.taints for s in g.usable if _fits(s.allocatable, s.memory_mib, gpus_needed, min_memory_mib)]
             if fitting:
@@ -605,7 +651,7 @@ def _class_fit(
                 per_key.setdefault(g.label_key, set()).add(g.product)
                 taints.update(Taint(k, "", "") for k in catalog.gpu_taint_keys)
         # node pools that can grow: the values and taints their nodes will have, exactly
-        growing = [p for p in _pools_in(snapshot, type_name, scope) if p.holds(gpus_needed)]
+        growing = [p for p in _pools_in(snapshot, type_name, scope, tolerations) if p.holds(gpus_needed)]
         for p in growing:
             per_key.setdefault(p.label_key, set()).update(p.values)
             taints.update(p.taints)

@@ -4,7 +4,8 @@ A NodePool (karpenter.sh/v1) whose template fixes a catalog type's node label, b
 `spec.template.metadata.labels` or an `In` requirement of `spec.template.spec.requirements`, is a
 pool of that type: Karpenter creates its nodes for Pods the scheduler marked Unschedulable. So the
 type stays valid at zero nodes, the affinity names exactly the values the pool's nodes will carry,
-and the tolerations are exactly the pool's taints. A pool whose `spec.limits` leave fewer devices
+and the tolerations are the pool's GPU taints; a pool with other taints (kept for a team) is offered
+only to Pods that tolerate those themselves. A pool whose `spec.limits` leave fewer devices
 of the type's resource than a Pod needs (`status.resources` counts what its nodes already hold) is
 not offered: Karpenter would not grow it, and the next type's pool must.
 
@@ -18,7 +19,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from .catalog import Catalog
-from .inventory import Pool, Taint, parse_gpu_count
+from .inventory import Pool, parse_gpu_count, split_taints
 
 NODEPOOL_API = "karpenter.sh/v1"
 
@@ -48,8 +49,7 @@ def pools_from_object(obj: Mapping[str, Any], catalog: Catalog) -> tuple[Pool, .
                                       *(k for t in catalog.types.values() for k, _ in t.match))))
     limits = _object(spec.get("limits"))
     used = _object(_object(obj.get("status")).get("resources"))
-    taints = tuple(sorted(Taint(str(t.get("key") or ""), str(t.get("value") or ""), str(t.get("effect") or ""))
-                          for t in _object(template.get("spec")).get("taints") or [] if isinstance(t, dict)))
+    taints, reserved = split_taints(_object(template.get("spec")).get("taints"), catalog.gpu_taint_keys)
     limited_gpus = [r for r in catalog.resources if r in limits]
     values: dict[tuple[str, str], list[str]] = {}
     for key, value in _labels_named(template, label_keys):
@@ -68,5 +68,5 @@ def pools_from_object(obj: Mapping[str, Any], catalog: Catalog) -> tuple[Pool, .
         if resource in limits:
             left = max(parse_gpu_count(limits[resource]) - parse_gpu_count(used.get(resource, "0")), 0)
         pools.append(Pool(name, type_name, key, tuple(dict.fromkeys(named)), taints, resource, left,
-                          weight if isinstance(weight, int) else 0))
+                          weight if isinstance(weight, int) else 0, reserved))
     return tuple(pools)

@@ -16,7 +16,7 @@ import orjson
 from .catalog import Catalog
 from .inventory import Snapshot
 from .patch import PatchOp, build_patch, build_unplaced_patch
-from .planner import Decision, plan
+from .planner import Decision, NamespacePolicy, plan
 from .workload import plan_workload, workload_kind
 
 # the standard encoder every answer is written as; json.dumps with options builds a new one per call
@@ -189,23 +189,29 @@ class Review:
     patch: list[PatchOp]
 
 
-def review_request(request: Request, snapshot: Snapshot, catalog: Catalog) -> Review:
-    """A Pod, or a workload Kueue queues (decided at the workload: workload.py)."""
+def review_request(request: Request, snapshot: Snapshot, catalog: Catalog, policy: NamespacePolicy = None) -> Review:
+    """A Pod, or a workload Kueue queues (decided at the workload: workload.py). `policy`: the namespace
+    as the caller read it from the API when the snapshot does not hold it yet (planner.decide)."""
     kind = workload_kind(request.kind, request.group, request.operation, request.sub_resource)
     if kind is not None:
-        return Review(*plan_workload(request.object, kind, snapshot, catalog, _namespace(request)))
-    return review_pod(request, snapshot, catalog)
+        return Review(*plan_workload(request.object, kind, snapshot, catalog, _namespace(request), policy))
+    return review_pod(request, snapshot, catalog, policy)
+
+
+def request_namespace(request: Request) -> str:
+    """The namespace the object is created in."""
+    return _namespace(request)
 
 
 def _namespace(request: Request) -> str:
     return request.namespace or str((request.object.get("metadata") or {}).get("namespace") or "")
 
 
-def review_pod(request: Request, snapshot: Snapshot, catalog: Catalog) -> Review:
+def review_pod(request: Request, snapshot: Snapshot, catalog: Catalog, policy: NamespacePolicy = None) -> Review:
     if not is_pod_create(request):
         return Review(Decision("out-of-scope", "not a Pod or workload CREATE"), [])
     namespace = _namespace(request)
-    decision = plan(request.object, snapshot, catalog, namespace=namespace)
+    decision = plan(request.object, snapshot, catalog, namespace=namespace, policy=policy)
     if decision.outcome == "admitted-unsatisfiable":
         return Review(decision, build_unplaced_patch(request.object))
     if decision.placement is None:

@@ -4,8 +4,8 @@ Kueue builds a workload's Workload from the pod templates inside it, when the wo
 and counts its quota there. GPUs that gpu-class added only when each Pod is created would never be
 counted, so for a workload that Kueue queues (label kueue.x-k8s.io/queue-name) every pod template
 Kueue reads gets the GPU limit, the class's node affinity, tolerations, scheduler name and the
-types annotation. Its Pods come with the decision made, and kueue.decided_with_workload leaves
-them as they are.
+types annotation. Its Pods come with the decision made, and provenance.py leaves them as they are
+because their node affinity, copied from the template, keeps them to the class (not because of a label).
 
 KINDS says, per kind, where Kueue (v0.19.2, pkg/controller/jobs) reads its pod sets. A Job owned by
 another controller (a JobSet's child Job) is that controller's: decided at its owner, not again.
@@ -22,7 +22,7 @@ from .catalog import Catalog
 from .inventory import Snapshot
 from .kueue import QUEUE_LABEL
 from .patch import PatchOp, build_patch, escape
-from .planner import Decision, plan
+from .planner import Decision, NamespacePolicy, plan
 
 EACH = "*"  # a path step: every item of a list, or every value of a map
 
@@ -112,7 +112,7 @@ def controller_of(obj: Mapping[str, Any]) -> str | None:
 
 
 def plan_workload(obj: Mapping[str, Any], kind: WorkloadKind, snapshot: Snapshot, catalog: Catalog,
-                  namespace: str) -> tuple[Decision, list[PatchOp]]:
+                  namespace: str, policy: NamespacePolicy = None) -> tuple[Decision, list[PatchOp]]:
     """The decision for a workload's pod templates and the patch that writes it into the workload.
 
     Each template is read as a Pod is (ask.read_pod, through plan) and decided by the same rules;
@@ -134,7 +134,7 @@ def plan_workload(obj: Mapping[str, Any], kind: WorkloadKind, snapshot: Snapshot
     ops: list[PatchOp] = []
     decided: Decision | None = None
     for pointer, template in templates:
-        decision = plan(template, snapshot, catalog, namespace=namespace, queued=True)
+        decision = plan(template, snapshot, catalog, namespace=namespace, policy=policy, queued=True)
         if decision.outcome == "refused":
             where = "" if len(templates) == 1 else f" (pod template {pointer.lstrip('/').replace('/', '.')})"
             return Decision("refused", decision.message + where, class_name=decision.class_name,

@@ -13,7 +13,9 @@ from werkzeug.wrappers import Request as WerkzeugRequest
 
 from ..cluster.source import InventorySource
 from ..core.catalog import Catalog
-from ..core.review import BadReview, Review, build_response, encode_compact, parse_review, review_request
+from ..core.review import (
+    BadReview, Review, build_response, encode_compact, parse_review, request_namespace, review_request,
+)
 from . import logs
 from .extender_routes import CallerCheck, register_extender_routes
 from .responses import json_response
@@ -63,7 +65,9 @@ def create_app(
             _log_request(None, None, started, "bad-request", str(exc))
             return encode_compact({"error": "Bad Request", "message": str(exc)}), 400
         try:
-            result = review_request(req, inventory.snapshot(), catalog)
+            snapshot = inventory.snapshot()
+            result = review_request(req, snapshot, catalog,
+                                    inventory.namespace_policy(snapshot, request_namespace(req)))
             answer = build_response(req, result)
         except Exception:
             # a bug must not become a 5xx (the API server would apply failurePolicy silently):

@@ -1,0 +1,230 @@
+"""A tenant cannot write its way out: marks a Pod's author can forge get it nothing, reserved nodes and pools
+are offered only to the Pods that tolerate them, and a namespace's policy always applies (provenance.py,
+planner.py). Every patched Pod is judged by which nodes it can land on, by an evaluator of node affinity
+written here, not by the code under test."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+import jsonpatch
+import pytest
+
+from builders import GPU_TAINT, assert_valid_pod, make_catalog, make_namespace, make_node, make_pod, make_review
+from webhook.core.inventory import NamespaceInfo, Snapshot, build_snapshot
+from webhook.core.planner import UnreadNamespace, plan
+from webhook.core.pools import pools_from_object
+from webhook.core.review import parse_review, review_request
+
+CATALOG = make_catalog()
+PRODUCT = "nvidia.com/gpu.product"
+H100 = "NVIDIA-H100-80GB-HBM3"
+H200 = "NVIDIA-H200"
+DEDICATED = {"key": "dedicated", "value": "team-a", "effect": "NoSchedule"}
+NODES = [
+    make_node("h100-a", H100, gpus=8),
+    make_node("a100-a", "A100-SXM4-40GB", gpus=8),
+    make_node("t4-a", "Tesla-T4", gpus=8),
+    make_node("l4-a", "NVIDIA-L4", gpus=8),
+    make_node("a10-hand", "NVIDIA-A10", gpus=8, label_key="gpu-type"),
+]
+NODE_LABELS = {n["metadata"]["name"]: n["metadata"]["labels"] for n in NODES}
+TYPE_OF_NODE = {"h100-a": "H100", "a100-a": "A100", "t4-a": "T4", "l4-a": "L4", "a10-hand": "A10"}
+ECONOMY = set(CATALOG.classes["economy"].types)
+SNAPSHOT = build_snapshot(CATALOG, [*NODES, make_namespace("tenant", default_class="economy", allowed="economy")],
+                          watch_namespaces=True)
+
+
+def matches(expression: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
+    """Kubernetes' node selector requirement, for the operators a Pod may write."""
+    key, operator, values = expression["key"], expression["operator"], expression.get("values") or []
+    if operator == "In":
+        return labels.get(key) in values
+    if operator == "NotIn":
+        return labels.get(key) not in values
+    if operator == "Exists":
+        return key in labels
+    if operator == "DoesNotExist":
+        return key not in labels
+    raise AssertionError(f"operator {operator} not modelled")
+
+
+def lands_on(pod: Mapping[str, Any]) -> set[str]:
+    """The nodes of NODES whose labels the Pod's nodeSelector and required node affinity admit."""
+    spec = pod["spec"]
+    terms = (((spec.get("affinity") or {}).get("nodeAffinity") or {})
+             .get("requiredDuringSchedulingIgnoredDuringExecution") or {}).get("nodeSelectorTerms")
+    found = set()
+    for name, labels in NODE_LABELS.items():
+        if any(labels.get(k) != v for k, v in (spec.get("nodeSelector") or {}).items()):
+            continue
+        if terms is None or any(all(matches(e, labels) for e in t.get("matchExpressions") or []) for t in terms):
+            found.add(name)
+    return found
+
+
+def affinity(*terms: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": t} for t in terms]}}}
+
+
+def within(values: list[str], key: str = PRODUCT) -> dict[str, Any]:
+    return {"key": key, "operator": "In", "values": values}
+
+
+PODSET = {"kueue.x-k8s.io/podset": "main"}
+ECONOMY_AFFINITY = affinity([within(["Tesla-T4", "NVIDIA-L4"])])
+
+
+@dataclass(frozen=True)
+class Forgery:
+    id: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    spec: Mapping[str, Any] = field(default_factory=dict)
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+    outcome: str = "patched"
+    message: str = ""  # what a refusal says
+
+
+ON_H100 = {"nodeSelector": {PRODUCT: H100}}
+NOT_ALLOWED = "class 'high' is not allowed in namespace tenant"
+FORGERIES = [
+    Forgery("nothing-forged", spec=ON_H100),
+    Forgery("kueue-podset-and-gpu-class-types", PODSET, {"gpu-class.io/types": "H100"}, ON_H100, outcome="refused",
+            message="asks for nvidia.com/gpu.product=NVIDIA-H100-80GB-HBM3, which class economy cannot place on"),
+    Forgery("gpu-class-types-alone", annotations={"gpu-class.io/types": "H100"}, spec=ON_H100),
+    Forgery("kueue-podset-with-an-h100-affinity", PODSET, {"gpu-class.io/types": "H100"},
+            {"affinity": affinity([within([H100])])}),
+    Forgery("kueue-podset-with-one-term-outside", PODSET, spec={"affinity": affinity(
+        [within(["Tesla-T4"])], [within([H100])])}),
+    Forgery("kueue-podset-with-a-value-outside", PODSET, spec={"affinity": affinity([within(["Tesla-T4", H100])])}),
+    Forgery("kueue-podset-with-notin-only", PODSET, spec={"affinity": affinity(
+        [{"key": PRODUCT, "operator": "NotIn", "values": ["Tesla-T4"]}])}),
+    Forgery("kueue-podset-with-an-unknown-key", PODSET, spec={"affinity": affinity(
+        [within(["t4"], key="team.example/gpu")])}),
+    Forgery("kueue-queue-name-and-workload-marks", {"kueue.x-k8s.io/queue-name": "q", "kueue.x-k8s.io/managed": "true"},
+            {"kueue.x-k8s.io/workload": "job-train-1", "gpu-class.io/types": "H100"}, ON_H100),
+    Forgery("owner-reference-to-a-job", spec=ON_H100, metadata={"ownerReferences": [{
+        "apiVersion": "batch/v1", "kind": "Job", "name": "train", "uid": "4d1c1b0e-0000-4000-8000-000000000001",
+        "controller": True}]}),
+    Forgery("group-label-and-annotation", {"gpu-class.io/group": "g"}, {"gpu-class.io/group": "g"}, ON_H100),
+    Forgery("scheduling-gates", spec={**ON_H100, "schedulingGates": [{"name": "kueue.x-k8s.io/admission"}]}),
+    Forgery("strict-scheduler-profile-named", spec={**ON_H100, "schedulerName": "gpu-class-scheduler-performance"}),
+    Forgery("own-scheduler-named", spec={**ON_H100, "schedulerName": "my-scheduler"}),
+    Forgery("class-high-named", annotations={"gpu-class.io/class": "high"}, spec=ON_H100, outcome="refused",
+            message=NOT_ALLOWED),
+    Forgery("class-high-with-podset-and-high-affinity", PODSET, {"gpu-class.io/class": "high"},
+            {"affinity": affinity([within([H100])])}, outcome="refused", message=NOT_ALLOWED),
+    # the one Pod left as it came: what it carries already keeps it to economy's types
+    Forgery("kueue-podset-with-affinity-within-economy", PODSET, spec={"affinity": ECONOMY_AFFINITY},
+            outcome="out-of-scope"),
+]
+
+
+def forged_pod(f: Forgery) -> dict[str, Any]:
+    pod = make_pod(dict(f.annotations) or None, gpu_limit="4")
+    pod["metadata"]["namespace"] = "tenant"
+    pod["metadata"].update(copy.deepcopy(dict(f.metadata)))
+    if f.labels:
+        pod["metadata"]["labels"] = dict(f.labels)
+    pod["spec"].update(copy.deepcopy(dict(f.spec)))
+    return pod
+
+
+@pytest.mark.parametrize("forgery", FORGERIES, ids=lambda f: f.id)
+def test_a_forged_mark_gets_a_pod_nothing_beyond_its_namespaces_classes(forgery: Forgery) -> None:
+    pod = forged_pod(forgery)
+    review = review_request(parse_review(json.dumps(make_review(pod, namespace="tenant")).encode()), SNAPSHOT, CATALOG)
+    assert review.decision.outcome == forgery.outcome, review.decision.message
+    if forgery.outcome == "refused":
+        assert forgery.message in review.decision.message and review.patch == []
+        return
+    admitted = jsonpatch.apply_patch(copy.deepcopy(pod), list(review.patch))
+    assert_valid_pod(admitted)
+    landing = {TYPE_OF_NODE[n] for n in lands_on(admitted)}
+    assert landing <= ECONOMY, f"could land on {landing - ECONOMY}"
+    if forgery.outcome == "out-of-scope":
+        assert review.patch == [] and landing == {"T4", "L4"}
+    else:
+        # decided in full: the class's own restriction is in every term, whatever the Pod wrote
+        assert review.decision.placement is not None and review.decision.placement.class_name == "economy"
+
+
+# --- a namespace's policy, from the view or the API, or a refusal --------------------------------
+
+
+TEAM = NamespaceInfo("team", True, "economy", ("economy",))
+
+
+@pytest.mark.parametrize("annotations, policy, outcome, message", [
+    pytest.param({"gpu-class.io/class": "high"}, TEAM, "refused", "not allowed in namespace team", id="read-policy-holds"),
+    pytest.param(None, TEAM, "patched", "", id="read-default-class-applies"),
+    pytest.param({"gpu-class.io/class": "high"}, UnreadNamespace("team", "reading it from the API failed (HTTP 500)"),
+                 "refused", "cannot read the policy of namespace team", id="unread-class-pod-refused"),
+    pytest.param(None, UnreadNamespace("team", "timed out"), "refused", "cannot read the policy", id="unread-gpu-pod-refused"),
+    pytest.param({"gpu-class.io/class": "high"}, None, "patched", "", id="not-watched-no-policy"),
+])
+def test_a_namespace_outside_the_view_is_decided_with_its_policy_or_not_at_all(
+        annotations: dict[str, str] | None, policy: NamespaceInfo | UnreadNamespace | None, outcome: str,
+        message: str) -> None:
+    unwatched = build_snapshot(CATALOG, NODES)  # the view holds no namespace
+    decision = plan(make_pod(annotations, gpu_limit="1"), unwatched, CATALOG, namespace="team", policy=policy)
+    assert decision.outcome == outcome and message in decision.message
+    if annotations is None and outcome == "patched":
+        assert decision.class_name == "economy"
+
+
+def test_a_pod_without_gpus_is_left_alone_even_when_its_namespace_cannot_be_read() -> None:
+    decision = plan(make_pod(), build_snapshot(CATALOG, NODES), CATALOG, namespace="team",
+                    policy=UnreadNamespace("team", "timed out"))
+    assert decision.outcome == "out-of-scope"
+
+
+# --- tolerations for GPU taints only; reserved nodes and pools for the Pods that tolerate them ---------
+
+
+TOLERATES_TEAM = [{"key": "dedicated", "operator": "Exists"}]
+
+
+def node_pool(name: str, product: str, taints: list[dict[str, str]]) -> dict[str, Any]:
+    return {"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": name},
+            "spec": {"template": {"metadata": {"labels": {PRODUCT: product}}, "spec": {
+                "nodeClassRef": {"group": "karpenter.kwok.sh", "kind": "KWOKNodeClass", "name": "default"},
+                "taints": taints, "requirements": []}}}}
+
+
+def with_pools(snapshot: Snapshot, *pools: dict[str, Any]) -> Snapshot:
+    found: dict[str, tuple[Any, ...]] = {}
+    for obj in pools:
+        for p in pools_from_object(obj, CATALOG):
+            found[p.type_name] = (*found.get(p.type_name, ()), p)
+    return dataclasses.replace(snapshot, pools_by_type=found)
+
+
+RESERVED_NODE = build_snapshot(CATALOG, [make_node("h200-team", H200, gpus=8, taints=[GPU_TAINT, DEDICATED]),
+                                         make_node("h100-a", H100, gpus=8)])
+RESERVED_POOL = with_pools(build_snapshot(CATALOG, [make_node("h100-a", H100, gpus=8)]),
+                           node_pool("h200-team", H200, [GPU_TAINT, DEDICATED]))
+
+
+@pytest.mark.parametrize("snapshot", [pytest.param(RESERVED_NODE, id="node"), pytest.param(RESERVED_POOL, id="pool")])
+@pytest.mark.parametrize("tolerations, types", [
+    pytest.param(None, ("H100",), id="not-tolerated-not-offered"),
+    pytest.param(TOLERATES_TEAM, ("H200", "H100"), id="tolerated-offered-first"),
+])
+def test_a_team_taint_is_never_tolerated_for_a_pod_and_keeps_its_nodes_for_those_that_tolerate_it(
+        snapshot: Snapshot, tolerations: list[dict[str, str]] | None, types: tuple[str, ...]) -> None:
+    pod = make_pod({"gpu-class.io/class": "high"}, tolerations=copy.deepcopy(tolerations))
+    decision = plan(pod, snapshot, CATALOG, namespace="ml")
+    assert decision.placement is not None and decision.placement.types == types
+    assert (H200 in dict(decision.placement.required)[PRODUCT]) == (tolerations is not None)
+    added = [t for t in decision.placement.tolerations if t.key != "nvidia.com/gpu"]
+    assert added == []  # only the catalog's GPU taint is ever tolerated by gpu-class
+    if tolerations is None:
+        h200 = next(v for v in decision.verdicts if v.type_name == "H200")
+        assert not h200.valid and h200.reason == "its nodes are kept for Pods that tolerate dedicated=team-a:NoSchedule"
