@@ -116,10 +116,12 @@ def leaderworkerset(name: str, limit: bool) -> dict[str, Any]:
 
 
 def jobset(name: str, limit: bool) -> dict[str, Any]:
-    """2 replicated Jobs x 2 Pods x 1 GPU."""
+    """2 replicated Jobs x 2 Pods x 1 GPU. The queue's label on the Jobs too, as users copy it: JobSet
+    copies it to the Jobs it creates, which must not be decided again as Jobs Kueue queues."""
     return {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
             "metadata": {"name": name, "labels": {QUEUE_LABEL: "gpus"}},
-            "spec": {"replicatedJobs": [{"name": rj, "replicas": 1, "template": {"spec": {
+            "spec": {"replicatedJobs": [{"name": rj, "replicas": 1, "template": {
+                "metadata": {"labels": {QUEUE_LABEL: "gpus"}}, "spec": {
                 "parallelism": 2, "completions": 2, "backoffLimit": 0,
                 "template": pod_template(1, limit=limit, restart="Never")}}} for rj in ("trainer", "evaluator")]}}
 
