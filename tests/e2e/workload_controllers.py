@@ -22,6 +22,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import copy
+import json
 import time
 import urllib.error
 import urllib.request
@@ -183,8 +184,7 @@ def _start(cluster: local_cluster.Cluster, release: Release, namespace_label: tu
         {"apiVersion": "v1", "kind": "Service", "metadata": {"name": release.service, "namespace": release.namespace},
          "spec": {"type": "ExternalName", "externalName": "127.0.0.1"}},
         *crds])
-    cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s",
-                    *(f"crd/{c['metadata']['name']}" for c in crds))
+    _wait_established(cluster, [c["metadata"]["name"] for c in crds])
     config = work / "config.yaml"
     config.write_text(yaml.safe_dump(build_configuration(
         release, cert_dir=work / "certs", webhook_port=ports["webhook"], health_port=ports["health"])))
@@ -192,6 +192,20 @@ def _start(cluster: local_cluster.Cluster, release: Release, namespace_label: tu
     cluster.wait_ready(release.process, lambda: _http_ok(f"http://127.0.0.1:{ports['health']}/readyz"), READY_SECONDS)
     local_cluster.apply(cluster, build_webhook_configurations(source, release, ports["webhook"], ca, namespace_label))
     _wait_webhook_answers(cluster, release, namespace_label)
+
+
+def _wait_established(cluster: local_cluster.Cluster, names: Sequence[str]) -> None:
+    """Until the API server serves the CRDs (`kubectl wait` fails at once on one whose status is not written yet)."""
+    def established(name: str) -> bool:
+        found = cluster.kubectl("get", "crd", name, "-o", "json", check=False)
+        conditions = (json.loads(found.stdout).get("status") or {}).get("conditions") or [] if found.returncode == 0 else []
+        return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
+
+    deadline = time.monotonic() + READY_SECONDS
+    while not all(established(n) for n in names):
+        if time.monotonic() > deadline:
+            raise ControllerError(f"CRDs {', '.join(names)} not established within {READY_SECONDS:.0f} s")
+        time.sleep(0.5)
 
 
 def _http_ok(url: str) -> bool:
