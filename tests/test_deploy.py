@@ -1489,6 +1489,15 @@ def client_certificate_problems(objects: Sequence[Obj], files: CertificateFiles)
     return problems
 
 
+def test_every_webhook_of_a_self_managed_install_trusts_the_serving_ca(renders: Renders) -> None:
+    """The overlay fills caBundle webhook by webhook: one it misses fails every call, and fails open."""
+    objects = objects_of(renders, SELF_MANAGED)
+    ca = one_of(objects, "Secret", TLS_SECRET, SYSTEM_NAMESPACE)["data"]["ca.crt"]
+    bundles = {(c["metadata"]["name"], h["name"]): h["clientConfig"].get("caBundle")
+               for c in objects if c["kind"] == "MutatingWebhookConfiguration" for h in c["webhooks"]}
+    assert len(bundles) >= 3 and {k: v for k, v in bundles.items() if v != ca} == {}
+
+
 def test_self_managed_trusts_the_ca_that_signed_the_serving_certificate(renders: Renders) -> None:
     assert self_managed_problems(objects_of(renders, SELF_MANAGED), renders[1]) == []
     assert client_certificate_problems(objects_of(renders, SELF_MANAGED), renders[1]) == []

@@ -34,7 +34,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterator, Mapping, Sequence
 
 import kubernetes
 import pytest
@@ -120,8 +120,14 @@ def build_webhook_configurations(source: Path, webhook_port: int,
     return configurations
 
 
+# Kueue's integrations the tests turn on by default; the workload tests add those of the controllers
+# they run (workload_controllers.py) and `statefulset`, which needs `pod`.
+FRAMEWORKS = ("batch/job", "pod")
+WORKLOAD_FRAMEWORKS = (*FRAMEWORKS, "statefulset", "jobset.x-k8s.io/jobset", "leaderworkerset.x-k8s.io/leaderworkerset")
+
+
 def build_configuration(*, cert_dir: Path, webhook_port: int, health_port: int, metrics_port: int,
-                        namespace_label: tuple[str, str]) -> dict[str, Any]:
+                        namespace_label: tuple[str, str], frameworks: Sequence[str] = FRAMEWORKS) -> dict[str, Any]:
     """Kueue's Configuration (config.kueue.x-k8s.io/v1beta2, what cmd/kueue of this release reads)."""
     key, value = namespace_label
     return {
@@ -137,7 +143,7 @@ def build_configuration(*, cert_dir: Path, webhook_port: int, health_port: int, 
         "metrics": {"bindAddress": f"127.0.0.1:{metrics_port}"},
         # One manager: no lease to wait for at start.
         "leaderElection": {"leaderElect": False},
-        "integrations": {"frameworks": ["batch/job", "pod"]},
+        "integrations": {"frameworks": list(frameworks)},
         # The visibility API is an aggregated API server of its own (bound to every interface on a fixed
         # port, registered by an APIService): nothing here asks it.
         "featureGates": {"VisibilityOnDemand": False},
@@ -263,8 +269,10 @@ class Kueue:
 
 
 @contextlib.contextmanager
-def running_kueue(cluster: local_cluster.Cluster, *, namespace_label: tuple[str, str]) -> Iterator[Kueue]:
-    """Kueue's manager against `cluster`, managing namespaces labelled `namespace_label`, for a fixture.
+def running_kueue(cluster: local_cluster.Cluster, *, namespace_label: tuple[str, str],
+                  frameworks: Sequence[str] = FRAMEWORKS) -> Iterator[Kueue]:
+    """Kueue's manager against `cluster`, managing namespaces labelled `namespace_label` with the
+    integrations `frameworks` (their CRDs installed first: Kueue reads them at start), for a fixture.
 
     Yields once Kueue's webhooks answer the API server. Afterwards (also when the start fails):
     Kueue's webhook configurations go first, so no API call in the cluster waits on a manager
@@ -276,7 +284,7 @@ def running_kueue(cluster: local_cluster.Cluster, *, namespace_label: tuple[str,
     api_client = kubernetes.config.new_client_from_config(config_file=str(cluster.kubeconfig))
     try:
         try:
-            kueue = _start(cluster, api_client, namespace_label)
+            kueue = _start(cluster, api_client, namespace_label, frameworks)
         except (KueueError, local_cluster.ClusterError, gotools.ToolError) as e:
             pytest.fail(f"Kueue did not start: {e}", pytrace=False)
         yield kueue
@@ -285,7 +293,7 @@ def running_kueue(cluster: local_cluster.Cluster, *, namespace_label: tuple[str,
 
 
 def _start(cluster: local_cluster.Cluster, api_client: kubernetes.client.ApiClient,
-           namespace_label: tuple[str, str]) -> Kueue:
+           namespace_label: tuple[str, str], frameworks: Sequence[str]) -> Kueue:
     objects = kubernetes.client.CustomObjectsApi(api_client)
     core = kubernetes.client.CoreV1Api(api_client)
     log = lambda line: print(line, flush=True)  # noqa: E731 (pytest shows it with -s)
@@ -310,7 +318,7 @@ def _start(cluster: local_cluster.Cluster, api_client: kubernetes.client.ApiClie
     config = work / "config.yaml"
     config.write_text(yaml.safe_dump(build_configuration(
         cert_dir=cert_dir, webhook_port=ports["webhook"], health_port=ports["health"],
-        metrics_port=ports["metrics"], namespace_label=namespace_label)))
+        metrics_port=ports["metrics"], namespace_label=namespace_label, frameworks=frameworks)))
     cluster.start(PROCESS, [str(binary), f"--config={config}", f"--kubeconfig={cluster.kubeconfig}"])
     health = f"http://127.0.0.1:{ports['health']}/readyz"
     # The kubelet's part: the Secret Kueue writes, as files in its certificate directory.

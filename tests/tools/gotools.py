@@ -1,13 +1,14 @@
 """The Go tools the tests run, built from their Go modules at pinned releases and cached outside the
 repository, as tests/e2e/local_cluster.py does for the control plane: helm and promtool for the
-chart and monitoring tests (tests/tools/go.mod), and Kueue's controller manager for the end-to-end
-tests that run it beside the control plane (tests/tools/kueue/go.mod, a module of its own: Kueue
-pins its own Kubernetes libraries, which need not agree with helm's). Karpenter with its KWOK provider
+chart and monitoring tests (tests/tools/go.mod), and the controller managers the end-to-end tests run
+beside the control plane: Kueue (tests/tools/kueue/go.mod), JobSet (tests/tools/jobset/go.mod) and
+LeaderWorkerSet (tests/tools/lws/go.mod), each a module of its own: each pins its own Kubernetes
+libraries, which need not agree with helm's. Karpenter with its KWOK provider
 (tests/tools/karpenter/go.mod, for tests/e2e/karpenter.py) likewise, built with the newer Go its
 release asks for (KARPENTER_TOOLCHAIN).
 
 `tests/tools/build-tools` builds them all (once; later calls find them in the cache and return at
-once). The tests call `path_of(...)`, `kueue_path()` and `karpenter_path()`, which build what is
+once). The tests call `path_of(...)`, `controller_path(...)` and `karpenter_path()`, which build what is
 missing, so a fresh machine needs nothing but Go; without Go they fail with a message that says so.
 """
 
@@ -17,6 +18,7 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -34,14 +36,6 @@ TOOLS = {
 # Measured on 2 shared cores with an empty Go build cache: 35 s of module downloads, then 6 min 49 s
 # of compiling (promtool, which pulls in most of Prometheus, is the bulk of it).
 FIRST_BUILD = "about 7.5 minutes"
-
-KUEUE_DIR = MODULE_DIR / "kueue"
-KUEUE_MODULE = "sigs.k8s.io/kueue"
-# Measured with the modules already downloaded, on 2 cores that a build of the Kubernetes components
-# shared: 10 min 13 s (7 min 9 s user, 1 min 28 s system). With Go's build cache warm it only links,
-# in under a minute.
-KUEUE_FIRST_BUILD = "about 10 minutes"
-
 
 class ToolError(Exception):
     """A tool that could not be built, with what to do about it."""
@@ -81,52 +75,109 @@ def path_of(name: str) -> Path:
     return build(_to_stderr) / name
 
 
-# --- Kueue ----------------------------------------------------------------------
+# --- controllers beside the control plane: Kueue, JobSet, LeaderWorkerSet ----------------
 
-def kueue_version() -> str:
-    return pinned_version(KUEUE_DIR / "go.mod", KUEUE_MODULE)
+@dataclass(frozen=True)
+class Controller:
+    """A controller manager built from a module of its own under tests/tools (each pins its own
+    Kubernetes libraries), with the version its release Makefile stamps into `version_package`."""
+
+    name: str  # its cache directory's prefix and its directory under tests/tools
+    module: str  # the published module, whose pin names the version
+    package: str  # the main package
+    binary: str  # what `go build -o DIR/` names it: the package's last element
+    version_package: str  # where GitVersion, GitCommit (and BuildDate) are
+    first_build: str  # measured, said while building
+
+    @property
+    def dir(self) -> Path:
+        return MODULE_DIR / self.name
 
 
-def kueue_bin_dir() -> Path:
-    return cache_dir() / f"kueue-{kueue_version()}-{files_digest(KUEUE_DIR, ('go.mod', 'go.sum'))}" / "bin"
+KUEUE = Controller(
+    name="kueue", module="sigs.k8s.io/kueue", package="sigs.k8s.io/kueue/cmd/kueue", binary="kueue",
+    version_package="sigs.k8s.io/kueue/pkg/version",
+    # Measured with the modules already downloaded, on 2 cores that a build of the Kubernetes components
+    # shared: 10 min 13 s (7 min 9 s user, 1 min 28 s system). With Go's build cache warm it only links,
+    # in under a minute.
+    first_build="about 10 minutes on 2 cores")
+# Kueue v0.19.2 is built against JobSet v0.12.0 and LeaderWorkerSet v0.9.0 (tests/tools/kueue/go.mod):
+# the releases whose APIs its integrations read.
+JOBSET = Controller(
+    name="jobset", module="sigs.k8s.io/jobset", package="sigs.k8s.io/jobset", binary="jobset",
+    version_package="sigs.k8s.io/jobset/pkg/version",
+    # Measured at nice 19 on 2 cores under a load average of 15 to 19 (the shared first build, other tests):
+    # 1074 s for about 800 packages. With Go's build cache warm it only links.
+    first_build="about 18 minutes on a busy machine")
+LWS = Controller(
+    name="lws", module="sigs.k8s.io/lws", package="sigs.k8s.io/lws/cmd", binary="cmd",
+    version_package="sigs.k8s.io/lws/pkg/version",
+    # Measured right after JobSet, whose libraries it mostly shares, in the same conditions: 801 s.
+    first_build="about 13 minutes on a busy machine")
+CONTROLLERS = (KUEUE, JOBSET, LWS)
 
 
-def build_kueue(log: Callable[[str], None] = print) -> Path:
-    """Build Kueue's manager into the cache unless it is there; return the directory."""
+def controller_version(controller: Controller) -> str:
+    return pinned_version(controller.dir / "go.mod", controller.module)
+
+
+def controller_bin_dir(controller: Controller) -> Path:
+    digest = files_digest(controller.dir, ("go.mod", "go.sum"))
+    return cache_dir() / f"{controller.name}-{controller_version(controller)}-{digest}" / "bin"
+
+
+def build_controller(controller: Controller, log: Callable[[str], None] = print) -> Path:
+    """Build a controller's manager into the cache unless it is there; return the directory."""
     try:
-        out = kueue_bin_dir()
+        out = controller_bin_dir(controller)
         if (out / ".complete").exists():
             return out
-        go = go_toolchain("Kueue's controller manager is built from tests/tools/kueue/go.mod")
-        version = kueue_version()
-        log(f"building Kueue {version} into {out} (the first build took {KUEUE_FIRST_BUILD} on 2 cores)")
-        # The version, as Kueue's Makefile stamps it (the manager logs it at start); commit and build
+        go = go_toolchain(f"{controller.module}'s manager is built from tests/tools/{controller.name}/go.mod")
+        version = controller_version(controller)
+        log(f"building {controller.module} {version} into {out} (the first build took {controller.first_build})")
+        # The version, as the release Makefile stamps it (the manager logs it at start); commit and build
         # date empty rather than pkg/version's placeholders, which would read as real ones.
-        ldflags = (f"-s -w -X {KUEUE_MODULE}/pkg/version.GitVersion={version} "
-                   f"-X {KUEUE_MODULE}/pkg/version.GitCommit= -X {KUEUE_MODULE}/pkg/version.BuildDate=")
-        return go_build(go, KUEUE_DIR, [f"{KUEUE_MODULE}/cmd/kueue"], out, ldflags=ldflags, expect=["kueue"],
+        stamp = controller.version_package
+        ldflags = f"-s -w -X {stamp}.GitVersion={version} -X {stamp}.GitCommit= -X {stamp}.BuildDate="
+        return go_build(go, controller.dir, [controller.package], out, ldflags=ldflags, expect=[controller.binary],
                         stamp=version, log=log)
     except ClusterError as e:
         raise ToolError(str(e)) from None
 
 
+def controller_path(controller: Controller) -> Path:
+    return build_controller(controller, _to_stderr) / controller.binary
+
+
+def controller_source(controller: Controller) -> Path:
+    """The controller's module at the pinned version, in the Go module cache (downloaded if missing): its
+    CRDs and webhook manifests are read from there, so they are the ones of the binary's release."""
+    try:
+        go = go_toolchain(f"{controller.module}'s CRDs and manifests are read from its module "
+                          f"(tests/tools/{controller.name}/go.mod)")
+    except ClusterError as e:
+        raise ToolError(str(e)) from None
+    found = subprocess.run([go, "mod", "download", "-json", controller.module], cwd=controller.dir, env=go_env(),
+                           capture_output=True, text=True, timeout=600)
+    if found.returncode != 0:
+        raise ToolError(f"go mod download {controller.module} in {controller.dir} failed: {found.stderr.strip()}")
+    return Path(json.loads(found.stdout)["Dir"])
+
+
+def kueue_version() -> str:
+    return controller_version(KUEUE)
+
+
+def build_kueue(log: Callable[[str], None] = print) -> Path:
+    return build_controller(KUEUE, log)
+
+
 def kueue_path() -> Path:
-    return build_kueue(_to_stderr) / "kueue"
+    return controller_path(KUEUE)
 
 
 def kueue_source() -> Path:
-    """Kueue's module at the pinned version, in the Go module cache (downloaded if missing): its CRDs
-    and webhook manifests are read from there, so they are the ones of the binary's release."""
-    try:
-        go = go_toolchain("Kueue's CRDs and manifests are read from its module (tests/tools/kueue/go.mod)")
-    except ClusterError as e:
-        raise ToolError(str(e)) from None
-    env = go_env()
-    found = subprocess.run([go, "mod", "download", "-json", KUEUE_MODULE], cwd=KUEUE_DIR, env=env,
-                           capture_output=True, text=True, timeout=600)
-    if found.returncode != 0:
-        raise ToolError(f"go mod download {KUEUE_MODULE} in {KUEUE_DIR} failed: {found.stderr.strip()}")
-    return Path(json.loads(found.stdout)["Dir"])
+    return controller_source(KUEUE)
 
 
 # --- Karpenter ------------------------------------------------------------------
@@ -210,7 +261,8 @@ def _to_stderr(line: str) -> None:
 def main() -> int:
     try:
         print(build())
-        print(build_kueue())
+        for controller in CONTROLLERS:
+            print(build_controller(controller))
         print(build_karpenter())
     except ToolError as e:
         print(f"build-tools: {e}", file=sys.stderr)

@@ -39,6 +39,8 @@ MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 # Set by Kueue on the pod template of every workload it starts (pkg/constants PodSetLabel), so
 # on every Pod created from it: its quota was counted from the template, not from the Pod.
 PODSET_LABEL = "kueue.x-k8s.io/podset"
+# on the Pods of a StatefulSet or LeaderWorkerSet whose Workload Kueue counted from the parent's templates
+SUSPENDING_PARENT_ANNOTATION = "kueue.x-k8s.io/pod-suspending-parent"
 
 # the Pod annotations gpu-class reads (and the one it writes): any other gpu-class.io/ key is a slip
 POD_ANNOTATIONS = (CLASS_ANNOTATION, COUNT_ANNOTATION, CONTAINER_ANNOTATION, EXCLUDE_ANNOTATION, MIN_MEMORY_ANNOTATION,
@@ -117,6 +119,7 @@ class PodAsk:
     group_name: str  # gpu-class.io/group as written, "" when absent: a refused group is still named
     scheduler_name: str | None
     kueue_started: bool  # Kueue's podset label: kueue.py's rules apply
+    counted_at_parent: bool  # SUSPENDING_PARENT_ANNOTATION: Kueue counts the Pod's parent, not the Pod
     types_written: str | None  # gpu-class.io/types as the Pod came; gpu-class writes it
     # what the scheduler and kubelet enforce on the Pod as it came (provenance.py reads them)
     node_terms: tuple[NodeTerm, ...]  # spec.affinity.nodeAffinity's required terms, ORed; () for none
@@ -182,6 +185,7 @@ def read_pod(pod: Any, catalog: Catalog) -> PodAsk | None:
         group_name=annotations.get(GROUP_ANNOTATION, ""),
         scheduler_name=spec.get("schedulerName"),
         kueue_started=PODSET_LABEL in labels,
+        counted_at_parent=SUSPENDING_PARENT_ANNOTATION in annotations,
         types_written=annotations.get(TYPES_ANNOTATION),
         node_terms=node_terms,
         tolerations=tolerations,

@@ -26,13 +26,15 @@ QUEUE_LABEL = "kueue.x-k8s.io/queue-name"  # on a workload (a Job) or a plain Po
 
 
 def uncounted_gpus(ask: PodAsk, resource: str, gpus: Gpus) -> str | None:
-    """The message refusing a Pod Kueue started when only gpu-class would give it its GPUs, or None."""
-    if not (ask.kueue_started and gpus.set_limit):
+    """The message refusing a Pod Kueue started, or one whose parent's templates Kueue counted (a
+    StatefulSet's or LeaderWorkerSet's, gated until Kueue admits them), when only gpu-class would give it
+    its GPUs, or None."""
+    if not ((ask.kueue_started or ask.counted_at_parent) and gpus.set_limit):
         return None
     return (
         f"gpu-class: Kueue started this Pod's workload and counted its quota from the pod template, which asks for "
-        f"no {resource}; gpu-class would add {gpus.count} here, GPUs the quota never counted. Queue it as a batch/v1 "
-        f"Job (gpu-class decides those at the Job, where Kueue counts them) or write the limit ({resource}: "
+        f"no {resource}; gpu-class would add {gpus.count} here, GPUs the quota never counted. Queue it as a kind "
+        f"gpu-class decides at the workload, where Kueue counts it (docs/users/kueue.md), or write the limit ({resource}: "
         f"{gpus.count}) in the workload's pod template"
     )
 

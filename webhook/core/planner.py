@@ -110,8 +110,10 @@ def plan(
     *,
     namespace: str = "",
     policy: NamespacePolicy = None,
+    queued: bool = False,
 ) -> Decision:
-    """The whole admission decision for a Pod being created in `namespace`: its ask, read once, decided."""
+    """The whole admission decision for a Pod being created in `namespace`: its ask, read once, decided.
+    `queued`: the pod template of a workload Kueue queues (workload.py), decided for as long as it waits."""
     catalog = placing_catalog(catalog, snapshot)
     try:
         ask = read_pod(pod, catalog)
@@ -119,7 +121,7 @@ def plan(
         return _malformed(str(exc))
     if ask is None:
         return Decision("out-of-scope", "mirror Pod")
-    return decide(ask, snapshot, catalog, namespace=namespace, policy=policy)
+    return decide(ask, snapshot, catalog, namespace=namespace, policy=policy, queued=queued)
 
 
 def _malformed(message: str) -> Decision:
@@ -127,10 +129,15 @@ def _malformed(message: str) -> Decision:
 
 
 def decide(ask: PodAsk, snapshot: Snapshot, catalog: Catalog, *, namespace: str = "",
-           policy: NamespacePolicy = None) -> Decision:
+           policy: NamespacePolicy = None, queued: bool = False) -> Decision:
     """The decision for what a Pod asks, in `namespace` (whose policy the caller may have read from
     the API: `policy`). The refusals come in a fixed order: the first thing wrong is the one the user
-    hears of."""
+    hears of.
+
+    `queued`: a pod template Kueue counts now and starts later, once its quota allows: it gets every
+    type of the class whose nodes could take it, those cordoned or not ready now included (they may be
+    back by then; Kueue's flavors choose among them all), and it is never admitted unplaced: Kueue would
+    count no GPUs for it and start it without them."""
     ns_info = snapshot.namespace(namespace) if policy is None else policy
     if isinstance(ns_info, NamespaceInfo) and not ns_info.inject:
         return Decision("out-of-scope", f"namespace {namespace} is not opted in")
@@ -175,9 +182,14 @@ def decide(ask: PodAsk, snapshot: Snapshot, catalog: Catalog, *, namespace: str 
             f"allowed classes: {', '.join(ns_info.allowed_classes) or '(none)'}",
             class_name=class_name,
         )
-    if provenance(ask, gpu_class, catalog) == "decided-with-workload":
+    decided = provenance(ask, gpu_class, catalog, queued=queued)
+    if decided == "decided-with-workload":
         return Decision("out-of-scope", f"decided with its workload, which Kueue started: its node affinity "
                                         f"keeps it to class {class_name}", class_name=class_name)
+    if decided == "decided-at-an-earlier-call":
+        return Decision("out-of-scope", f"decided at an earlier call: its node affinity keeps it to class {class_name} "
+                                        "and it asks for its GPUs; deciding again could only narrow it",
+                        class_name=class_name)
 
     if isinstance(ask.claims, Malformed):
         return _malformed(ask.claims.message)
@@ -227,7 +239,8 @@ def decide(ask: PodAsk, snapshot: Snapshot, catalog: Catalog, *, namespace: str 
     # with no resource fixed the Pod asks for none of the class's, so every one needs the same
     gpus_needed = ask.gpus_needed(resource, container, gpus.count)
     fit_class = functools.partial(class_fit, gpu_class, gpus_needed, excluded, snapshot, catalog,
-                                  min_memory_mib=min_memory, need=ask.need, tolerations=ask.tolerations)
+                                  min_memory_mib=min_memory, need=ask.need, tolerations=ask.tolerations,
+                                  queued=queued)
     group: GroupPlan | None = None
     if group_ask is None:
         fit = fit_class(resource=fixed)
@@ -237,11 +250,12 @@ def decide(ask: PodAsk, snapshot: Snapshot, catalog: Catalog, *, namespace: str 
     ignored = _ignored_input(ask.unknown_annotations, gpu_class, excluded)
     if fit.unsatisfiable is not None:
         # a group that can never fit is the Pod's mistake, not the cluster's state: refused either way
-        if catalog.on_unsatisfiable == "admit" and (group is None or group.outcome != "refused"):
+        if catalog.on_unsatisfiable == "admit" and not queued and (group is None or group.outcome != "refused"):
             return _from_fit("admitted-unsatisfiable", class_name, fit, fit.unsatisfiable,
                              warnings=fit.warnings + (_short(fit.unsatisfiable),) + ignored,
                              group=_ended(group, "unplaced"))
-        return _from_fit("refused", class_name, fit, fit.unsatisfiable, group=_ended(group, "refused"))
+        refusal = fit.unsatisfiable + (_QUEUED_UNSATISFIABLE if queued and catalog.on_unsatisfiable == "admit" else "")
+        return _from_fit("refused", class_name, fit, refusal, group=_ended(group, "refused"))
     assert fit.resource is not None  # a satisfiable fit has chosen one
     placement = Placement(
         container_index=container.index,
@@ -266,6 +280,11 @@ def decide(ask: PodAsk, snapshot: Snapshot, catalog: Catalog, *, namespace: str 
     if ask.types_written is not None and split_types(ask.types_written) != fit.types:
         ignored += (_short(f"gpu-class: {TYPES_ANNOTATION} is written by gpu-class: the Pod's value was replaced"),)
     return _from_fit("patched", class_name, fit, placement=placement, group=group, warnings=fit.warnings + ignored)
+
+
+_QUEUED_UNSATISFIABLE = (
+    ". A workload Kueue queues is refused rather than admitted unplaced: Kueue would count no GPUs for it and "
+    "start it without them")
 
 
 def _group_fit(
@@ -381,7 +400,7 @@ def _fits(shape_allocatable: int, shape_memory: float | None, gpus_needed: int, 
 
 def _verdict(
     type_name: str, groups: Sequence[ProductGroup], gpus_needed: int, excluded: frozenset[str], catalog: Catalog,
-    min_memory_mib: float | None, pools: Sequence[Pool] = (),
+    min_memory_mib: float | None, pools: Sequence[Pool] = (), queued: bool = False,
 ) -> TypeVerdict:
     gpu_type = catalog.types[type_name]
     max_alloc = max((g.max_allocatable for g in groups), default=0)
@@ -414,6 +433,8 @@ def _verdict(
         nodes = sum(g.nodes for g in groups)
         not_ready = sum(g.not_ready for g in groups)
         cordoned = sum(g.cordoned for g in groups)
+        if cordoned + not_ready == nodes and queued:
+            return verdict(True, f"all {nodes} nodes cordoned or not ready now; a queued workload waits for them", 0, 0)
         if not_ready == nodes:
             return verdict(False, f"all {nodes} nodes not ready", 0, 0)
         if cordoned + not_ready == nodes:
@@ -502,19 +523,20 @@ MEMO_MAX_ENTRIES = 1024
 def class_fit(
     gpu_class: GpuClass, gpus_needed: int, excluded: frozenset[str], snapshot: Snapshot, catalog: Catalog,
     *, min_memory_mib: float | None = None, resource: str | None = None, scope: GroupScope | None = None,
-    need: Need | None = None, tolerations: Tolerations = (),
+    need: Need | None = None, tolerations: Tolerations = (), queued: bool = False,
 ) -> ClassFit:
     """Memoised per snapshot: Pods of one Deployment ask the same question, and the answer only
     changes when the inventory does (which publishes a new snapshot with an empty memo).
     `resource`: the one the Pod already asks for; None lets the class's strategy choose.
     `scope`: for a Pod of a group, the nodes the group may use.
     `need`: what the Pod's code needs of a GPU (gpu-class.io/requires, min-compute-capability).
-    `tolerations`: the Pod's own, which alone open nodes and pools reserved by taints other than the GPU's."""
-    key = (gpu_class.name, gpus_needed, excluded, min_memory_mib, resource, scope, need or None, tolerations)
+    `tolerations`: the Pod's own, which alone open nodes and pools reserved by taints other than the GPU's.
+    `queued`: see decide."""
+    key = (gpu_class.name, gpus_needed, excluded, min_memory_mib, resource, scope, need or None, tolerations, queued)
     fit: ClassFit | None = snapshot.memo.get(key)
     if fit is None:
         fit = _class_fit(gpu_class, gpus_needed, excluded, snapshot, catalog, min_memory_mib, resource, scope,
-                         need or None, tolerations)
+                         need or None, tolerations, queued)
         if len(snapshot.memo) >= MEMO_MAX_ENTRIES:
             snapshot.memo.clear()
         snapshot.memo[key] = fit
@@ -579,11 +601,11 @@ def _groups_in(snapshot: Snapshot, type_name: str, scope: GroupScope | None,
 
 def _scoped_verdict(
     type_name: str, snapshot: Snapshot, gpus_needed: int, excluded: frozenset[str], catalog: Catalog,
-    min_memory_mib: float | None, scope: GroupScope | None, tolerations: Tolerations,
+    min_memory_mib: float | None, scope: GroupScope | None, tolerations: Tolerations, queued: bool = False,
 ) -> TypeVerdict:
     scoped = _groups_in(snapshot, type_name, scope, tolerations)
     pools = _pools_in(snapshot, type_name, scope, tolerations)
-    v = _verdict(type_name, scoped, gpus_needed, excluded, catalog, min_memory_mib, pools)
+    v = _verdict(type_name, scoped, gpus_needed, excluded, catalog, min_memory_mib, pools, queued)
     if not v.valid and not scoped and not pools and type_name not in excluded:
         kept = sorted({t for g in snapshot.groups(type_name) for t in g.reserved}
                       | {t for p in snapshot.pools(type_name) for t in p.reserved})
@@ -600,11 +622,11 @@ def _scoped_verdict(
 def _class_fit(
     gpu_class: GpuClass, gpus_needed: int, excluded: frozenset[str], snapshot: Snapshot, catalog: Catalog,
     min_memory_mib: float | None, fixed: str | None, scope: GroupScope | None = None, need: Need | None = None,
-    tolerations: Tolerations = (),
+    tolerations: Tolerations = (), queued: bool = False,
 ) -> ClassFit:
     unmet = _unmet(gpu_class, catalog, need)
     verdicts = tuple(
-        _scoped_verdict(t, snapshot, gpus_needed, excluded, catalog, min_memory_mib, scope, tolerations)
+        _scoped_verdict(t, snapshot, gpus_needed, excluded, catalog, min_memory_mib, scope, tolerations, queued)
         if t not in unmet else
         dataclasses.replace(_verdict(t, snapshot.groups(t), gpus_needed, excluded, catalog, min_memory_mib),
                             valid=False, reason=f"does not meet the Pod's need: {unmet[t]}")
@@ -640,6 +662,9 @@ def _class_fit(
                 per_key.setdefault(g.label_key, set()).add(g.product)
                 for node_taints in fitting:
                     taints.update(node_taints)
+            elif queued and not g.usable:  # nodes cordoned or not ready now: their taints are unknown, any GPU taint
+                per_key.setdefault(g.label_key, set()).add(g.product)
+                taints.update(Taint(k, "", "") for k in catalog.gpu_taint_keys)
         # node pools that can grow: the values and taints their nodes will have, exactly
         growing = [p for p in _pools_in(snapshot, type_name, scope, tolerations) if p.holds(gpus_needed)]
         for p in growing:

@@ -17,23 +17,33 @@ from __future__ import annotations
 
 from typing import Literal
 
-from .ask import NodeTerm, PodAsk
+from .ask import Malformed, NodeTerm, PodAsk
 from .catalog import Catalog, GpuClass
 
-Provenance = Literal["decide", "decided-with-workload"]
+Provenance = Literal["decide", "decided-with-workload", "decided-at-an-earlier-call"]
 
 
-def provenance(ask: PodAsk, gpu_class: GpuClass, catalog: Catalog) -> Provenance:
-    """`decided-with-workload` for a Pod Kueue started whose required node affinity keeps it within
-    `gpu_class` (already checked to be allowed in its namespace); `decide` for every other Pod.
+def provenance(ask: PodAsk, gpu_class: GpuClass, catalog: Catalog, *, queued: bool = False) -> Provenance:
+    """`decided-with-workload` for a Pod Kueue started, or gates for the parent whose templates it counted
+    (a StatefulSet's, a LeaderWorkerSet's: Kueue's label comes only when it ungates them), whose required
+    node affinity keeps it within `gpu_class` (already checked to be allowed in its namespace);
+    `decided-at-an-earlier-call` for a queued workload's pod template (`queued`, workload.py) that asks
+    for its GPUs, carries gpu-class's types and whose affinity keeps it within the class: the API server
+    calls gpu-class again after Kueue's webhook changed the workload, and a second decision on a changed
+    cluster could only narrow the first, under the quota Kueue counts; `decide` for everything else.
 
     Kueue's label only says which rule to apply, never that the rule may be skipped: a Pod Kueue
     started was counted from its workload's template, so deciding it again could write a narrower
     affinity that disagrees with the flavor Kueue chose while its quota is held. The nodeSelector is
     not read: Kueue writes its flavor there, gpu-class writes the affinity, so a Pod with only a
     flavor was never decided by gpu-class (its workload came while no replica answered, say)."""
-    if ask.kueue_started and keeps_within(ask.node_terms, gpu_class, catalog):
+    if not keeps_within(ask.node_terms, gpu_class, catalog):
+        return "decide"
+    if ask.kueue_started or ask.counted_at_parent:
         return "decided-with-workload"
+    asks_gpus = not isinstance(ask.requested, Malformed) and bool(ask.requested)
+    if queued and asks_gpus and ask.types_written is not None:
+        return "decided-at-an-earlier-call"
     return "decide"
 
 

@@ -17,7 +17,7 @@ from .catalog import Catalog
 from .inventory import Snapshot
 from .patch import PatchOp, build_patch, build_unplaced_patch
 from .planner import Decision, NamespacePolicy, plan
-from .workload import is_job_create, plan_job
+from .workload import plan_workload, workload_kind
 
 # the standard encoder every answer is written as; json.dumps with options builds a new one per call
 COMPACT = json.JSONEncoder(separators=(",", ":"))
@@ -190,10 +190,11 @@ class Review:
 
 
 def review_request(request: Request, snapshot: Snapshot, catalog: Catalog, policy: NamespacePolicy = None) -> Review:
-    """A Pod, or a Job Kueue queues (decided at the Job: workload.py). `policy`: the namespace as the
-    caller read it from the API when the snapshot does not hold it yet (planner.decide)."""
-    if is_job_create(request.kind, request.group, request.operation, request.sub_resource):
-        return Review(*plan_job(request.object, snapshot, catalog, _namespace(request), policy))
+    """A Pod, or a workload Kueue queues (decided at the workload: workload.py). `policy`: the namespace
+    as the caller read it from the API when the snapshot does not hold it yet (planner.decide)."""
+    kind = workload_kind(request.kind, request.group, request.operation, request.sub_resource)
+    if kind is not None:
+        return Review(*plan_workload(request.object, kind, snapshot, catalog, _namespace(request), policy))
     return review_pod(request, snapshot, catalog, policy)
 
 
@@ -208,7 +209,7 @@ def _namespace(request: Request) -> str:
 
 def review_pod(request: Request, snapshot: Snapshot, catalog: Catalog, policy: NamespacePolicy = None) -> Review:
     if not is_pod_create(request):
-        return Review(Decision("out-of-scope", "not a Pod or Job CREATE"), [])
+        return Review(Decision("out-of-scope", "not a Pod or workload CREATE"), [])
     namespace = _namespace(request)
     decision = plan(request.object, snapshot, catalog, namespace=namespace, policy=policy)
     if decision.outcome == "admitted-unsatisfiable":
