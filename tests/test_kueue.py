@@ -423,6 +423,32 @@ def test_without_tenants_the_class_queues_share_the_quota_once() -> None:
             for f in g["flavors"] for r in f["resources"]} == {0}
 
 
+@pytest.mark.parametrize("tenants", [(), TENANTS], ids=["no-tenants", "three-tenants"])
+def test_a_catalog_of_more_flavors_than_a_cohort_takes_keeps_every_flavor_s_quota_once(
+        tenants: tuple[Tenant, ...]) -> None:
+    catalog = load_default_catalog()
+    supply = supply_from_catalog(catalog, 6)
+    objects, notes = kueue_objects(catalog, supply, tenants)
+    assert not [n for n in notes if "cohort" in n]
+    cohorts = of_kind(objects, "Cohort")
+    owners = [f"gpu-class-{t.name}" for t in tenants] or ["gpu-class"]
+    flavors = of_kind(objects, "ResourceFlavor")
+    assert len(flavors) > KUEUE_MAX_FLAVORS
+    held: dict[tuple[str, str], int] = {}
+    for name, cohort in cohorts.items():
+        # the root, an owner, or a piece of an owner's quota right under it, where its queues borrow it
+        owner, _, piece = name.partition(".")
+        assert name == "gpu-class" or owner in owners and (not piece or cohort["spec"]["parentName"] == owner)
+        for group in cohort["spec"].get("resourceGroups", []):
+            assert len(group["flavors"]) <= KUEUE_MAX_FLAVORS
+        for key, quota in cohort_quota(cohort).items():
+            held[key] = held.get(key, 0) + quota
+    assert len(cohorts) > len(owners) + bool(tenants), "no piece: the catalog fits one cohort"
+    label = {n: Flavor(*next(iter(f["spec"]["nodeLabels"].items()))) for n, f in flavors.items()}
+    assert held == {(n, r): supply.devices.get((label[n], r), 0) for n, r in held}
+    assert {n for (n, _), quota in held.items() if quota} == set(flavors)
+
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 

@@ -125,13 +125,16 @@ def class_order(gpu_class: GpuClass) -> tuple[str, ...]:
 
 def supply_from_catalog(catalog: Catalog, devices: int, label_key: str | None = None) -> Supply:
     """Without a cluster to read: a flavor per exact product of each type, under `label_key` (the key
-    the cluster's nodes carry; default the catalog's first product label) or the keys of a type's own
-    `match`, `devices` of each. A glob names no one label value: it gets no flavor, and a note."""
+    the cluster's nodes carry; default the catalog's first product label), or under the keys of a
+    type's own `match` that are `label_key` or no product label, `devices` of each. A glob names no one label value: it gets no flavor, and a note."""
     key = label_key or catalog.product_labels[0]
     flavors: dict[str, tuple[Flavor, ...]] = {}
     notes = []
     for name, gpu_type in catalog.types.items():
-        values = ((key, gpu_type.exact_products),) if gpu_type.products else gpu_type.exact_values(catalog.product_labels)
+        # a `match` may name the product under every product label: the nodes carry only `key`
+        values = ((key, gpu_type.exact_products),) if gpu_type.products else tuple(
+            (k, vs) for k, vs in gpu_type.exact_values(catalog.product_labels)
+            if k == key or k not in catalog.product_labels)
         flavors[name] = tuple(Flavor(k, v) for k, vs in values for v in vs)
         globs = [p for p in gpu_type.products if p not in gpu_type.exact_products]
         if globs:
@@ -213,7 +216,7 @@ def kueue_objects(catalog: Catalog, supply: Supply, tenants: Sequence[Tenant] = 
         else:
             notes.append(f"class {gpu_class.name}: no type has a flavor; no ClusterQueue")
     by_name = {names[f]: f for f in flavors}
-    cohort_groups = _capped(_resource_groups(resources_of), "the cohorts", notes)
+    cohort_groups = _resource_groups(resources_of)
 
     parts = max(len(tenants), 1)
     # the remainders go round the tenants, flavor after flavor, so no tenant gets all of them
@@ -227,10 +230,15 @@ def kueue_objects(catalog: Catalog, supply: Supply, tenants: Sequence[Tenant] = 
                 shares[(n, r)] = [share(total, parts, (i - start) % parts) for i in range(parts)]
                 turn[r] = (start + total % parts) % parts
 
-    def quota(tenant_index: int) -> list[dict[str, Any]]:
+    # A Cohort takes 64 flavors per resource group: the quota of more goes to cohorts under the
+    # owner (`<owner>.2`, ...), which lend it up to it; its queues borrow it at the same distance.
+    pieces = max((len(group) + KUEUE_MAX_FLAVORS - 1) // KUEUE_MAX_FLAVORS for _, group in cohort_groups)
+
+    def quota(tenant_index: int, piece: int) -> list[dict[str, Any]]:
         return [{"coveredResources": resources, "flavors": [
             {"name": n, "resources": [{"name": r, "nominalQuota": shares[(n, r)][tenant_index]} for r in resources]}
-            for n in group]} for resources, group in cohort_groups]
+            for n in group[piece * KUEUE_MAX_FLAVORS:(piece + 1) * KUEUE_MAX_FLAVORS]]}
+            for resources, group in cohort_groups if len(group) > piece * KUEUE_MAX_FLAVORS]
 
     objects: list[dict[str, Any]] = [*flavors.values()]
     owners: list[tuple[Tenant | None, str]] = [(None, root)] if not tenants else [
@@ -238,7 +246,8 @@ def kueue_objects(catalog: Catalog, supply: Supply, tenants: Sequence[Tenant] = 
     if tenants:
         objects.append(_cohort(root, None, []))
     for index, (tenant, cohort) in enumerate(owners):
-        objects.append(_cohort(cohort, root if tenant else None, quota(index)))
+        objects.append(_cohort(cohort, root if tenant else None, quota(index, 0)))
+        objects += [_cohort(f"{cohort}.{piece + 1}", cohort, quota(index, piece)) for piece in range(1, pieces)]
         for class_name, groups in class_groups.items():
             objects.append(_cluster_queue(queue_name(class_name, tenant, root), cohort, tenant, groups))
     for tenant in tenants:
