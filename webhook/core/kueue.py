@@ -158,7 +158,8 @@ def supply_from_snapshot(catalog: Catalog, snapshot: Snapshot) -> Supply:
             flavor = Flavor(offer.label_key, offer.value)
             flavors[offer.type_name][flavor] = None
             amounts[(flavor, offer.resource)] = amounts.get((flavor, offer.resource), 0) + offer.allocatable
-    notes = tuple(f"{name}: no node in the cluster carries it" for name, fs in flavors.items() if not fs)
+    absent = [name for name, fs in flavors.items() if not fs]
+    notes = (f"no node in the cluster is {', '.join(absent)}",) if absent else ()
     return Supply({name: tuple(sorted(fs, key=lambda f: (f.key, f.value))) for name, fs in flavors.items()},
                   amounts, notes)
 
@@ -218,17 +219,8 @@ def kueue_objects(catalog: Catalog, supply: Supply, tenants: Sequence[Tenant] = 
     by_name = {names[f]: f for f in flavors}
     cohort_groups = _resource_groups(resources_of)
 
-    parts = max(len(tenants), 1)
-    # the remainders go round the tenants, flavor after flavor, so no tenant gets all of them
-    shares: dict[tuple[str, str], list[int]] = {}
-    turn: dict[str, int] = {}  # per resource, whose turn it is for the next remainder
-    for resources, group in cohort_groups:
-        for n in group:
-            for r in resources:
-                total = supply.devices.get((by_name[n], r), 0)
-                start = turn.get(r, 0)
-                shares[(n, r)] = [share(total, parts, (i - start) % parts) for i in range(parts)]
-                turn[r] = (start + total % parts) % parts
+    shares = _shares(cohort_groups, {(n, r): supply.devices.get((by_name[n], r), 0) for n in by_name
+                                     for r in resources_of[n]}, max(len(tenants), 1))
 
     # A Cohort takes 64 flavors per resource group: the quota of more goes to cohorts under the
     # owner (`<owner>.2`, ...), which lend it up to it; its queues borrow it at the same distance.
@@ -256,6 +248,22 @@ def kueue_objects(catalog: Catalog, supply: Supply, tenants: Sequence[Tenant] = 
                      "spec": {"clusterQueue": queue_name(class_name, tenant, root)}}
                     for namespace in tenant.namespaces for class_name in class_groups]
     return objects, notes
+
+
+def _shares(groups: list[tuple[list[str], list[str]]], devices: Mapping[tuple[str, str], int],
+            parts: int) -> dict[tuple[str, str], list[int]]:
+    """(flavor name, resource) -> each part's devices. The remainders go round the parts, flavor after
+    flavor, so that no part gets all of them."""
+    shares = {}
+    turn: dict[str, int] = {}  # per resource, whose turn it is for the next remainder
+    for resources, names in groups:
+        for n in names:
+            for r in resources:
+                total = devices.get((n, r), 0)
+                start = turn.get(r, 0)
+                shares[(n, r)] = [share(total, parts, (i - start) % parts) for i in range(parts)]
+                turn[r] = (start + total % parts) % parts
+    return shares
 
 
 def _cohort(name: str, parent: str | None, groups: list[dict[str, Any]]) -> dict[str, Any]:
