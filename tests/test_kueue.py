@@ -357,6 +357,14 @@ def test_lookalike_products_in_a_cluster_labelled_by_gpu_type_get_a_flavor_each_
         "A100-SXM4-40GB"]
 
 
+def test_a_cluster_without_gpu_nodes_gets_cohorts_and_no_queue_saying_why() -> None:
+    snapshot = build_snapshot(CATALOG, [make_node("cpu-0")])
+    objects, notes = kueue_objects(CATALOG, supply_from_snapshot(CATALOG, snapshot), TENANTS)
+    assert {o["kind"] for o in objects} == {"Cohort"}
+    assert notes[0] == f"no node in the cluster is {', '.join(CATALOG.types)}"
+    assert "class high: no type has a flavor; no ClusterQueue" in notes
+
+
 def test_a_catalog_alone_names_the_label_key_its_nodes_carry() -> None:
     objects, _ = kueue_objects(LOOKALIKE_CATALOG, supply_from_catalog(LOOKALIKE_CATALOG, 4, "gpu-type"))
     flavors = of_kind(objects, "ResourceFlavor")

@@ -224,7 +224,7 @@ def kueue_objects(catalog: Catalog, supply: Supply, tenants: Sequence[Tenant] = 
 
     # A Cohort takes 64 flavors per resource group: the quota of more goes to cohorts under the
     # owner (`<owner>.2`, ...), which lend it up to it; its queues borrow it at the same distance.
-    pieces = max((len(group) + KUEUE_MAX_FLAVORS - 1) // KUEUE_MAX_FLAVORS for _, group in cohort_groups)
+    pieces = max(((len(group) + KUEUE_MAX_FLAVORS - 1) // KUEUE_MAX_FLAVORS for _, group in cohort_groups), default=1)
 
     def quota(tenant_index: int, piece: int) -> list[dict[str, Any]]:
         return [{"coveredResources": resources, "flavors": [
