@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -18,9 +19,10 @@ import yaml
 
 import test_deploy as deploy
 from builders import CATALOG_NODES, K8S_VERSION, assert_valid_pod, make_catalog, make_namespace, make_node, make_review
-from webhook.core.catalog import load_default_catalog
+from webhook.core.catalog import load_catalog_text, load_default_catalog
 from webhook.core.inventory import build_snapshot
-from webhook.core.kueue import KUEUE_MAX_FLAVORS, PODSET_LABEL, QUEUE_LABEL, class_order, flavor_name, kueue_objects
+from webhook.core.kueue import (KUEUE_MAX_FLAVORS, PODSET_LABEL, QUEUE_LABEL, Flavor, Tenant, class_order, flavor_name,
+                                kueue_objects, share, supply_from_catalog, supply_from_snapshot)
 from webhook.core.review import Review, parse_review, review_request
 
 CATALOG = make_catalog()
@@ -202,44 +204,68 @@ def test_pods_kueue_starts_are_left_as_decided_or_refused(case: PodCase) -> None
         assert review.patch == []
 
 
-# --- the Kueue objects: flavors in the class's order -----------------------------------------------
+# --- the Kueue objects: flavors in the class's order, quota held once -------------------------------
+
+
+def of_kind(objects: list[dict[str, Any]], kind: str) -> dict[str, dict[str, Any]]:
+    return {o["metadata"]["name"]: o for o in objects if o["kind"] == kind}
 
 
 def queues_of(objects: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    return {o["metadata"]["name"]: o for o in objects if o["kind"] == "ClusterQueue"}
+    return of_kind(objects, "ClusterQueue")
 
 
 def flavor_order(queue: Mapping[str, Any]) -> list[list[str]]:
     return [[f["name"] for f in g["flavors"]] for g in queue["spec"]["resourceGroups"]]
 
 
+def labels_in_order(objects: list[dict[str, Any]], queue: str) -> list[list[tuple[str, str]]]:
+    """A queue's flavors as the node labels they select, in the queue's order."""
+    flavors = of_kind(objects, "ResourceFlavor")
+    return [[next(iter(flavors[n]["spec"]["nodeLabels"].items())) for n in names]
+            for names in flavor_order(queues_of(objects)[queue])]
+
+
+def cohort_quota(cohort: Mapping[str, Any]) -> dict[tuple[str, str], int]:
+    """(flavor, resource) -> nominalQuota of a Cohort."""
+    return {(f["name"], r["name"]): r["nominalQuota"] for g in cohort["spec"].get("resourceGroups", [])
+            for f in g["flavors"] for r in f["resources"]}
+
+
+def matching_nodes(flavor: Mapping[str, Any], nodes: list[dict[str, Any]]) -> set[str]:
+    """The nodes a flavor's nodeLabels select, as Kueue's nodeSelector would."""
+    wanted = flavor["spec"]["nodeLabels"].items()
+    return {n["metadata"]["name"] for n in nodes if all(n["metadata"]["labels"].get(k) == v for k, v in wanted)}
+
+
 # Written out by hand from TEST_CATALOG_YAML: each type's exact products, the class's types fastest
 # first (cost: slowest first).
 EXPECTED_ORDER = {
-    "gpu-class-high": [["nvidia-h200", "nvidia-h100-80gb-hbm3", "a100-sxm4-40gb", "nvidia-a100-sxm4-80gb"]],
-    "gpu-class-economy": [["tesla-t4", "tesla-t4-shared", "tesla-v100-sxm2-16gb", "nvidia-l4", "nvidia-a10"]],
-    "gpu-class-balanced": [["a100-sxm4-40gb", "nvidia-a100-sxm4-80gb", "nvidia-l4", "tesla-t4", "tesla-t4-shared"]],
-    "gpu-class-scalable": [["tesla-v100-sxm2-16gb", "tesla-t4", "tesla-t4-shared"]],
+    "gpu-class-high": ["NVIDIA-H200", "NVIDIA-H100-80GB-HBM3", "A100-SXM4-40GB", "NVIDIA-A100-SXM4-80GB"],
+    "gpu-class-economy": ["Tesla-T4", "Tesla-T4-SHARED", "Tesla-V100-SXM2-16GB", "NVIDIA-L4", "NVIDIA-A10"],
+    "gpu-class-balanced": ["A100-SXM4-40GB", "NVIDIA-A100-SXM4-80GB", "NVIDIA-L4", "Tesla-T4", "Tesla-T4-SHARED"],
+    "gpu-class-scalable": ["Tesla-V100-SXM2-16GB", "Tesla-T4", "Tesla-T4-SHARED"],
 }
 
 
 @pytest.mark.parametrize("queue", sorted(EXPECTED_ORDER))
 def test_a_class_queue_tries_its_flavors_in_the_class_order(queue: str) -> None:
-    objects, _ = kueue_objects(CATALOG, 4)
-    assert flavor_order(queues_of(objects)[queue]) == EXPECTED_ORDER[queue]
+    objects, _ = kueue_objects(CATALOG, supply_from_catalog(CATALOG, 4))
+    assert labels_in_order(objects, queue) == [[(PRODUCT, v) for v in EXPECTED_ORDER[queue]]]
 
 
 def test_a_glob_gets_no_flavor_and_says_so() -> None:
-    objects, notes = kueue_objects(CATALOG, 4)
-    assert notes == ["H100: no flavor for NVIDIA-H100-PCIe* (a glob); add one per product your nodes carry"]
+    objects, notes = kueue_objects(CATALOG, supply_from_catalog(CATALOG, 4))
+    assert notes == ["H100: no flavor for NVIDIA-H100-PCIe* (a glob); add one per product your nodes carry, "
+                     "or read them from the cluster (--nodes, --kubeconfig)"]
     assert all("pcie" not in o["metadata"]["name"] for o in objects)
 
 
 @pytest.mark.parametrize("class_name", list(load_default_catalog().classes))
 def test_the_built_in_catalog_gives_queues_kueue_accepts_in_each_class_order(class_name: str) -> None:
     catalog = load_default_catalog()
-    objects, _ = kueue_objects(catalog, 8)
-    flavors = {o["metadata"]["name"]: o for o in objects if o["kind"] == "ResourceFlavor"}
+    objects, _ = kueue_objects(catalog, supply_from_catalog(catalog, 8))
+    flavors = of_kind(objects, "ResourceFlavor")
     queue = queues_of(objects)[f"gpu-class-{class_name}"]
     groups = queue["spec"]["resourceGroups"]
     # the limits Kueue's CRD and admission put on a queue
@@ -262,33 +288,215 @@ def test_the_built_in_catalog_gives_queues_kueue_accepts_in_each_class_order(cla
         assert first_type == sorted(first_type)
         for n in names:
             ((key, value),) = flavors[n]["spec"]["nodeLabels"].items()
-            assert any(catalog.types[t].exact_values(catalog.product_labels) == ((key, (value,)),)
-                       or value in dict(catalog.types[t].exact_values(catalog.product_labels)).get(key, ())
+            assert any(value in dict(catalog.types[t].exact_values(catalog.product_labels)).get(key, ())
                        for t in rank)
 
 
-@pytest.mark.parametrize("product, name", [
-    ("NVIDIA-H100-80GB-HBM3", "nvidia-h100-80gb-hbm3"),
-    ("NVIDIA-A100-SXM4-40GB-MIG-1g.5gb", "nvidia-a100-sxm4-40gb-mig-1g.5gb"),
-    ("AMD_Instinct_MI300X_OAM", "amd-instinct-mi300x-oam"),
-    ("Tesla T4", "tesla-t4"),
+DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
+@pytest.mark.parametrize("key, value, name", [
+    pytest.param(PRODUCT, "nvidia-h100-80gb-hbm3", "nvidia-h100-80gb-hbm3", id="the-value-itself"),
+    pytest.param(PRODUCT, "NVIDIA-H100-80GB-HBM3", "nvidia-h100-80gb-hbm3-a38ff796", id="upper-case"),
+    pytest.param(PRODUCT, "NVIDIA_H100_80GB_HBM3", "nvidia-h100-80gb-hbm3-a0436ceb", id="underscores"),
+    pytest.param("gpu-type", "nvidia-h100-80gb-hbm3", "nvidia-h100-80gb-hbm3-57e8004a", id="another-key"),
+    pytest.param(PRODUCT, "NVIDIA-A100-SXM4-40GB-MIG-1g.5gb", "nvidia-a100-sxm4-40gb-mig-1g.5gb-fb4703a1",
+                 id="mig-value-with-a-dot"),
+    pytest.param(PRODUCT, "Tesla T4", "tesla-t4-629323df", id="space"),
+    pytest.param(PRODUCT, "-A..B_", "a.b-18b431a8", id="no-empty-dns-label"),
 ])
-def test_flavor_names_are_dns_names_of_the_product(product: str, name: str) -> None:
-    assert flavor_name(product) == name
+def test_flavor_names_are_dns_names_unique_per_label(key: str, value: str, name: str) -> None:
+    assert flavor_name(Flavor(key, value), CATALOG) == name
+    assert DNS_SUBDOMAIN.fullmatch(name) and len(name) <= 253
 
 
-def test_gpuclass_kueue_prints_objects_that_validate_and_refuses_a_negative_quota() -> None:
-    cli = [sys.executable, "-m", "webhook.cli", "kueue"]
-    done = subprocess.run([*cli, "--quota", "2"], capture_output=True, text=True, check=True,
-                          cwd=Path(__file__).resolve().parents[1])
-    objects = [o for o in yaml.safe_load_all(done.stdout) if o]
-    assert {o["kind"] for o in objects} == {"ResourceFlavor", "ClusterQueue"}
-    assert done.stdout.startswith("# Kueue objects for gpu-class")
+# Products that differ only in case or in _/-: three label values, three sets of nodes.
+LOOKALIKE_CATALOG_YAML = """
+productLabels: [nvidia.com/gpu.product, gpu-type]
+types:
+  - {name: H100, score: 989, memoryGiB: 80, products: [NVIDIA-H100-80GB-HBM3, NVIDIA_H100_80GB_HBM3]}
+  - {name: H100-capped, score: 700, memoryGiB: 80, products: [nvidia-h100-80gb-hbm3]}
+  - {name: A100, score: 312, memoryGiB: 40, products: [A100-SXM4-40GB]}
+classes:
+  - {name: high, types: [H100, H100-capped, A100]}
+"""
+LOOKALIKE_CATALOG = load_catalog_text(LOOKALIKE_CATALOG_YAML, "lookalike.yaml")
+GPU_TYPE_NODES = [  # a cluster labelled by gpu-type only, but for one node
+    make_node("upper-0", "NVIDIA-H100-80GB-HBM3", gpus=8, label_key="gpu-type"),
+    make_node("upper-1", "NVIDIA-H100-80GB-HBM3", gpus=8, label_key="gpu-type"),
+    make_node("snake-0", "NVIDIA_H100_80GB_HBM3", gpus=4, label_key="gpu-type"),
+    make_node("lower-0", "nvidia-h100-80gb-hbm3", gpus=2, label_key="gpu-type"),
+    make_node("a100-0", "A100-SXM4-40GB", gpus=4, label_key="gpu-type"),
+    make_node("a100-1", "A100-SXM4-40GB", gpus=4),
+    make_node("cpu-0"),
+]
+
+
+def test_lookalike_products_in_a_cluster_labelled_by_gpu_type_get_a_flavor_each_matching_its_nodes() -> None:
+    snapshot = build_snapshot(LOOKALIKE_CATALOG, GPU_TYPE_NODES)
+    objects, notes = kueue_objects(LOOKALIKE_CATALOG, supply_from_snapshot(LOOKALIKE_CATALOG, snapshot))
+    assert notes == []
+    flavors = of_kind(objects, "ResourceFlavor")
+    assert {name: matching_nodes(f, GPU_TYPE_NODES) for name, f in flavors.items()} == {
+        flavor_name(Flavor("gpu-type", "NVIDIA-H100-80GB-HBM3"), LOOKALIKE_CATALOG): {"upper-0", "upper-1"},
+        flavor_name(Flavor("gpu-type", "NVIDIA_H100_80GB_HBM3"), LOOKALIKE_CATALOG): {"snake-0"},
+        flavor_name(Flavor("gpu-type", "nvidia-h100-80gb-hbm3"), LOOKALIKE_CATALOG): {"lower-0"},
+        flavor_name(Flavor("gpu-type", "A100-SXM4-40GB"), LOOKALIKE_CATALOG): {"a100-0"},
+        flavor_name(Flavor(PRODUCT, "A100-SXM4-40GB"), LOOKALIKE_CATALOG): {"a100-1"},
+    }
+    # the quota of each flavor is its nodes' GPUs, held once
+    ((cohort_name, cohort),) = of_kind(objects, "Cohort").items()
+    assert cohort_quota(cohort) == {(name, "nvidia.com/gpu"): sum(
+        int(n["status"]["allocatable"]["nvidia.com/gpu"]) for n in GPU_TYPE_NODES if n["metadata"]["name"] in nodes)
+        for name, f in flavors.items() if (nodes := matching_nodes(f, GPU_TYPE_NODES))}
+    queue = queues_of(objects)["gpu-class-high"]
+    assert queue["spec"]["cohortName"] == cohort_name == "gpu-class"
+    # H100's two values first (catalog order within a type), then H100-capped's, then A100's
+    assert [v for _, v in labels_in_order(objects, "gpu-class-high")[0]] == [
+        "NVIDIA-H100-80GB-HBM3", "NVIDIA_H100_80GB_HBM3", "nvidia-h100-80gb-hbm3", "A100-SXM4-40GB",
+        "A100-SXM4-40GB"]
+
+
+def test_a_cluster_without_gpu_nodes_gets_cohorts_and_no_queue_saying_why() -> None:
+    snapshot = build_snapshot(CATALOG, [make_node("cpu-0")])
+    objects, notes = kueue_objects(CATALOG, supply_from_snapshot(CATALOG, snapshot), TENANTS)
+    assert {o["kind"] for o in objects} == {"Cohort"}
+    assert notes[0] == f"no node in the cluster is {', '.join(CATALOG.types)}"
+    assert "class high: no type has a flavor; no ClusterQueue" in notes
+
+
+def test_a_catalog_alone_names_the_label_key_its_nodes_carry() -> None:
+    objects, _ = kueue_objects(LOOKALIKE_CATALOG, supply_from_catalog(LOOKALIKE_CATALOG, 4, "gpu-type"))
+    flavors = of_kind(objects, "ResourceFlavor")
+    assert sorted(next(iter(f["spec"]["nodeLabels"].items())) for f in flavors.values()) == [
+        ("gpu-type", "A100-SXM4-40GB"), ("gpu-type", "NVIDIA-H100-80GB-HBM3"), ("gpu-type", "NVIDIA_H100_80GB_HBM3"),
+        ("gpu-type", "nvidia-h100-80gb-hbm3")]
+    assert all(matching_nodes(f, GPU_TYPE_NODES) for f in flavors.values())
+
+
+@pytest.mark.parametrize("total, parts", [(0, 3), (2, 3), (16, 3), (17, 5), (8, 1)])
+def test_shares_differ_by_one_at_most_and_add_up(total: int, parts: int) -> None:
+    shares = [share(total, parts, i) for i in range(parts)]
+    assert sum(shares) == total and max(shares) - min(shares) <= 1
+
+
+TENANTS = (Tenant("vision", ("vision",)), Tenant("nlp", ("nlp", "nlp-eval")), Tenant("speech", ("speech",)))
+FLEET = [*CATALOG_NODES, make_node("h100-b", "NVIDIA-H100-80GB-HBM3", gpus=8),
+         make_node("a100-80", "NVIDIA-A100-SXM4-80GB", gpus=2), make_node("l4-a", "NVIDIA-L4", gpus=1)]
+
+
+def test_tenants_share_one_cohort_whose_quotas_add_up_to_the_cluster_gpus() -> None:
+    snapshot = build_snapshot(CATALOG, FLEET)
+    objects, _ = kueue_objects(CATALOG, supply_from_snapshot(CATALOG, snapshot), TENANTS)
+    cohorts = of_kind(objects, "Cohort")
+    assert set(cohorts) == {"gpu-class", "gpu-class-vision", "gpu-class-nlp", "gpu-class-speech"}
+    assert cohorts["gpu-class"]["spec"] == {}  # the root holds nothing: every GPU is some tenant's
+    flavors = of_kind(objects, "ResourceFlavor")
+    summed: dict[str, int] = {}
+    for t in TENANTS:
+        cohort = cohorts[f"gpu-class-{t.name}"]
+        assert cohort["spec"]["parentName"] == "gpu-class"
+        for (flavor, resource), quota in cohort_quota(cohort).items():
+            assert resource == "nvidia.com/gpu"
+            summed[flavor] = summed.get(flavor, 0) + quota
+    gpus = {name: sum(int(n["status"]["allocatable"]["nvidia.com/gpu"]) for n in FLEET
+                      if n["metadata"]["name"] in matching_nodes(f, FLEET)) for name, f in flavors.items()}
+    assert summed == gpus and sum(summed.values()) == 8 + 4 + 1 + 8 + 2 + 1
+    # even shares: the 8 GPUs of one flavor go 3, 3, 2; the remainders go round, flavor by flavor
+    per_tenant = [sum(cohort_quota(cohorts[f"gpu-class-{t.name}"]).values()) for t in TENANTS]
+    assert max(per_tenant) - min(per_tenant) <= 1
+    # each tenant's class queues: in its cohort, no quota of their own, its namespaces only
+    queues = queues_of(objects)
+    for t in TENANTS:
+        for class_name in ("high", "economy"):
+            spec = queues[f"gpu-class-{t.name}-{class_name}"]["spec"]
+            assert spec["cohortName"] == f"gpu-class-{t.name}"
+            assert spec["namespaceSelector"] == {"matchExpressions": [
+                {"key": "kubernetes.io/metadata.name", "operator": "In", "values": list(t.namespaces)}]}
+            assert {r["nominalQuota"] for g in spec["resourceGroups"] for f in g["flavors"] for r in f["resources"]} \
+                == {0}
+    local = {(o["metadata"]["namespace"], o["metadata"]["name"]): o["spec"]["clusterQueue"]
+             for o in objects if o["kind"] == "LocalQueue"}
+    assert local[("nlp-eval", "high")] == "gpu-class-nlp-high"
+    assert {ns for ns, _ in local} == {"vision", "nlp", "nlp-eval", "speech"}
+
+
+def test_without_tenants_the_class_queues_share_the_quota_once() -> None:
+    objects, _ = kueue_objects(CATALOG, supply_from_catalog(CATALOG, 16))
+    (cohort,) = of_kind(objects, "Cohort").values()
+    assert set(cohort_quota(cohort).values()) == {16}
+    assert len(cohort_quota(cohort)) == len(of_kind(objects, "ResourceFlavor"))
+    assert {q["spec"]["cohortName"] for q in queues_of(objects).values()} == {"gpu-class"}
     assert {r["nominalQuota"] for q in queues_of(objects).values() for g in q["spec"]["resourceGroups"]
-            for f in g["flavors"] for r in f["resources"]} == {2}
-    refused = subprocess.run([*cli, "--quota", "-1"], capture_output=True, text=True,
-                             cwd=Path(__file__).resolve().parents[1])
-    assert refused.returncode == 2 and "--quota must be 0 or more GPUs" in refused.stderr
+            for f in g["flavors"] for r in f["resources"]} == {0}
+
+
+@pytest.mark.parametrize("tenants", [(), TENANTS], ids=["no-tenants", "three-tenants"])
+def test_a_catalog_of_more_flavors_than_a_cohort_takes_keeps_every_flavor_s_quota_once(
+        tenants: tuple[Tenant, ...]) -> None:
+    catalog = load_default_catalog()
+    supply = supply_from_catalog(catalog, 6)
+    objects, notes = kueue_objects(catalog, supply, tenants)
+    assert not [n for n in notes if "cohort" in n]
+    cohorts = of_kind(objects, "Cohort")
+    owners = [f"gpu-class-{t.name}" for t in tenants] or ["gpu-class"]
+    flavors = of_kind(objects, "ResourceFlavor")
+    assert len(flavors) > KUEUE_MAX_FLAVORS
+    held: dict[tuple[str, str], int] = {}
+    for name, cohort in cohorts.items():
+        # the root, an owner, or a piece of an owner's quota right under it, where its queues borrow it
+        owner, _, piece = name.partition(".")
+        assert name == "gpu-class" or owner in owners and (not piece or cohort["spec"]["parentName"] == owner)
+        for group in cohort["spec"].get("resourceGroups", []):
+            assert len(group["flavors"]) <= KUEUE_MAX_FLAVORS
+        for key, quota in cohort_quota(cohort).items():
+            held[key] = held.get(key, 0) + quota
+    assert len(cohorts) > len(owners) + bool(tenants), "no piece: the catalog fits one cohort"
+    label = {n: Flavor(*next(iter(f["spec"]["nodeLabels"].items()))) for n, f in flavors.items()}
+    assert held == {(n, r): supply.devices.get((label[n], r), 0) for n, r in held}
+    assert {n for (n, _), quota in held.items() if quota} == set(flavors)
+
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def gpuclass_kueue(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "webhook.cli", "kueue", *args], capture_output=True, text=True,
+                          cwd=REPO_ROOT)
+
+
+def test_gpuclass_kueue_prints_objects_for_tenants_from_an_inventory_file(tmp_path: Path) -> None:
+    nodes = tmp_path / "nodes.yaml"
+    nodes.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": GPU_TYPE_NODES}))
+    catalog = tmp_path / "catalog.yaml"
+    catalog.write_text(LOOKALIKE_CATALOG_YAML)
+    done = gpuclass_kueue("--config", str(catalog), "--nodes", str(nodes), "--tenant", "a=ns-a",
+                          "--tenant", "b=ns-b", "--tenant", "c=ns-c,ns-c2", "--cohort", "research")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("# Kueue objects for gpu-class")
+    objects = [o for o in yaml.safe_load_all(done.stdout) if o]
+    cohorts = of_kind(objects, "Cohort")
+    assert sorted(cohorts) == ["research", "research-a", "research-b", "research-c"]
+    assert sum(sum(cohort_quota(c).values()) for c in cohorts.values()) == 8 + 8 + 4 + 2 + 4 + 4
+    assert sorted(queues_of(objects)) == ["research-a-high", "research-b-high", "research-c-high"]
+
+
+@pytest.mark.parametrize("args, message", [
+    pytest.param(["--quota", "-1"], "--quota must be 0 or more GPUs", id="negative-quota"),
+    pytest.param(["--label-key", "nvidia.com/gpu.family"], "--label-key nvidia.com/gpu.family is none of the "
+                 "catalog's productLabels", id="unknown-label-key"),
+    pytest.param(["--tenant", "Team=ns"], "--tenant Team=ns: write NAME=NAMESPACE", id="tenant-not-dns"),
+    pytest.param(["--tenant", "team"], "--tenant team: write NAME=NAMESPACE", id="tenant-without-namespace"),
+    pytest.param(["--tenant", "a=ns", "--tenant", "b=ns"], "--tenant b and a both have namespace ns",
+                 id="namespace-in-two-tenants"),
+    pytest.param(["--tenant", "a=x", "--tenant", "a=y"], "both have ClusterQueue gpu-class-a-high",
+                 id="tenant-twice"),
+    pytest.param(["--nodes", "deploy/demo/nodes.yaml", "--quota", "4"], "--quota and --label-key are for a "
+                 "catalog alone", id="quota-with-a-cluster"),
+])
+def test_gpuclass_kueue_refuses_what_it_cannot_print(args: list[str], message: str) -> None:
+    refused = gpuclass_kueue(*args)
+    assert refused.returncode == 2 and message in refused.stderr, refused.stderr
 
 
 # --- the registration: which Jobs the API server sends ---------------------------------------------

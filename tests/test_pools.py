@@ -26,12 +26,14 @@ from webhook.core.review import parse_review, review_request
 
 CATALOG = make_catalog()
 PRODUCT = "nvidia.com/gpu.product"
+H100_PRODUCT = "NVIDIA-H100-80GB-HBM3"
 POOL_TAINT = {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}
 
 
 def node_pool(name: str, product: str | None = None, *, requirement: list[str] | None = None,
               limit: str | None = None, used: str | None = None, taints: list[dict[str, str]] | None = None,
-              weight: int | None = None, limits: Mapping[str, str] | None = None) -> dict[str, Any]:
+              weight: int | None = None, limits: Mapping[str, str] | None = None,
+              requirements: list[dict[str, Any]] | None = None, used_nodes: int | None = None) -> dict[str, Any]:
     template: dict[str, Any] = {"spec": {"nodeClassRef": {"group": "karpenter.kwok.sh", "kind": "KWOKNodeClass",
                                                           "name": "default"},
                                          "taints": [POOL_TAINT] if taints is None else taints,
@@ -40,6 +42,7 @@ def node_pool(name: str, product: str | None = None, *, requirement: list[str] |
         template["metadata"] = {"labels": {PRODUCT: product}}
     if requirement is not None:
         template["spec"]["requirements"].append({"key": PRODUCT, "operator": "In", "values": requirement})
+    template["spec"]["requirements"] += requirements or []
     spec: dict[str, Any] = {"template": template}
     if limit is not None or limits is not None:
         spec["limits"] = dict(limits or {"nvidia.com/gpu": limit})
@@ -47,7 +50,8 @@ def node_pool(name: str, product: str | None = None, *, requirement: list[str] |
         spec["weight"] = weight
     obj = {"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": name}, "spec": spec}
     if used is not None:
-        obj["status"] = {"resources": {"nvidia.com/gpu": used, "cpu": "64"}}
+        obj["status"] = {"resources": {"nvidia.com/gpu": used, "cpu": "64",
+                                       **({"nodes": str(used_nodes)} if used_nodes is not None else {})}}
     return obj
 
 
@@ -80,6 +84,55 @@ TAINT = Taint("nvidia.com/gpu", "true", "NoSchedule")
 ])
 def test_a_node_pool_is_the_types_its_template_fixes(obj: dict[str, Any], pools: tuple[Pool, ...]) -> None:
     assert pools_from_object(obj, CATALOG) == pools
+
+
+AWS_GPUS = "karpenter.k8s.aws/instance-gpu-count"
+
+
+def gpu_count(operator: str, *values: int) -> dict[str, Any]:
+    return {"key": AWS_GPUS, "operator": operator, "values": [str(v) for v in values]}
+
+
+def instance_types(*names: str) -> dict[str, Any]:
+    return {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": list(names)}
+
+
+# Karpenter launches an instance type only if its whole capacity fits what the limits leave
+# (filterByRemainingResources): the Pod's size alone does not say whether the pool can grow.
+@pytest.mark.parametrize("obj, gpus, holds", [
+    pytest.param(node_pool("p", H100_PRODUCT), 8, True, id="no-limit-nodes-unknown"),
+    pytest.param(node_pool("p", H100_PRODUCT, limit="12", used="8", requirements=[gpu_count("In", 8)]), 4, False,
+                 id="4-left-nodes-of-8"),
+    pytest.param(node_pool("p", H100_PRODUCT, limit="16", used="8", requirements=[gpu_count("In", 8)]), 4, True,
+                 id="8-left-nodes-of-8"),
+    pytest.param(node_pool("p", H100_PRODUCT, requirements=[gpu_count("In", 4)]), 8, False,
+                 id="nodes-smaller-than-the-pod"),
+    pytest.param(node_pool("p", H100_PRODUCT, limit="6", used="0", requirements=[gpu_count("In", 4, 8)]), 2, True,
+                 id="in-4-or-8-the-4-fits"),
+    pytest.param(node_pool("p", H100_PRODUCT, limit="6", used="0", requirements=[gpu_count("In", 4, 8)]), 5, False,
+                 id="in-4-or-8-none-fits"),
+    pytest.param(node_pool("p", H100_PRODUCT, limit="4", used="0", requirements=[gpu_count("Gt", 3)]), 2, True,
+                 id="gt-is-strict-4-fits"),
+    pytest.param(node_pool("p", H100_PRODUCT, limit="4", used="0", requirements=[gpu_count("Gt", 4)]), 2, False,
+                 id="gt-4-needs-5"),
+    pytest.param(node_pool("p", H100_PRODUCT, requirements=[gpu_count("Lt", 8)]), 8, False, id="lt-is-strict"),
+    pytest.param(node_pool("p", H100_PRODUCT, requirements=[gpu_count("Lte", 8)]), 8, True, id="lte-takes-8"),
+    pytest.param(node_pool("p", H100_PRODUCT, limit="4", used="0", requirements=[gpu_count("Gte", 8)]), 1, False,
+                 id="gte-8-over-4-left"),
+    pytest.param(node_pool("p", H100_PRODUCT, limit="12", used="8", used_nodes=1,
+                           requirements=[instance_types("p5.48xlarge")]), 4, False, id="one-instance-type-status-says-8"),
+    pytest.param(node_pool("p", H100_PRODUCT, limit="16", used="12", used_nodes=2,
+                           requirements=[instance_types("p5.48xlarge", "p5.24xlarge")]), 4, True,
+                 id="two-instance-types-size-unknown"),
+    pytest.param(node_pool("p", H100_PRODUCT, limits={"nvidia.com/gpu": "64", "nodes": "2"}, used="16", used_nodes=2),
+                 1, False, id="nodes-limit-used-up"),
+    pytest.param(node_pool("p", H100_PRODUCT, limits={"nvidia.com/gpu": "64", "nodes": "2"}, used="8", used_nodes=1),
+                 1, True, id="nodes-limit-one-left"),
+])
+def test_a_pool_holds_a_pod_only_if_a_node_it_may_create_takes_it_within_its_limits(
+        obj: dict[str, Any], gpus: int, holds: bool) -> None:
+    (pool,) = pools_from_object(obj, CATALOG)
+    assert pool.holds(gpus) is holds
 
 
 def snapshot_with(nodes: list[dict[str, Any]], pools: list[dict[str, Any]]) -> Snapshot:
@@ -135,6 +188,10 @@ POOL_CASES = [
     PoolCase("full-node-capped-pool-next-pool", [make_node("h100-0", H100, gpus=8)],
              [node_pool("h100", H100, limit="8", used="8"), POOLS[1]], 8, "patched", "H100,A100", {H100, A100},
              [EXISTS_NO_SCHEDULE, EXISTS_NO_EXECUTE]),
+    # its nodes carry 8 (one instance type, one node of 8 made), 4 left: Karpenter creates no node for 4
+    PoolCase("best-pool-4-left-nodes-of-8", [], [node_pool("h100", H100, limit="12", used="8", used_nodes=1,
+                                                           requirements=[instance_types("p5.48xlarge")]), POOLS[1]],
+             4, "patched", "A100", {A100}, [EXISTS_NO_EXECUTE]),
     PoolCase("every-pool-capped", [], [node_pool("h100", H100, limit="8", used="8")], 1, "refused",
              message="no ready, schedulable node offers 1 GPU(s) of class high"),
     PoolCase("no-pools-no-nodes", [], [], 1, "refused", message="Present: no GPU nodes"),
@@ -169,6 +226,14 @@ def test_explain_says_which_pool_can_create_a_node_and_which_is_capped() -> None
     assert reasons["A100"] == "no node can take it now; NodePool a100 can create one"
     assert reasons["H100"] == ("no node can take it now, and its NodePools are at their limits: "
                                "h100 (0 nvidia.com/gpu left)")
+
+
+def test_explain_says_a_pool_s_nodes_are_bigger_than_its_limits_leave() -> None:
+    pool = node_pool("h100", H100, limit="12", used="8", used_nodes=1, requirements=[instance_types("p5.48xlarge")])
+    result = review(snapshot_with([], [pool]), make_pod({"gpu-class.io/class": "high", "gpu-class.io/count": "4"}))
+    reasons = {v.type_name: v.reason for v in result.decision.verdicts}
+    assert reasons["H100"] == ("no node can take it now, and its NodePools are at their limits: "
+                               "h100 (4 nvidia.com/gpu left, its nodes carry 8)")
 
 
 def test_a_group_on_a_pool_that_can_grow_has_no_ceiling() -> None:

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from .cluster.query import Connection
     from .core.catalog import Catalog
     from .core.inventory import Snapshot
+    from .core.kueue import Tenant
 
 OUTPUTS = ("table", "wide", "json")  # core.inventory_report.OUTPUTS, without importing PyYAML for label-node
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -106,11 +107,22 @@ def build_parser(prog: str = "gpuclass") -> argparse.ArgumentParser:
     c.add_argument("--config", dest="catalog_file", help="catalog YAML (default: the built-in catalog)")
     c.add_argument("-o", "--output", choices=("yaml", "table"), default="yaml")
 
-    k = sub.add_parser("kueue", help="print Kueue's ResourceFlavors for the catalog's products and a ClusterQueue per "
-                                     "class that tries them in the class's order")
-    k.add_argument("--config", dest="catalog_file", help="catalog YAML (default: the built-in catalog)")
-    k.add_argument("--quota", type=int, default=0, metavar="GPUS",
-                   help="nominalQuota of every flavor and GPU resource (default 0: admits nothing until you set it)")
+    k = sub.add_parser("kueue", help="print Kueue's ResourceFlavors for the GPU products, the Cohorts that hold "
+                                     "their quota, and a ClusterQueue per class (and tenant) that tries them in the "
+                                     "class's order")
+    _add_inventory_args(k)
+    _add_cluster_args(k)
+    k.add_argument("--quota", type=int, default=None, metavar="GPUS",
+                   help="without a cluster to read: the GPUs of each flavor, shared by the tenants (default 0: "
+                        "admits nothing until you set it); with one, its nodes' GPUs are the quota")
+    k.add_argument("--label-key", default=None, metavar="KEY",
+                   help="without a cluster to read: the product label your nodes carry (default: the catalog's "
+                        "first productLabels key)")
+    k.add_argument("--tenant", action="append", default=[], metavar="NAME=NAMESPACE[,NAMESPACE...]",
+                   help="a team whose namespaces get LocalQueues of its own, sharing one cohort with the other "
+                        "tenants (repeatable)")
+    k.add_argument("--cohort", default="gpu-class", metavar="NAME",
+                   help="the root cohort, and the start of every cohort's and ClusterQueue's name (default gpu-class)")
 
     ln = sub.add_parser("label-node", help="label this node's GPU type from nvidia-smi")
     ln.add_argument("--node", default=os.environ.get("NODE_NAME"), help="node name (default: $NODE_NAME)")
@@ -372,16 +384,56 @@ def cmd_kueue(args: argparse.Namespace) -> int:
     import yaml
 
     from .cluster.loading import InputError
-    from .core.kueue import kueue_objects
+    from .core.kueue import kueue_objects, supply_from_catalog, supply_from_snapshot
 
-    if args.quota < 0:
-        raise InputError("--quota must be 0 or more GPUs")
-    objects, notes = kueue_objects(_catalog(args), args.quota)
+    catalog = _catalog(args)
+    tenants = _tenants(args.tenant, tuple(catalog.classes), args.cohort)
+    if args.nodes or args.kubeconfig or args.context:
+        if args.quota is not None or args.label_key is not None:
+            raise InputError("--quota and --label-key are for a catalog alone: the cluster's nodes give the "
+                             "products, their label keys and their GPUs")
+        supply = supply_from_snapshot(catalog, _inventory(args, catalog)[0])
+    else:
+        if (args.quota or 0) < 0:
+            raise InputError("--quota must be 0 or more GPUs")
+        if args.label_key is not None and args.label_key not in catalog.product_labels:
+            raise InputError(f"--label-key {args.label_key} is none of the catalog's productLabels "
+                             f"({', '.join(catalog.product_labels)})")
+        supply = supply_from_catalog(catalog, args.quota or 0, args.label_key)
+    objects, notes = kueue_objects(catalog, supply, tenants, args.cohort)
     header = ["# Kueue objects for gpu-class (docs/operators/kueue-and-autoscalers.md): a ResourceFlavor per GPU",
-              "# product, a ClusterQueue per class trying them in the class's order. Add your LocalQueues, and a",
-              "# resource group for cpu and memory if your Pods request them.", *(f"# not here: {n}" for n in notes)]
+              "# product label, Cohorts holding its GPUs as quota once, a ClusterQueue per class trying them in the",
+              "# class's order. Add a resource group for cpu and memory if your Pods request them.",
+              *(f"# not here: {n}" for n in notes)]
     sys.stdout.write("\n".join(header) + "\n" + yaml.safe_dump_all(objects, sort_keys=False))
     return 0
+
+
+def _tenants(given: Sequence[str], classes: Sequence[str], root: str) -> tuple[Tenant, ...]:
+    """The --tenant arguments, refused where their objects could not all exist side by side."""
+    import re
+
+    from .cluster.loading import InputError
+    from .core.kueue import Tenant, queue_name
+
+    dns_label = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+    if not dns_label.fullmatch(root):
+        raise InputError(f"--cohort {root}: a lower-case DNS label")
+    tenants = []
+    for text in given:
+        name, _, namespaces = text.partition("=")
+        listed = tuple(n.strip() for n in namespaces.split(",") if n.strip())
+        if not dns_label.fullmatch(name) or not listed or not all(dns_label.fullmatch(n) for n in listed):
+            raise InputError(f"--tenant {text}: write NAME=NAMESPACE[,NAMESPACE...], each a lower-case DNS label")
+        tenants.append(Tenant(name, listed))
+    seen: dict[str, str] = {}
+    for tenant in tenants:
+        for owned in [*(f"namespace {n}" for n in tenant.namespaces),
+                      *(f"ClusterQueue {queue_name(c, tenant, root)}" for c in classes)]:
+            if owned in seen:
+                raise InputError(f"--tenant {tenant.name} and {seen[owned]} both have {owned}")
+            seen[owned] = tenant.name
+    return tuple(tenants)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:

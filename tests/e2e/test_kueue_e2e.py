@@ -466,3 +466,87 @@ def test_forged_marks_beside_kueue_get_a_tenant_nothing_outside_its_namespaces_c
         batch.delete_collection_namespaced_job(ns, propagation_policy="Background")
         core.delete_collection_namespaced_pod(ns, grace_period_seconds=0)
         core.delete_namespace(ns)
+
+
+# --- many tenants: one cohort, each GPU promised once ------------------------------------------------
+
+
+def cohort_quota(cohort: Mapping[str, Any]) -> dict[tuple[str, str], int]:
+    """(flavor, resource) -> nominalQuota of a Cohort."""
+    return {(f["name"], r["name"]): int(r["nominalQuota"]) for g in (cohort.get("spec") or {}).get(
+        "resourceGroups", []) for f in g["flavors"] for r in f["resources"]}
+
+
+def node_devices(core: kubernetes.client.CoreV1Api, node_labels: Mapping[str, str], resource: str) -> int:
+    """The devices of `resource` the nodes a flavor's nodeLabels select have, as the API server holds them now."""
+    selector = ",".join(f"{k}={v}" for k, v in node_labels.items())
+    return sum(int((n.status.allocatable or {}).get(resource, "0")) for n in core.list_node(label_selector=selector).items)
+
+
+def test_three_tenants_share_one_cohort_whose_quotas_add_up_to_the_cluster_gpus(
+        core: kubernetes.client.CoreV1Api, batch: kubernetes.client.BatchV1Api, kueue: Kueue,
+        cluster: local_cluster.Cluster, fleet: None) -> None:
+    """`gpuclass kueue --kubeconfig ... --tenant` x3, applied to the real Kueue: every GPU of the cluster
+    promised once over the tenants' cohorts, and one tenant alone borrows the others' unused share, never
+    more than exists."""
+    labels = {"gpu-class.io/inject": "enabled", KUEUE_LABEL[0]: KUEUE_LABEL[1]}
+    namespaces = {t: make_namespace(core, f"e2e-kt-{t}", labels=labels) for t in ("vision", "nlp", "speech")}
+    root = f"e2e-kt-{namespaces['vision'].rsplit('-', 1)[1]}"
+    try:
+        printed = subprocess.run(
+            [local_cluster.gpuclass_path(), "kueue", "--kubeconfig", str(cluster.kubeconfig), "--cohort", root,
+             *(a for t, ns in namespaces.items() for a in ("--tenant", f"{t}={ns}"))],
+            capture_output=True, text=True, check=True).stdout
+        objects = [o for o in yaml.safe_load_all(printed) if o]
+        kueue.apply(*objects)
+        flavors = {o["metadata"]["name"]: o for o in objects if o["kind"] == "ResourceFlavor"}
+        queues = {o["metadata"]["name"]: o for o in objects if o["kind"] == "ClusterQueue"}
+        for name in queues:
+            wait_for(f"ClusterQueue {name} active", lambda name=name: kueue.is_active("clusterqueues", name),
+                     seconds=60)
+        # as Kueue holds them: one root, a cohort per tenant under it, whose quotas add up to the nodes' devices
+        cohorts = {t: kueue.get("cohorts", f"{root}-{t}") or {} for t in namespaces}
+        assert (kueue.get("cohorts", root) or {}).get("spec", {}).get("resourceGroups") is None
+        assert {c["spec"]["parentName"] for c in cohorts.values()} == {root}
+        summed: dict[tuple[str, str], int] = {}
+        for c in cohorts.values():
+            for key, quota in cohort_quota(c).items():
+                summed[key] = summed.get(key, 0) + quota
+        assert summed == {(f, r): node_devices(core, flavors[f]["spec"]["nodeLabels"], r) for f, r in summed}
+        fleet_products = {node_label(core, n, PRODUCT) for n in ("e2e-h100-big", "e2e-a100", "e2e-t4")}
+        assert fleet_products <= {v for f in flavors.values() for v in f["spec"]["nodeLabels"].values()}
+
+        # vision alone: its class-high Jobs of 2 GPUs borrow what nlp and speech leave, up to what exists
+        ns = namespaces["vision"]
+        batch.create_namespaced_job(ns, class_job("probe", gpu_class="high", count=2, queue="high"))
+        spec = wire(batch.read_namespaced_job("probe", ns))["spec"]
+        products = required_products(spec["template"]["spec"])
+        (group,) = queues[f"{root}-vision-high"]["spec"]["resourceGroups"]
+        usable = [f["name"] for f in group["flavors"] if flavors[f["name"]]["spec"]["nodeLabels"].get(PRODUCT)
+                  in products]
+        total = sum(summed.get((f, "nvidia.com/gpu"), 0) for f in usable)
+        own = sum(cohort_quota(cohorts["vision"]).get((f, "nvidia.com/gpu"), 0) for f in usable)
+        assert total > own + 2, f"the fleet gives class high more than vision's own share: {total} vs {own}"
+        jobs = ["probe"] + [f"train-{i}" for i in range(total // 2)]  # one more than the cohort holds
+        for name in jobs[1:]:
+            batch.create_namespaced_job(ns, class_job(name, gpu_class="high", count=2, queue="high"))
+
+        def admitted_gpus() -> int | None:
+            bound = bound_gpus(core, ns)
+            assert sum(g for _, g in bound.values()) <= total, f"more GPUs bound than exist for the class: {bound}"
+            admitted = [w for w in kueue.workloads(ns) if is_admitted(w)]
+            return 2 * len(admitted) if len(admitted) == total // 2 else None
+
+        # more than vision's own share: borrowed from the other tenants' cohorts
+        assert wait_for(f"{total // 2} Jobs admitted (vision's own share: {own} GPUs)", admitted_gpus,
+                        seconds=90) > own
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:  # and no more: the last Job waits
+            assert admitted_gpus() == 2 * (total // 2)
+            time.sleep(0.5)
+        assert len([j for j in jobs if is_suspended(batch, ns, j)]) == 1
+    finally:
+        for ns in namespaces.values():
+            batch.delete_collection_namespaced_job(ns, propagation_policy="Background")
+            core.delete_collection_namespaced_pod(ns, grace_period_seconds=0)
+            core.delete_namespace(ns)

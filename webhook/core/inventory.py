@@ -89,6 +89,16 @@ def split_taints(raw: Any, gpu_taint_keys: Sequence[str]) -> tuple[tuple[Taint, 
 
 
 @dataclass(frozen=True)
+class NodeDevices:
+    """The devices of a pool's resource one node it creates can carry, as far as the pool says
+    (pools.py): at least `least`, at most `most`, and one of `only` when the pool lists them."""
+
+    least: int = 0
+    most: int | None = None  # None: no bound known
+    only: frozenset[int] | None = None
+
+
+@dataclass(frozen=True)
 class Pool:
     """One type an autoscaler's node pool can create nodes of (pools.py reads Karpenter's NodePools)."""
 
@@ -100,10 +110,40 @@ class Pool:
     resource: str  # the type's
     left: int | None  # devices of `resource` its limits leave; None: no limit on it
     weight: int = 0
+    node_devices: NodeDevices = NodeDevices()  # unknown: any size
+    nodes_left: int | None = None  # nodes its limits leave; None: no limit on nodes
     reserved: tuple[Taint, ...] = ()  # its other taints: offered only to Pods that tolerate them
 
     def holds(self, gpus: int) -> bool:
-        return self.left is None or self.left >= gpus
+        """Whether the pool can create a node that takes `gpus` devices within its limits.
+
+        Karpenter launches only instance types whose whole capacity fits what the pool's limits
+        leave, and none once its `nodes` limit is used up (karpenter pkg/controllers/provisioning/
+        scheduling/scheduler.go, filterByRemainingResources): a pool with 4 GPUs left whose nodes
+        carry 8 creates no node, even for a Pod of 4. Where the pool does not say what its nodes
+        carry, the smallest node that takes the Pod is assumed."""
+        if self.nodes_left is not None and self.nodes_left <= 0:
+            return False
+        low = max(gpus, self.node_devices.least)
+        bounds = [b for b in (self.left, self.node_devices.most) if b is not None]
+        high = min(bounds) if bounds else None
+        if self.node_devices.only is not None:
+            return any(low <= n and (high is None or n <= high) for n in self.node_devices.only)
+        return high is None or low <= high
+
+    def limited(self) -> str:
+        """What the pool's limits leave, and what its nodes carry where known: why it may not grow."""
+        if self.nodes_left is not None and self.nodes_left <= 0:
+            return "its nodes limit used up"
+        left = "no limit" if self.left is None else f"{self.left} {self.resource} left"
+        d = self.node_devices
+        if d.only is not None:
+            return f"{left}, its nodes carry {' or '.join(map(str, sorted(d.only))) or 'none'}"
+        if d.least == d.most:
+            return f"{left}, its nodes carry {d.least}"
+        if d.least or d.most is not None:
+            return f"{left}, its nodes carry {d.least} to {'any' if d.most is None else d.most}"
+        return left
 
 
 @dataclass(frozen=True)

@@ -11,13 +11,15 @@ flavor and leave a Pod Pending while its Workload holds quota.
 
 from __future__ import annotations
 
+import hashlib
 import re
+from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from .ask import PODSET_LABEL as PODSET_LABEL  # read on the Pod by ask.py; tests and docs find it here
 from .ask import Gpus, Malformed, PodAsk
 from .catalog import Catalog, GpuClass
-from .inventory import TYPES_ANNOTATION, split_types
+from .inventory import TYPES_ANNOTATION, Snapshot, split_types
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"  # on a workload (a Job) or a plain Pod Kueue queues
 
@@ -55,13 +57,60 @@ def flavor_disagreement(ask: PodAsk, required: Sequence[tuple[str, Sequence[str]
 
 
 # --- the objects `gpuclass kueue` prints --------------------------------------------------
+#
+# Quota lives in Cohorts, never in a class's ClusterQueue: a flavor sits in the queue of every class
+# that has its type, so quota written per queue would be promised once per class (and per tenant).
+# Each queue has nominalQuota 0 and borrows from its cohort; Kueue's flavor assigner, with
+# whenCanBorrow TryNextFlavor, takes the flavor whose quota is nearest in the cohort tree and, among
+# flavors equally near, the first in the queue's order (Kueue v0.19.2
+# pkg/scheduler/flavorassigner/flavorassigner.go isPreferred, shouldTryNextFlavor). So a tenant's
+# Jobs take its own quota in the class's order, then what other tenants leave unused.
 
+ROOT_COHORT = "gpu-class"
+KUEUE_MAX_FLAVORS = 64  # a resource group's limit (Kueue v0.19.2's CRDs: ClusterQueue and Cohort)
+KUEUE_MAX_NAME = 253  # a ResourceFlavor's name is a DNS subdomain
 _NOT_IN_NAME = re.compile(r"[^a-z0-9.-]+")
+_DIGEST_HEX = 8
 
 
-def flavor_name(product: str) -> str:
-    """A ResourceFlavor's name for a product label value: the value, lower case, as a DNS name."""
-    return _NOT_IN_NAME.sub("-", product.lower()).strip("-.")
+@dataclass(frozen=True)
+class Flavor:
+    """One node label (key, exact value) that names a GPU type: what a ResourceFlavor's nodeLabels hold."""
+
+    key: str
+    value: str
+
+
+@dataclass(frozen=True)
+class Tenant:
+    """A team whose namespaces share one cohort of quota (`gpuclass kueue --tenant NAME=NS[,NS...]`)."""
+
+    name: str
+    namespaces: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Supply:
+    """The flavors of each type, and the devices each (flavor, resource) has in all: what the queues share."""
+
+    flavors: Mapping[str, tuple[Flavor, ...]]  # type name -> its flavors, in the catalog's order
+    devices: Mapping[tuple[Flavor, str], int]  # (flavor, resource) -> devices
+    notes: tuple[str, ...] = ()  # what has no flavor, and why
+
+
+def flavor_name(flavor: Flavor, catalog: Catalog) -> str:
+    """A ResourceFlavor's name: the value as a DNS name when that is the value itself, under the
+    catalog's first product label; else that name and a digest of the exact key and value.
+
+    Products that differ only in case or in `_`/`-` (or one value under two keys) are different
+    labels that select different nodes: their flavors must never merge. The name depends only on
+    the label, never on what else the catalog holds, so adding a product renames no flavor."""
+    labels = [part.strip("-") for part in _NOT_IN_NAME.sub("-", flavor.value.lower()).split(".")]
+    readable = ".".join(part for part in labels if part) or "gpu"
+    if readable == flavor.value and flavor.key == catalog.product_labels[0] and len(readable) <= KUEUE_MAX_NAME:
+        return readable
+    digest = hashlib.sha256(f"{flavor.key}={flavor.value}".encode()).hexdigest()[:_DIGEST_HEX]
+    return f"{readable[:KUEUE_MAX_NAME - _DIGEST_HEX - 1].rstrip('-.')}-{digest}"
 
 
 def class_order(gpu_class: GpuClass) -> tuple[str, ...]:
@@ -71,75 +120,188 @@ def class_order(gpu_class: GpuClass) -> tuple[str, ...]:
     return tuple(reversed(gpu_class.types)) if gpu_class.strategy == "cost" else gpu_class.types
 
 
-def flavors_of_type(catalog: Catalog, type_name: str) -> tuple[tuple[str, str], ...]:
-    """(label key, exact value) of each flavor a type has. A glob names no one node label value,
-    so it has no flavor (the caller says so)."""
-    return tuple((key, value) for key, values in catalog.types[type_name].exact_values(catalog.product_labels)
-                 for value in values)
+def supply_from_catalog(catalog: Catalog, devices: int, label_key: str | None = None) -> Supply:
+    """Without a cluster to read: a flavor per exact product of each type, under `label_key` (the key
+    the cluster's nodes carry; default the catalog's first product label), or under the keys of a
+    type's own `match` that are `label_key` or no product label, `devices` of each. A glob names no one label value: it gets no flavor, and a note."""
+    key = label_key or catalog.product_labels[0]
+    flavors: dict[str, tuple[Flavor, ...]] = {}
+    notes = []
+    for name, gpu_type in catalog.types.items():
+        # a `match` may name the product under every product label: the nodes carry only `key`
+        values = ((key, gpu_type.exact_products),) if gpu_type.products else tuple(
+            (k, vs) for k, vs in gpu_type.exact_values(catalog.product_labels)
+            if k == key or k not in catalog.product_labels)
+        flavors[name] = tuple(Flavor(k, v) for k, vs in values for v in vs)
+        globs = [p for p in gpu_type.products if p not in gpu_type.exact_products]
+        if globs:
+            notes.append(f"{name}: no flavor for {', '.join(globs)} (a glob); add one per product your nodes carry, "
+                         f"or read them from the cluster (--nodes, --kubeconfig)")
+    amounts = {(f, catalog.types[t].resource): devices for t, fs in flavors.items() for f in fs}
+    return Supply(flavors, amounts, tuple(notes))
 
 
-KUEUE_MAX_FLAVORS = 64  # a ClusterQueue resource group's limit (Kueue v0.19.2's CRD)
+def supply_from_snapshot(catalog: Catalog, snapshot: Snapshot) -> Supply:
+    """From the cluster: a flavor per (label key, value) by which gpu-class knows a node's type (the
+    first product label a node carries, or a type's own `match`), with the devices its nodes have,
+    ready or not: quota for what exists. DRA devices are claimed, not requested as a resource Kueue
+    counts: they get no flavor."""
+    flavors: dict[str, dict[Flavor, None]] = {name: {} for name in catalog.types}
+    amounts: dict[tuple[Flavor, str], int] = {}
+    for node in sorted(snapshot.nodes.values(), key=lambda n: n.name):
+        for offer in node.offers:
+            if offer.dra:
+                continue
+            flavor = Flavor(offer.label_key, offer.value)
+            flavors[offer.type_name][flavor] = None
+            amounts[(flavor, offer.resource)] = amounts.get((flavor, offer.resource), 0) + offer.allocatable
+    absent = [name for name, fs in flavors.items() if not fs]
+    notes = (f"no node in the cluster is {', '.join(absent)}",) if absent else ()
+    return Supply({name: tuple(sorted(fs, key=lambda f: (f.key, f.value))) for name, fs in flavors.items()},
+                  amounts, notes)
 
 
-def kueue_objects(catalog: Catalog, quota: int) -> tuple[list[dict[str, Any]], list[str]]:
-    """One ResourceFlavor per exact product of a type some class uses, and per class a ClusterQueue
-    `gpu-class-<class>` whose resource groups list those flavors in the class's order, `quota` of
-    each GPU resource; and notes on what could not be expressed.
+def queue_name(gpu_class: str, tenant: Tenant | None, root: str = ROOT_COHORT) -> str:
+    """A class's ClusterQueue: `<root>-<class>`, or `<root>-<tenant>-<class>` for a tenant's."""
+    return f"{root}-{gpu_class}" if tenant is None else f"{root}-{tenant.name}-{gpu_class}"
 
-    Two types of a class can share a product value (MIG slices of one GPU under the mixed
-    strategy): one flavor stands for both, in the place of the first. Kueue lets a flavor into one
-    resource group of a queue only, so resources that share a flavor share a group; a Pod asks for
-    one resource, so the order that matters is the order within its group.
-    """
-    notes: list[str] = []
-    flavors: dict[str, dict[str, Any]] = {}
-    queues: list[dict[str, Any]] = []
+
+def share(total: int, parts: int, index: int) -> int:
+    """Part `index` of `total` split in `parts` that differ by one at most and add up to `total`."""
+    return total // parts + (1 if index < total % parts else 0)
+
+
+def kueue_objects(catalog: Catalog, supply: Supply, tenants: Sequence[Tenant] = (),
+                  root: str = ROOT_COHORT) -> tuple[list[dict[str, Any]], list[str]]:
+    """ResourceFlavors of the supply's flavors; the cohorts that hold its devices as quota; per class
+    (and tenant) a ClusterQueue listing the class's flavors in the class's order; per tenant and class
+    a LocalQueue named after the class in each of the tenant's namespaces. And notes on what could
+    not be expressed.
+
+    Without tenants, cohort `root` holds all the quota and every namespace may use the class queues.
+    With tenants, cohort `<root>-<tenant>` holds the tenant's share of each flavor (the devices split
+    evenly, the remainders going round), under cohort `root`: the shares add up to the supply, and
+    unused quota is lent within the root. The names start with `root`, so two sets can live side by side.
+
+    Two types of a class can share a label value (MIG slices of one GPU under the mixed strategy):
+    one flavor stands for both, in the place of the first. Kueue lets a flavor into one resource
+    group of a queue only, so resources that share a flavor share a group; a Pod asks for one
+    resource, so the order that matters is the order within its group."""
+    notes = list(supply.notes)
+    names = {f: flavor_name(f, catalog) for fs in supply.flavors.values() for f in fs}
+    flavors: dict[Flavor, dict[str, Any]] = {}
+    class_groups: dict[str, list[tuple[list[str], list[str]]]] = {}
+    resources_of: dict[str, set[str]] = {}  # flavor name -> resources, for the cohorts' groups
     for gpu_class in catalog.classes.values():
         order: dict[str, set[str]] = {}  # flavor name -> the resources its types are requested as
         for type_name in class_order(gpu_class):
             gpu_type = catalog.types[type_name]
-            globs = [p for p in gpu_type.products if p not in gpu_type.exact_products]
-            note = f"{type_name}: no flavor for {', '.join(globs)} (a glob); add one per product your nodes carry"
-            if globs and note not in notes:
-                notes.append(note)
-            for key, value in flavors_of_type(catalog, type_name):
-                name = flavor_name(value)
-                flavor = flavors.setdefault(name, {
+            for f in supply.flavors.get(type_name, ()):
+                flavor = flavors.setdefault(f, {
                     "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor",
-                    "metadata": {"name": name, "annotations": {TYPES_ANNOTATION: ""}},
-                    "spec": {"nodeLabels": {key: value}},
+                    "metadata": {"name": names[f], "annotations": {TYPES_ANNOTATION: ""}},
+                    "spec": {"nodeLabels": {f.key: f.value}},
                 })
                 annotations = flavor["metadata"]["annotations"]
                 named = split_types(annotations[TYPES_ANNOTATION])
                 if type_name not in named:
                     annotations[TYPES_ANNOTATION] = ",".join((*named, type_name))
-                order.setdefault(name, set()).add(gpu_type.resource)
-        groups = []
-        for resources, names in _resource_groups(order):
-            if len(names) > KUEUE_MAX_FLAVORS:
-                notes.append(f"class {gpu_class.name}: {len(names)} flavors of {', '.join(resources)}, more than the "
-                             f"{KUEUE_MAX_FLAVORS} Kueue takes in one resource group; the last "
-                             f"{len(names) - KUEUE_MAX_FLAVORS} are left out")
-                names = names[:KUEUE_MAX_FLAVORS]
-            groups.append({
-                "coveredResources": resources,
-                "flavors": [{"name": n, "resources": [{"name": r, "nominalQuota": quota} for r in resources]}
-                            for n in names],
-            })
-        if not groups:
-            notes.append(f"class {gpu_class.name}: no type has an exact product value; no ClusterQueue")
-            continue
-        queues.append({
-            "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue",
-            "metadata": {"name": f"gpu-class-{gpu_class.name}"},
-            "spec": {
-                "namespaceSelector": {},
-                # a flavor without quota left, or one that would need borrowing, passes to the next type
-                "flavorFungibility": {"whenCanBorrow": "TryNextFlavor", "whenCanPreempt": "TryNextFlavor"},
-                "resourceGroups": groups,
-            },
-        })
-    return [*flavors.values(), *queues], notes
+                order.setdefault(names[f], set()).add(gpu_type.resource)
+                resources_of.setdefault(names[f], set()).add(gpu_type.resource)
+        groups = _capped(_resource_groups(order), f"class {gpu_class.name}", notes)
+        if groups:
+            class_groups[gpu_class.name] = groups
+        else:
+            notes.append(f"class {gpu_class.name}: no type has a flavor; no ClusterQueue")
+    by_name = {names[f]: f for f in flavors}
+    cohort_groups = _resource_groups(resources_of)
+
+    shares = _shares(cohort_groups, {(n, r): supply.devices.get((by_name[n], r), 0) for n in by_name
+                                     for r in resources_of[n]}, max(len(tenants), 1))
+
+    # A Cohort takes 64 flavors per resource group: the quota of more goes to cohorts under the
+    # owner (`<owner>.2`, ...), which lend it up to it; its queues borrow it at the same distance.
+    pieces = max(((len(group) + KUEUE_MAX_FLAVORS - 1) // KUEUE_MAX_FLAVORS for _, group in cohort_groups), default=1)
+
+    def quota(tenant_index: int, piece: int) -> list[dict[str, Any]]:
+        return [{"coveredResources": resources, "flavors": [
+            {"name": n, "resources": [{"name": r, "nominalQuota": shares[(n, r)][tenant_index]} for r in resources]}
+            for n in group[piece * KUEUE_MAX_FLAVORS:(piece + 1) * KUEUE_MAX_FLAVORS]]}
+            for resources, group in cohort_groups if len(group) > piece * KUEUE_MAX_FLAVORS]
+
+    objects: list[dict[str, Any]] = [*flavors.values()]
+    owners: list[tuple[Tenant | None, str]] = [(None, root)] if not tenants else [
+        (t, f"{root}-{t.name}") for t in tenants]
+    if tenants:
+        objects.append(_cohort(root, None, []))
+    for index, (tenant, cohort) in enumerate(owners):
+        objects.append(_cohort(cohort, root if tenant else None, quota(index, 0)))
+        objects += [_cohort(f"{cohort}.{piece + 1}", cohort, quota(index, piece)) for piece in range(1, pieces)]
+        for class_name, groups in class_groups.items():
+            objects.append(_cluster_queue(queue_name(class_name, tenant, root), cohort, tenant, groups))
+    for tenant in tenants:
+        objects += [{"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
+                     "metadata": {"name": class_name, "namespace": namespace},
+                     "spec": {"clusterQueue": queue_name(class_name, tenant, root)}}
+                    for namespace in tenant.namespaces for class_name in class_groups]
+    return objects, notes
+
+
+def _shares(groups: list[tuple[list[str], list[str]]], devices: Mapping[tuple[str, str], int],
+            parts: int) -> dict[tuple[str, str], list[int]]:
+    """(flavor name, resource) -> each part's devices. The remainders go round the parts, flavor after
+    flavor, so that no part gets all of them."""
+    shares = {}
+    turn: dict[str, int] = {}  # per resource, whose turn it is for the next remainder
+    for resources, names in groups:
+        for n in names:
+            for r in resources:
+                total = devices.get((n, r), 0)
+                start = turn.get(r, 0)
+                shares[(n, r)] = [share(total, parts, (i - start) % parts) for i in range(parts)]
+                turn[r] = (start + total % parts) % parts
+    return shares
+
+
+def _cohort(name: str, parent: str | None, groups: list[dict[str, Any]]) -> dict[str, Any]:
+    spec: dict[str, Any] = {}
+    if parent:
+        spec["parentName"] = parent
+    if groups:
+        spec["resourceGroups"] = groups
+    return {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Cohort", "metadata": {"name": name}, "spec": spec}
+
+
+def _cluster_queue(name: str, cohort: str, tenant: Tenant | None,
+                   groups: list[tuple[list[str], list[str]]]) -> dict[str, Any]:
+    selector: dict[str, Any] = {} if tenant is None else {"matchExpressions": [
+        {"key": "kubernetes.io/metadata.name", "operator": "In", "values": list(tenant.namespaces)}]}
+    return {
+        "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue",
+        "metadata": {"name": name},
+        "spec": {
+            "cohortName": cohort,
+            "namespaceSelector": selector,
+            # a flavor without quota left passes to the next type; quota nearer in the cohort tree first
+            "flavorFungibility": {"whenCanBorrow": "TryNextFlavor", "whenCanPreempt": "TryNextFlavor"},
+            "resourceGroups": [{"coveredResources": resources, "flavors": [
+                {"name": n, "resources": [{"name": r, "nominalQuota": 0} for r in resources]} for n in names]}
+                for resources, names in groups],
+        },
+    }
+
+
+def _capped(groups: list[tuple[list[str], list[str]]], owner: str,
+            notes: list[str]) -> list[tuple[list[str], list[str]]]:
+    """The groups, each cut to the flavors Kueue takes in one resource group, saying what was left out."""
+    capped = []
+    for resources, names in groups:
+        if len(names) > KUEUE_MAX_FLAVORS:
+            notes.append(f"{owner}: {len(names)} flavors of {', '.join(resources)}, more than the "
+                         f"{KUEUE_MAX_FLAVORS} Kueue takes in one resource group; the last "
+                         f"{len(names) - KUEUE_MAX_FLAVORS} are left out")
+        capped.append((resources, names[:KUEUE_MAX_FLAVORS]))
+    return capped
 
 
 def _resource_groups(order: Mapping[str, set[str]]) -> list[tuple[list[str], list[str]]]:

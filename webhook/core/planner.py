@@ -579,7 +579,7 @@ def _pool_verdict(memory_gib: float | None, pools: Sequence[Pool], gpus_needed: 
     growing = [p for p in pools if p.holds(gpus_needed)]
     if growing:
         return verdict(True, f"no node can take it now; NodePool {growing[0].name} can create one", memory=memory)
-    capped = ", ".join(f"{p.name} ({p.left} {p.resource} left)" for p in pools)
+    capped = ", ".join(f"{p.name} ({p.limited()})" for p in pools)
     return verdict(False, f"no node can take it now, and its NodePools are at their limits: {capped}", memory=memory)
 
 

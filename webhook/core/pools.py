@@ -6,8 +6,11 @@ pool of that type: Karpenter creates its nodes for Pods the scheduler marked Uns
 type stays valid at zero nodes, the affinity names exactly the values the pool's nodes will carry,
 and the tolerations are the pool's GPU taints; a pool with other taints (kept for a team) is offered
 only to Pods that tolerate those themselves. A pool whose `spec.limits` leave fewer devices
-of the type's resource than a Pod needs (`status.resources` counts what its nodes already hold) is
-not offered: Karpenter would not grow it, and the next type's pool must.
+of the type's resource than a node of it carries, or than a Pod needs (`status.resources` counts what
+its nodes already hold), or whose `nodes` limit is used up, is not offered: Karpenter would not grow
+it, and the next type's pool must. What one node carries is read, where the pool says it, from a
+requirement on the provider's GPU-count label, else from `status.resources` of a pool of one instance
+type (its nodes are alike); a pool that says neither is taken to make nodes just big enough.
 
 Karpenter makes the heaviest preferred node-affinity term a requirement and relaxes one term at a
 time when it cannot (karpenter pkg/controllers/provisioning/scheduling/preferences.go), so the
@@ -19,9 +22,14 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from .catalog import Catalog
-from .inventory import Pool, parse_gpu_count, split_taints
+from .inventory import NodeDevices, Pool, parse_gpu_count, split_taints
 
 NODEPOOL_API = "karpenter.sh/v1"
+# The providers' well-known labels for an instance's GPU count (AWS, Azure): a pool's requirement
+# on one is the devices its nodes can carry, as Karpenter matches instance types against it.
+GPU_COUNT_LABELS = ("karpenter.k8s.aws/instance-gpu-count", "karpenter.azure.com/sku-gpu-count")
+INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
+NODES = "nodes"  # Karpenter's limit on how many nodes a pool has (karpenter pkg/utils/resources.Node)
 
 
 def _object(value: Any) -> Mapping[str, Any]:
@@ -39,6 +47,43 @@ def _labels_named(template: Mapping[str, Any], label_keys: tuple[str, ...]) -> l
                 and r["key"] not in labels):
             fixed += [(r["key"], v) for v in r.get("values") or [] if isinstance(v, str)]
     return fixed
+
+
+def _requirements(template: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    requirements = _object(template.get("spec")).get("requirements")
+    return [r for r in requirements if isinstance(r, dict)] if isinstance(requirements, list) else []
+
+
+def _ints(values: Any) -> list[int]:
+    return [int(v) for v in values if isinstance(v, str) and v.strip().isdigit()] if isinstance(values, list) else []
+
+
+def _node_devices(template: Mapping[str, Any], used: Mapping[str, Any], resource: str) -> NodeDevices:
+    """What one node of the pool carries of `resource`: from a GPU-count requirement (Gt and Lt are
+    strict, Gte and Lte not, as Karpenter reads them: pkg/scheduling/requirement.go), else from the
+    pool's status when one instance type makes all its nodes, else unknown."""
+    least, most, only = 0, None, None
+    counted = False
+    for r in _requirements(template):
+        if r.get("key") not in GPU_COUNT_LABELS:
+            continue
+        counted, values, operator = True, _ints(r.get("values")), r.get("operator")
+        if operator == "In":
+            only = set(values) if only is None else only & set(values)
+        elif values and operator in ("Gt", "Gte"):
+            least = max(least, values[0] + (operator == "Gt"))
+        elif values and operator in ("Lt", "Lte"):
+            bound = values[0] - (operator == "Lt")
+            most = bound if most is None else min(most, bound)
+    if counted:
+        return NodeDevices(least, most, None if only is None else frozenset(only))
+    instance_types = {v for r in _requirements(template) if r.get("key") == INSTANCE_TYPE_LABEL
+                      and r.get("operator") == "In" for v in r.get("values") or []}
+    nodes = parse_gpu_count(used.get(NODES, "0"))
+    if len(instance_types) == 1 and nodes:
+        each = parse_gpu_count(used.get(resource, "0")) // nodes
+        return NodeDevices(each, each)
+    return NodeDevices()
 
 
 def pools_from_object(obj: Mapping[str, Any], catalog: Catalog) -> tuple[Pool, ...]:
@@ -61,6 +106,9 @@ def pools_from_object(obj: Mapping[str, Any], catalog: Catalog) -> tuple[Pool, .
                 values.setdefault((type_name, match_key), []).append(value)
     weight = spec.get("weight")
     name = str(_object(obj.get("metadata")).get("name") or "")
+    nodes_left = None
+    if NODES in limits:
+        nodes_left = parse_gpu_count(limits[NODES]) - parse_gpu_count(used.get(NODES, "0"))
     pools = []
     for (type_name, key), named in values.items():
         resource = catalog.types[type_name].resource
@@ -68,5 +116,6 @@ def pools_from_object(obj: Mapping[str, Any], catalog: Catalog) -> tuple[Pool, .
         if resource in limits:
             left = max(parse_gpu_count(limits[resource]) - parse_gpu_count(used.get(resource, "0")), 0)
         pools.append(Pool(name, type_name, key, tuple(dict.fromkeys(named)), taints, resource, left,
-                          weight if isinstance(weight, int) else 0, reserved))
+                          weight if isinstance(weight, int) else 0, _node_devices(template, used, resource),
+                          nodes_left, reserved))
     return tuple(pools)
