@@ -16,6 +16,7 @@ from builders import make_namespace, make_node, make_pod
 from fakeapi import FakeApiServer
 from servers import free_port
 from webhook.cli import kubectl_main, main
+from webhook.core.catalog import load_default_catalog
 
 REPO = Path(__file__).resolve().parent.parent
 DEMO = REPO / "deploy" / "demo"
@@ -72,16 +73,20 @@ def test_inventory_figures_are_what_the_cluster_holds(kubeconfig: Path, capsys: 
          "gpus": {"allocatable": 8, "used": 4, "free": 4},
          "products": [{"labelKey": "nvidia.com/gpu.product", "product": H100,
                        "nodes": {"total": 2, "ready": 2, "notReady": 0, "cordoned": 1},
-                       "gpus": {"allocatable": 8, "used": 4, "free": 4}}]},
+                       "gpus": {"allocatable": 8, "used": 4, "free": 4}}],
+         "placedByLabels": False, "scoreBasis": load_default_catalog().types["H100"].facts.score_basis},
         {"name": "A100-40GB", "resource": "nvidia.com/gpu",  # the built-in catalog
          "nodes": {"total": 1, "ready": 0, "notReady": 1, "cordoned": 0},
          "gpus": {"allocatable": 0, "used": 0, "free": 0},
          "products": [{"labelKey": "nvidia.com/gpu.product", "product": A100,
                        "nodes": {"total": 1, "ready": 0, "notReady": 1, "cordoned": 0},
-                       "gpus": {"allocatable": 0, "used": 0, "free": 0}}]},
+                       "gpus": {"allocatable": 0, "used": 0, "free": 0}}],
+         "placedByLabels": False, "scoreBasis": load_default_catalog().types["A100-40GB"].facts.score_basis},
     ]
     assert report["unknownProducts"] == [{"labelKey": "nvidia.com/gpu.product", "product": "NVIDIA-GeForce-RTX-5090",
-                                          "nodes": 1}]
+                                          "nodes": 1, "reason": (
+        "too little information: its labels lack nvidia.com/gpu.family, nvidia.com/gpu.compute.major, "
+        "nvidia.com/gpu.compute.minor, nvidia.com/gpu.memory or have them unreadable")}]
     high = next(c for c in report["classes"] if c["name"] == "high")
     # waiting and too-big: placed, no node holds them; not the Pods bound (finished or not) or finished
     assert high == {"name": "high", "strategy": "performance", "types": ["H100"], "maxGpusPerPod": 4, "pending": 2}
@@ -96,7 +101,9 @@ def test_inventory_reads_the_cluster_once_and_never_watches(api: FakeApiServer, 
     assert {r.path for r in calls} == {"/api/v1/nodes", "/api/v1/namespaces", "/api/v1/pods",
                                        *(f"/apis/resource.k8s.io/v1/{r}" for r in ("resourceslices", "deviceclasses",
                                                                                     "resourceclaims")),
-                                       "/apis/karpenter.sh/v1/nodepools"}
+                                       "/apis/karpenter.sh/v1/nodepools",
+                                       # Karpenter's CRD, by name: what wakes the NodePools reflector in a watch
+                                       "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"}
     pods_call = next(r for r in calls if r.path == "/api/v1/pods")
     assert pods_call.query["fieldSelector"] == "status.phase!=Succeeded,status.phase!=Failed"  # as the watch lists
     assert capsys.readouterr().out.startswith("TYPE ")
