@@ -228,3 +228,16 @@ def test_a_team_taint_is_never_tolerated_for_a_pod_and_keeps_its_nodes_for_those
     if tolerations is None:
         h200 = next(v for v in decision.verdicts if v.type_name == "H200")
         assert not h200.valid and h200.reason == "its nodes are kept for Pods that tolerate dedicated=team-a:NoSchedule"
+
+
+@pytest.mark.parametrize("taint, offered", [
+    pytest.param(DEDICATED, False, id="a-teams-taint-reserves"),
+    pytest.param({"key": "dedicated", "value": "team-a", "effect": "PreferNoSchedule"}, True, id="a-preference-does-not"),
+    # Kubernetes' own condition taints mirror the Node's state, which the inventory reads from the Node itself
+    pytest.param({"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}, True, id="kubernetes-condition-taint"),
+])
+def test_which_taints_keep_a_node_for_those_that_tolerate_them(taint: dict[str, str], offered: bool) -> None:
+    snapshot = build_snapshot(CATALOG, [make_node("h200-a", H200, gpus=8, taints=[GPU_TAINT, taint]),
+                                        make_node("h100-a", H100, gpus=8)])
+    decision = plan(make_pod({"gpu-class.io/class": "high"}), snapshot, CATALOG, namespace="ml")
+    assert decision.placement is not None and ("H200" in decision.placement.types) == offered

@@ -53,6 +53,9 @@ class Taint:
 
 # the effects that keep a Pod off a node unless it tolerates them (PreferNoSchedule only weighs against it)
 KEEPING_EFFECTS = ("NoSchedule", "NoExecute")
+# Kubernetes' own taints mirror a node's state (not-ready, unschedulable, pressure): they reserve it for
+# no one, and the inventory judges that state from the Node itself (its Ready condition, spec.unschedulable)
+CONDITION_TAINT_PREFIX = "node.kubernetes.io/"
 
 
 def tolerates(toleration: Mapping[str, Any], taint: Taint) -> bool:
@@ -85,7 +88,8 @@ def split_taints(raw: Any, gpu_taint_keys: Sequence[str]) -> tuple[tuple[Taint, 
     taints = sorted(Taint(str(t.get("key") or ""), str(t.get("value") or ""), str(t.get("effect") or ""))
                     for t in raw if isinstance(t, dict) and t.get("key")) if isinstance(raw, list) else []
     return (tuple(t for t in taints if t.key in gpu_taint_keys),
-            tuple(t for t in taints if t.key not in gpu_taint_keys and t.effect in KEEPING_EFFECTS))
+            tuple(t for t in taints if t.key not in gpu_taint_keys and t.effect in KEEPING_EFFECTS
+                  and not t.key.startswith(CONDITION_TAINT_PREFIX)))
 
 
 @dataclass(frozen=True)
