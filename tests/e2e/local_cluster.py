@@ -433,12 +433,26 @@ class Cluster:
         with urllib.request.urlopen(self.server + "/readyz", context=self.admin_context(), timeout=5) as r:
             return r.status == 200
 
+    def _etcd(self, path: str, body: Mapping[str, Any]) -> Any:
+        """One call of etcd's JSON gateway."""
+        request = urllib.request.Request(self.etcd_url + path, data=json.dumps(body).encode(), method="POST")
+        with urllib.request.urlopen(request, timeout=10) as r:
+            return json.loads(r.read())
+
+    def delete_from_etcd(self, resource: str, name: str) -> int:
+        """Delete a cluster-scoped object in etcd itself, behind the API server's back (it is down, say): the
+        keys under /registry whose path names `resource` and ends with `name`. Returns how many went."""
+        found = self._etcd("/v3/kv/range", {"key": base64.b64encode(b"/registry/").decode(),
+                                            "range_end": base64.b64encode(b"/registry0").decode(), "keys_only": True})
+        keys = [k for k in (base64.b64decode(kv["key"]).decode() for kv in found.get("kvs") or [])
+                if f"/{resource}/" in k and k.endswith(f"/{name}")]
+        for key in keys:
+            self._etcd("/v3/kv/deleterange", {"key": base64.b64encode(key.encode()).decode()})
+        return len(keys)
+
     def compact_etcd(self) -> int:
         """Compact etcd's history up to now, as the API server does every 5 minutes; return the revision."""
-        def call(path: str, body: Mapping[str, Any]) -> Any:
-            request = urllib.request.Request(self.etcd_url + path, data=json.dumps(body).encode(), method="POST")
-            with urllib.request.urlopen(request, timeout=10) as r:
-                return json.loads(r.read())
+        call = self._etcd
         # A write first: the compacted revision is then newer than any a client of the API server has seen
         # (compaction keeps the revision it is made at, and a watch from it would still be served).
         revision = int(call("/v3/kv/put", {"key": base64.b64encode(b"/gpu-class-e2e/compacted").decode(),

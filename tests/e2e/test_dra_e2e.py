@@ -339,9 +339,15 @@ def test_slices_are_listed_again_after_compaction(cluster: local_cluster.Cluster
 
     wait_for("the H200 device to be offered", lambda: answered("offered"))
     before = expired_restarts(cluster, "resourceslices")
-    resource_api.delete_resource_slice(dra_nodes.slices.pop())
-    cluster.compact_etcd()
-    cluster.restart_apiserver()
+    gone = dra_nodes.slices.pop()
+
+    def delete_unseen_and_compact() -> None:
+        # With the API server down no event, and no bookmark newer than the compaction, can reach the
+        # webhook: its watch must resume from a revision etcd no longer has
+        assert cluster.delete_from_etcd("resourceslices", gone) == 1
+        cluster.compact_etcd()
+
+    cluster.restart_apiserver(while_stopped=delete_unseen_and_compact)
     wait_for("the deleted slice's device to be dropped", lambda: answered("not offered"), seconds=60)
     wait_for("a 410 relist of resourceslices in the webhook's metrics",
              lambda: expired_restarts(cluster, "resourceslices") > before, seconds=30)
