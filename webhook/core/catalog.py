@@ -262,6 +262,7 @@ class GpuClass:
     # a class defined by what its types can do: a node of a product no type claims joins it when
     # its labels show it meets the need (inventory.py); a class of names never takes one
     requires: Need | None = None
+    upgrade: bool = False  # its Pods move up to a better type when one frees (upgrade.py); a Pod's annotation overrides
 
 
 @dataclass(frozen=True)
@@ -475,7 +476,7 @@ TOP_KEYS = frozenset(
 FACT_KEYS = frozenset({"architecture", "computeCapability", "precisions", "memoryBandwidthGBps", "interconnect",
                        "scoreBasis"})
 TYPE_KEYS = frozenset({"name", "score", "memoryGiB", "products", "match", "resource", "scalable"}) | FACT_KEYS
-CLASS_KEYS = frozenset({"name", "types", "minScore", "maxScore", "minMemoryGiB", "strategy", "requires"})
+CLASS_KEYS = frozenset({"name", "types", "minScore", "maxScore", "minMemoryGiB", "strategy", "requires", "upgrade"})
 REQUIRES_KEYS = frozenset({"minComputeCapability", "precisions", "minMemoryGiB", "architectures"})
 
 Path = tuple[str | int, ...]
@@ -906,7 +907,10 @@ def _build_classes(raw: Any, types: Mapping[str, GpuType], gpu_resource: str, lo
         if strategy not in STRATEGIES:
             raise loc.error(path + ("strategy",), f"must be one of {', '.join(STRATEGIES)}, not {strategy!r}")
         requires = _requires(loc, path + ("requires",), entry["requires"]) if "requires" in entry else None
-        if requires is not None and (CLASS_KEYS - {"name", "strategy", "requires"}) & entry.keys():
+        upgrade = entry.get("upgrade", False)
+        if not isinstance(upgrade, bool):
+            raise loc.error(path + ("upgrade",), f"must be true or false, not {upgrade!r}")
+        if requires is not None and (CLASS_KEYS - {"name", "strategy", "requires", "upgrade"}) & entry.keys():
             raise loc.error(path, "give 'requires' alone (minMemoryGiB goes inside it): a class of names takes no "
                                   "other type, and a node placed by its labels joins a class by its requirements")
         members = [t for t in _class_members(entry, types, loc, path)
@@ -914,7 +918,7 @@ def _build_classes(raw: Any, types: Mapping[str, GpuType], gpu_resource: str, lo
         if not members:
             raise loc.error(path, f"class {name!r} selects no type")
         classes[name] = GpuClass(name=name, types=fastest_first([types[t] for t in members]),
-                                 strategy=cast(Strategy, strategy), requires=requires)
+                                 strategy=cast(Strategy, strategy), requires=requires, upgrade=upgrade)
     return classes
 
 
