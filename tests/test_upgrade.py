@@ -11,9 +11,11 @@ from builders import TEST_CATALOG_YAML, make_node, make_pod, make_unbound_pod
 from test_inventory_report import A100, CATALOG, H100, snapshot_of
 from webhook.core.catalog import CatalogError, load_catalog_text
 from webhook.core.extender import PodNeeds
-from webhook.core.inventory import Snapshot
+from webhook.core.inventory import Snapshot, timestamp_seconds
+from webhook.core.lease import held_spec, may_hold, micro_time
 from webhook.core.upgrade import (
-    Eviction, History, Owner, PodState, UpgradeSettings, decide_moves, job_recreates, read_pod_state, with_refused,
+    Eviction, History, Owner, PodState, UpgradeSettings, decide_moves, disruptions_allowed, job_recreates, read_pod_state,
+    with_refused,
 )
 
 NOW = 10_000.0
@@ -254,3 +256,51 @@ def test_which_jobs_recreate_an_evicted_pod(spec: dict[str, Any], recreates: boo
 def test_catalog_upgrade_must_be_a_boolean() -> None:
     with pytest.raises(CatalogError, match="upgrade"):
         load_catalog_text(TEST_CATALOG_YAML.replace("types: [A10]}", "types: [A10], upgrade: yes-please}"))
+
+
+# --- leader election --------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("spec, may", [
+    pytest.param({}, True, id="new-lease"),
+    pytest.param({"holderIdentity": "me", "renewTime": micro_time(NOW - 1), "leaseDurationSeconds": 15}, True,
+                 id="held-by-me"),
+    pytest.param({"holderIdentity": "other", "renewTime": micro_time(NOW - 10), "leaseDurationSeconds": 15}, False,
+                 id="held-by-another-renewed"),
+    pytest.param({"holderIdentity": "other", "renewTime": micro_time(NOW - 16), "leaseDurationSeconds": 15}, True,
+                 id="held-by-another-expired"),
+])
+def test_who_may_hold_the_lease(spec: dict[str, Any], may: bool) -> None:
+    assert may_hold(spec, "me", NOW) is may
+
+
+def test_taking_a_lease_counts_a_transition_and_renewing_keeps_the_acquire_time() -> None:
+    taken = held_spec({"holderIdentity": "other", "leaseTransitions": 2}, "me", NOW, 15)
+    assert taken["holderIdentity"] == "me" and taken["leaseTransitions"] == 3
+    renewed = held_spec(taken, "me", NOW + 5, 15)
+    assert renewed["acquireTime"] == taken["acquireTime"] and renewed["leaseTransitions"] == 3
+    assert timestamp_seconds(renewed["renewTime"]) == NOW + 5
+
+
+# --- a group's PodDisruptionBudgets -----------------------------------------------------------------------------
+
+def pdb(selector: dict[str, Any] | None, allowed: int) -> dict[str, Any]:
+    return {"spec": {} if selector is None else {"selector": selector}, "status": {"disruptionsAllowed": allowed}}
+
+
+GROUP_LABELS = [{"app": "train", "gpu-class.io/group": "g"}] * 3
+
+
+@pytest.mark.parametrize("pdbs, allowed", [
+    pytest.param([], True, id="no-pdb"),
+    pytest.param([pdb({"matchLabels": {"app": "train"}}, 3)], True, id="allows-all-three"),
+    pytest.param([pdb({"matchLabels": {"app": "train"}}, 2)], False, id="allows-two-of-three"),
+    pytest.param([pdb({"matchLabels": {"app": "other"}}, 0)], True, id="selects-none-of-them"),
+    pytest.param([pdb({"matchExpressions": [{"key": "app", "operator": "In", "values": ["train"]}]}, 1)], False,
+                 id="match-expressions"),
+    pytest.param([pdb({"matchExpressions": [{"key": "app", "operator": "DoesNotExist"}]}, 0)], True,
+                 id="does-not-exist"),
+    pytest.param([pdb(None, 0)], True, id="no-selector-selects-nothing"),
+    pytest.param([pdb({}, 0)], False, id="empty-selector-selects-all"),
+])
+def test_a_group_is_evicted_only_when_every_pdb_allows_all_of_it(pdbs: list[dict[str, Any]], allowed: bool) -> None:
+    assert disruptions_allowed(pdbs, GROUP_LABELS) is allowed

@@ -30,6 +30,7 @@ MIN_MEMORY_ANNOTATION = PREFIX + "min-memory"
 # what the Pod's code needs of a GPU, whatever its name: they narrow the class as min-memory does
 REQUIRES_ANNOTATION = PREFIX + "requires"
 MIN_COMPUTE_CAPABILITY_ANNOTATION = PREFIX + "min-compute-capability"
+UPGRADE_ANNOTATION = PREFIX + "upgrade"  # read by the upgrader (upgrade.py), not the webhook
 GROUP_ANNOTATION = "gpu-class.io/group"
 GROUP_SIZE_ANNOTATION = "gpu-class.io/group-size"
 # LeaderWorkerSet writes the number of Pods of its group (leader included) on each of them. The Job
@@ -45,7 +46,7 @@ SUSPENDING_PARENT_ANNOTATION = "kueue.x-k8s.io/pod-suspending-parent"
 # the Pod annotations gpu-class reads (and the one it writes): any other gpu-class.io/ key is a slip
 POD_ANNOTATIONS = (CLASS_ANNOTATION, COUNT_ANNOTATION, CONTAINER_ANNOTATION, EXCLUDE_ANNOTATION, MIN_MEMORY_ANNOTATION,
                    GROUP_ANNOTATION, GROUP_SIZE_ANNOTATION, REQUIRES_ANNOTATION, MIN_COMPUTE_CAPABILITY_ANNOTATION,
-                   TYPES_ANNOTATION)
+                   TYPES_ANNOTATION, UPGRADE_ANNOTATION)
 
 T = TypeVar("T")
 

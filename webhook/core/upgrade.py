@@ -28,11 +28,11 @@ from collections import defaultdict
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Literal, Mapping, Sequence
 
+from .ask import UPGRADE_ANNOTATION
 from .catalog import Catalog
 from .extender import PodNeeds, PodProblem, ordering_for, pod_offer, read_pod, type_order
 from .inventory import GroupName, Offer, Snapshot, pod_group, timestamp_seconds
 
-UPGRADE_ANNOTATION = "gpu-class.io/upgrade"
 
 # (API group, kind) of the controllers that recreate a Pod evicted from them
 RECREATING_KINDS = frozenset({
@@ -419,3 +419,29 @@ def with_refused(decision: UpgradeDecision, refused: Iterable[Move]) -> UpgradeD
     evictions = tuple(e for e in decision.history.evictions if e.pod_uid not in refused_uids)
     return replace(decision, moves=moves, held=(*decision.held, *held),
                    history=replace(decision.history, evictions=evictions))
+
+
+def selects(selector: Mapping[str, Any] | None, labels: Mapping[str, str]) -> bool:
+    """Whether a label selector (matchLabels, matchExpressions) selects these labels; an empty one selects all."""
+    if selector is None:
+        return False  # a PodDisruptionBudget without a selector selects no Pod (policy/v1)
+    if any(labels.get(k) != v for k, v in (selector.get("matchLabels") or {}).items()):
+        return False
+    for expr in selector.get("matchExpressions") or []:
+        key, op, values = expr.get("key"), expr.get("operator"), expr.get("values") or []
+        present = key in labels
+        if not {"In": present and labels.get(key) in values, "NotIn": not present or labels.get(key) not in values,
+                "Exists": present, "DoesNotExist": not present}.get(op, False):
+            return False
+    return True
+
+
+def disruptions_allowed(pdbs: Sequence[Mapping[str, Any]], pods_labels: Sequence[Mapping[str, str]]) -> bool:
+    """Whether every PodDisruptionBudget allows evicting all of these Pods at once (a group's): each PDB's
+    disruptionsAllowed covers the Pods it selects, so none of the group is evicted unless all can be."""
+    for pdb in pdbs:
+        selector = (pdb.get("spec") or {}).get("selector")
+        selected = sum(1 for labels in pods_labels if selects(selector, labels))
+        if selected and int((pdb.get("status") or {}).get("disruptionsAllowed") or 0) < selected:
+            return False
+    return True

@@ -27,11 +27,12 @@ import math
 import os
 import threading
 import time
-from typing import Any, get_args
+from collections import Counter as Tally
+from typing import Any, Sequence, get_args
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client import multiprocess
-from prometheus_client import CONTENT_TYPE_LATEST
+from prometheus_client import CONTENT_TYPE_LATEST, start_http_server
 
 from ..core.catalog import Catalog
 from ..core.fidelity import PLACEMENT_OUTCOMES, judge_bind, pending_by_class
@@ -39,6 +40,7 @@ from ..core.groups import GroupOutcome
 from ..core.inventory import Snapshot, UnboundGpuPod
 from ..core.planner import Outcome
 from ..core.review import Review
+from ..core.upgrade import HELD_REASONS, Held, Move
 from . import logs
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
@@ -109,6 +111,26 @@ LABEL_PLACED = Gauge(
     "classes defined by requirements, by product: add the product to the catalog", ["product"],
     multiprocess_mode="livemax",
 )
+# the upgrader's (`gpuclass upgrader`, its own process: the default registry, served by serve_upgrade_metrics)
+UPGRADE_MOVES = Counter(
+    "gpu_class_upgrade_moves_total",
+    "Pods (or groups) the upgrader evicted so that they move up, by class, the type they ran on and the better "
+    "type that had room", ["class", "from_type", "to_type"],
+)
+UPGRADE_HELD = Gauge(
+    "gpu_class_upgrade_held_back",
+    "Opted-in Pods a better type has room for, held back at the upgrader's last pass, by reason: settle (the room "
+    "is younger than the settle time), min_time (too short on its node), window (moved within the window), rate "
+    "(a move of its workload in flight, or the cluster-wide rate), group (a group that cannot move whole), pdb "
+    "(a PodDisruptionBudget refused)", ["reason"],
+)
+UPGRADE_EVICTIONS = Counter(
+    "gpu_class_upgrade_evictions_total",
+    "Evictions the upgrader asked for, by outcome: evicted, pdb (429: a PodDisruptionBudget allows none now), "
+    "gone (404), error", ["outcome"],
+)
+UPGRADE_LEADER = Gauge("gpu_class_upgrade_leader", "1 while this upgrader replica holds the Lease")
+EVICTION_OUTCOMES = ("evicted", "pdb", "gone", "error")
 
 log = logging.getLogger("gpu_class.placement")
 UNKNOWN = "unknown"
@@ -331,3 +353,35 @@ def render() -> tuple[bytes, str]:
 def mark_worker_dead(pid: int) -> None:
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         multiprocess.mark_process_dead(pid)  # type: ignore[no-untyped-call]
+
+
+class UpgradeMetrics:
+    """The upgrader's observer (webhook.cluster.upgrader.UpgradeObserver). Label values come from the catalog."""
+
+    def __init__(self, catalog: Catalog) -> None:
+        self.catalog = catalog
+        for reason in HELD_REASONS:
+            _child(UPGRADE_HELD, reason).set(0)
+        for outcome in EVICTION_OUTCOMES:
+            _child(UPGRADE_EVICTIONS, outcome)
+        UPGRADE_LEADER.set(0)
+
+    def moved(self, move: Move) -> None:
+        class_name = move.class_name if move.class_name in self.catalog.classes else NO_CLASS
+        _child(UPGRADE_MOVES, str(class_name), move.from_type, move.to_type).inc()
+
+    def held(self, held: Sequence[Held]) -> None:
+        counts = Tally(h.reason for h in held for _ in h.pods)
+        for reason in HELD_REASONS:
+            _child(UPGRADE_HELD, reason).set(counts.get(reason, 0))
+
+    def evicted(self, outcome: str) -> None:
+        _child(UPGRADE_EVICTIONS, outcome if outcome in EVICTION_OUTCOMES else "error").inc()
+
+    def leading(self, leader: bool) -> None:
+        UPGRADE_LEADER.set(1 if leader else 0)
+
+
+def serve_upgrade_metrics(port: int, address: str = "0.0.0.0") -> None:
+    """GET /metrics of the upgrader's process on a thread of its own."""
+    start_http_server(port, addr=address)
