@@ -304,3 +304,22 @@ GROUP_LABELS = [{"app": "train", "gpu-class.io/group": "g"}] * 3
 ])
 def test_a_group_is_evicted_only_when_every_pdb_allows_all_of_it(pdbs: list[dict[str, Any]], allowed: bool) -> None:
     assert disruptions_allowed(pdbs, GROUP_LABELS) is allowed
+
+
+@pytest.mark.parametrize("selector, tolerations, taints, moves", [
+    pytest.param({}, (), (), [["a"]], id="no-selector"),
+    pytest.param({"pool": "serve"}, (), (), [["a"]], id="selector-the-h100-node-matches"),
+    pytest.param({"pool": "train"}, (), (), [], id="selector-the-h100-node-does-not-match"),
+    pytest.param({}, (), ({"key": "team", "value": "x", "effect": "NoSchedule"},), [], id="untolerated-taint"),
+    pytest.param({}, ({"key": "team", "operator": "Exists"},), ({"key": "team", "value": "x", "effect": "NoSchedule"},),
+                 [["a"]], id="tolerated-taint"),
+])
+def test_room_only_on_nodes_the_pod_may_use(selector: dict[str, str], tolerations: tuple[dict[str, str], ...],
+                                            taints: tuple[dict[str, str], ...], moves: list[list[str]]) -> None:
+    gpu_taint = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+    nodes = [make_node("h100-a", H100, gpus=2, labels={"pool": "serve"}, taints=(gpu_taint, *taints)),
+             make_node("a100-a", A100, gpus=4)]
+    pod = dataclasses.replace(pod_state("a"), node_selector=selector, tolerations=tolerations)
+    labels = {n["metadata"]["name"]: n["metadata"]["labels"] for n in nodes}
+    decision = decide_moves(NOW, snap({"a100-a": 1}, nodes), CATALOG, [pod], settled(("H100", 1, 1)), SETTINGS, labels)
+    assert moved(decision) == moves

@@ -226,8 +226,10 @@ class Upgrader:
         owners = self.read_owners(pods)
         states = [s for p in pods if (s := read_pod_state(p, self.catalog, owners)) is not None]
         by_uid = {str((p.get("metadata") or {}).get("uid")): p for p in pods}
+        nodes = _json(self.core.list_node(_preload_content=False, _request_timeout=REQUEST_TIMEOUT_SECONDS))
+        node_labels = {n["metadata"]["name"]: n["metadata"].get("labels") or {} for n in nodes.get("items") or []}
         now = self.clock()
-        decision = decide_moves(now, snapshot, self.catalog, states, self.history, self.config.settings)
+        decision = decide_moves(now, snapshot, self.catalog, states, self.history, self.config.settings, node_labels)
         refused: list[Move] = []
         for move in decision.moves:
             if not self._evict(move, by_uid):

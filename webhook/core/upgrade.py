@@ -31,7 +31,7 @@ from typing import Any, Iterable, Literal, Mapping, Sequence
 from .ask import UPGRADE_ANNOTATION
 from .catalog import Catalog
 from .extender import PodNeeds, PodProblem, ordering_for, pod_offer, read_pod, type_order
-from .inventory import GroupName, Offer, Snapshot, pod_group, timestamp_seconds
+from .inventory import GroupName, Offer, Snapshot, pod_group, timestamp_seconds, tolerates_all
 
 
 # (API group, kind) of the controllers that recreate a Pod evicted from them
@@ -126,6 +126,8 @@ class PodState:
     on_node_since_seconds: float | None = None  # status.startTime, else creation
     ready: bool = False
     terminating: bool = False
+    node_selector: Mapping[str, str] = field(default_factory=dict)  # spec.nodeSelector
+    tolerations: tuple[Mapping[str, Any], ...] = ()
 
     @property
     def ref(self) -> str:
@@ -156,12 +158,16 @@ def read_pod_state(pod: Mapping[str, Any], catalog: Catalog, owners: Mapping[str
     created = timestamp_seconds(metadata.get("creationTimestamp"))
     started = timestamp_seconds(status.get("startTime"))
     ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+    spec = pod.get("spec") or {}
+    selector = spec.get("nodeSelector") or {}
     return PodState(
         uid=uid, namespace=str(metadata.get("namespace") or ""), name=str(metadata.get("name") or ""), needs=needs,
         node=(pod.get("spec") or {}).get("nodeName") or None, opted_in=is_opted_in(pod, catalog, needs.class_name),
         owner=owner, group=pod_group(pod), created_seconds=created,
         on_node_since_seconds=started if started is not None else created, ready=ready,
-        terminating=bool(metadata.get("deletionTimestamp")))
+        terminating=bool(metadata.get("deletionTimestamp")),
+        node_selector={str(k): str(v) for k, v in selector.items()} if isinstance(selector, dict) else {},
+        tolerations=tuple(t for t in spec.get("tolerations") or [] if isinstance(t, dict)))
 
 
 # (type, resource, GPUs per Pod, Pods): room of one kind the settle time is kept for
@@ -216,27 +222,40 @@ class UpgradeDecision:
 class _Room:
     """Free devices per node of the snapshot, less what this pass has reserved."""
 
-    def __init__(self, snapshot: Snapshot) -> None:
+    def __init__(self, snapshot: Snapshot, node_labels: Mapping[str, Mapping[str, str]] | None) -> None:
         self.snapshot = snapshot
+        self.node_labels = node_labels
         self.reserved: dict[tuple[str, str], int] = defaultdict(int)
 
     def free(self, node: str, offer: Offer) -> int:
         return self.snapshot.free(node, offer) - self.reserved[(node, offer.resource)]
 
-    def nodes_of(self, type_name: str, needs: PodNeeds) -> list[tuple[str, Offer]]:
-        """The type's ready, uncordoned nodes that offer it as the Pod's resource, by name."""
+    def admits(self, name: str, pod: PodState | None) -> bool:
+        """Whether the node may take the Pod: its nodeSelector (where node labels are known) and the node's
+        taints other than the GPU ones. A waiting Pod (None) is taken to fit anywhere its types allow."""
+        if pod is None:
+            return True
+        info = self.snapshot.nodes[name]
+        if not tolerates_all(pod.tolerations, info.reserved):
+            return False
+        labels = None if self.node_labels is None else self.node_labels.get(name, {})
+        return labels is None or all(labels.get(k) == v for k, v in pod.node_selector.items())
+
+    def nodes_of(self, type_name: str, needs: PodNeeds, pod: PodState | None) -> list[tuple[str, Offer]]:
+        """The type's ready, uncordoned nodes that offer it as the Pod's resource and admit it, by name."""
         found = []
         for name in sorted(self.snapshot.nodes):
             info = self.snapshot.nodes[name]
             offer = info.offer(type_name)
-            if offer is not None and offer.resource == needs.resource and info.schedulable:
+            if offer is not None and offer.resource == needs.resource and info.schedulable and self.admits(name, pod):
                 found.append((name, offer))
         return found
 
-    def place(self, type_name: str, needs: PodNeeds, count: int) -> list[tuple[str, str]] | None:
+    def place(self, type_name: str, needs: PodNeeds, count: int,
+              pod: PodState | None = None) -> list[tuple[str, str]] | None:
         """Nodes for `count` Pods of `needs` on one value of the label they meet on, tightest first; None: no room."""
         by_value: dict[tuple[str, str], list[tuple[str, Offer]]] = defaultdict(list)
-        for name, offer in self.nodes_of(type_name, needs):
+        for name, offer in self.nodes_of(type_name, needs, pod):
             # a lone Pod meets no one: any node of the type will do
             by_value[(offer.label_key, offer.value) if count > 1 else ("", "")].append((name, offer))
         for nodes in by_value.values():
@@ -302,7 +321,7 @@ class _Pass:
         first = unit[0]
         for type_name in better_types(first, on_type, self.catalog):
             key: RoomKey = (type_name, first.needs.resource, first.needs.gpus, len(unit))
-            chosen = self.room.place(type_name, first.needs, len(unit))
+            chosen = self.room.place(type_name, first.needs, len(unit), first)
             if chosen is None:
                 continue
             self.seen_keys.add(key)
@@ -393,9 +412,17 @@ def _units(pods: Sequence[PodState], snapshot: Snapshot, held: list[Held]) -> li
 
 
 def decide_moves(now: float, snapshot: Snapshot, catalog: Catalog, pods: Sequence[PodState], history: History,
-                 settings: UpgradeSettings = UpgradeSettings()) -> UpgradeDecision:
-    """The Pods to evict now, those held back and why, and the history to pass to the next call."""
-    room = _Room(snapshot)
+                 settings: UpgradeSettings = UpgradeSettings(),
+                 node_labels: Mapping[str, Mapping[str, str]] | None = None) -> UpgradeDecision:
+    """The Pods to evict now, those held back and why, and the history to pass to the next call.
+
+    Room is judged as the strict path judges it (type, readiness, free devices), and also on the Pod's
+    nodeSelector against `node_labels` (when given) and the nodes' non-GPU taints against its
+    tolerations, so that a Pod is not moved towards a node it could never run on. Its other
+    constraints (required node affinity beyond its types, CPU and memory, Pod affinity) are not
+    judged: a Pod sent back to where it was is held by the window, never moved in a loop.
+    """
+    room = _Room(snapshot, node_labels)
     _waiting_take_their_room(room, snapshot)
     state = _Pass(now=now, snapshot=snapshot, catalog=catalog, settings=settings, room=room,
                   room_since=dict(history.room_since), seen_keys=set(),
