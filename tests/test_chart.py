@@ -431,6 +431,10 @@ SAME_INSTALLS = [
         {f"Namespace {NAMESPACE}"}, id="cert-manager-stock-scheduler",
     ),
     pytest.param(
+        [deploy.CERT_MANAGER, "upgrader"], [], ["--set", "tls.mode=cert-manager", "--set", "upgrader.enabled=true"],
+        {f"Namespace {NAMESPACE}"}, id="cert-manager-upgrader",
+    ),
+    pytest.param(
         [deploy.CERT_MANAGER], [deploy.LABEL_GUARD], ["--set", "tls.mode=cert-manager", "--set", "labelGuard.enabled=true"],
         {f"Namespace {NAMESPACE}"}, id="cert-manager-label-guard",
     ),
