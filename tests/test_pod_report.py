@@ -108,3 +108,25 @@ def test_a_pod_on_dra_devices_names_the_claim_the_scheduler_made() -> None:
     assert "scheduled on dra-1: H100 (DRA devices, claim train-extended-resources-x7k2p)" in render_pod_text(report)
     on_plugin = build_pod_report(existing_pod("H100", node="dp-1", phase="Running"), snapshot, catalog)
     assert (on_plugin["nodeDevices"], on_plugin["claim"]) == ("device-plugin", None)
+
+
+RS_OWNER = [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "infer-1", "uid": "u", "controller": True}]
+
+
+@pytest.mark.parametrize("annotations, owners, used, says", [
+    pytest.param({}, RS_OWNER, {}, "upgrade: not opted in", id="not-opted-in"),
+    pytest.param({"gpu-class.io/upgrade": "true"}, [], {}, "never moved: no controller that recreates it",
+                 id="bare-pod"),
+    pytest.param({"gpu-class.io/upgrade": "true"}, RS_OWNER, {}, "H100 has room for it now", id="h100-has-room"),
+    pytest.param({"gpu-class.io/upgrade": "true"}, RS_OWNER, {"h100-a": 7}, "no type better than A100 has room",
+                 id="h100-full"),
+])
+def test_explain_says_whether_the_upgrader_would_move_it(annotations: dict[str, str], owners: list[dict[str, Any]],
+                                                        used: dict[str, int], says: str) -> None:
+    pod = existing_pod(node="a100-a", phase="Running")
+    pod["metadata"]["annotations"].update(annotations)
+    pod["metadata"]["uid"] = "pod-uid"
+    pod["metadata"]["ownerReferences"] = owners
+    report = build_pod_report(pod, snapshot_of(NODES, {"a100-a": 2, **used}), CATALOG)
+    assert report["upgrade"] is not None and says in report["upgrade"]
+    assert says in render_pod_text(report)

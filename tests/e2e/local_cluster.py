@@ -611,7 +611,7 @@ def render_install(cluster: Cluster) -> list[dict[str, Any]]:
     (work / "kustomization.yaml").write_text(yaml.safe_dump({
         "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
         # kustomize takes bases only by relative path
-        "resources": [os.path.relpath(REPO / "deploy" / d, work) for d in ("base", "labeller")],
+        "resources": [os.path.relpath(REPO / "deploy" / d, work) for d in ("base", "labeller", "upgrader")],
         "components": [os.path.relpath(REPO / "deploy" / d, work) for d in ("components/backstop", "scheduler")],
     }))
     proc = subprocess.run([kubectl_path(), "kustomize", str(work)], capture_output=True, text=True)
@@ -620,8 +620,8 @@ def render_install(cluster: Cluster) -> list[dict[str, Any]]:
     ca_bundle = (cluster.dir / "webhook" / "ca.crt").read_bytes()
     objects = []
     for obj in yaml.safe_load_all(proc.stdout):
-        # No kubelets: the webhook, the second scheduler and the labeller run
-        # as processes here, so their workloads, Service and PDBs would only
+        # No kubelets: the webhook, the second scheduler, the labeller and the
+        # upgrader run as processes here (or not at all), so their workloads, Service and PDBs would only
         # sit Pending.
         if not obj or obj["kind"] in ("Deployment", "DaemonSet", "Service", "PodDisruptionBudget"):
             continue

@@ -20,6 +20,7 @@ from .extender import PodNeeds, PodProblem, judge_node, read_pod
 from .groups import RunsOn, runs_on
 from .inventory import TERMINAL_PHASES, Snapshot, pod_gpus, pod_group
 from .planner import CLASS_ANNOTATION
+from .upgrade import upgrade_outlook
 
 GPU_CLASS_PREFIX = "gpu-class: "
 
@@ -50,6 +51,7 @@ PodReport = TypedDict("PodReport", {
     "room": "list[TypeRoom] | None",  # only for a Pod not yet bound
     "group": "GroupRoom | None",  # for a Pod the webhook placed in a group (label gpu-class.io/group)
     "problem": "str | None",
+    "upgrade": "str | None",  # for a bound Pod: whether the upgrader would move it (upgrade.py)
 })
 
 
@@ -103,6 +105,7 @@ def build_pod_report(pod: Mapping[str, Any], snapshot: Snapshot, catalog: Catalo
         "room": None,
         "group": None,
         "problem": None,
+        "upgrade": None,
     }
     try:
         needs = read_pod(pod, catalog)
@@ -128,6 +131,8 @@ def build_pod_report(pod: Mapping[str, Any], snapshot: Snapshot, catalog: Catalo
         report["group"] = {"name": group[1], "runsOn": None if runs is None else runs.as_json()}
     if node is None and needs is not None:
         report["room"] = _room(needs, snapshot, runs)
+    outlook = upgrade_outlook(pod, snapshot, catalog) if report["phase"] not in TERMINAL_PHASES else None
+    report["upgrade"] = None if outlook is None else outlook.describe()
     return report
 
 
@@ -181,6 +186,8 @@ def render_pod_text(report: PodReport) -> str:
             lines.append(f"{report['nodeType']} is its {rank} choice; it preferred {types[0]}")
         elif types:
             lines.append(f"that is none of its types; it preferred {types[0]}")
+    if report["upgrade"]:
+        lines.append(report["upgrade"])
     group = report["group"]
     if group is not None:
         runs = group["runsOn"]

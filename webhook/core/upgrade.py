@@ -472,3 +472,37 @@ def disruptions_allowed(pdbs: Sequence[Mapping[str, Any]], pods_labels: Sequence
         if selected and int((pdb.get("status") or {}).get("disruptionsAllowed") or 0) < selected:
             return False
     return True
+
+
+@dataclass(frozen=True)
+class UpgradeOutlook:
+    """What `gpuclass explain` says of a bound Pod and the upgrader: whether it may move, and where to now."""
+
+    opted_in: bool
+    recreated: bool  # its controller reference names a kind that recreates it (the upgrader also checks its UID)
+    on_type: str | None
+    better_with_room: str | None  # the best strictly better type with room for it now, after waiting Pods
+
+    def describe(self, settings: UpgradeSettings = UpgradeSettings()) -> str:
+        if not self.opted_in:
+            return "upgrade: not opted in (gpu-class.io/upgrade: \"true\", or the class's upgrade: true)"
+        if not self.recreated:
+            return "upgrade: opted in, but never moved: no controller that recreates it (a bare Pod)"
+        if self.better_with_room is None:
+            return f"upgrade: opted in; no type better than {self.on_type} has room for it now: it stays"
+        return (f"upgrade: opted in; {self.better_with_room} has room for it now: the upgrader moves it once that room "
+                f"has lasted {settings.settle_seconds:.0f} s, it has run {settings.min_on_node_seconds:.0f} s on its "
+                "node and its workload has no move in flight (defaults; see gpuclass upgrader)")
+
+
+def upgrade_outlook(pod: Mapping[str, Any], snapshot: Snapshot, catalog: Catalog) -> UpgradeOutlook | None:
+    """For a bound Pod gpu-class placed; None for any other."""
+    state = read_pod_state(pod, catalog, {})
+    if state is None or state.node is None:
+        return None
+    on_type = current_type(state, snapshot)
+    room = _Room(snapshot, None)
+    _waiting_take_their_room(room, snapshot)
+    better = None if on_type is None else next(
+        (t for t in better_types(state, on_type, catalog) if room.place(t, state.needs, 1, state) is not None), None)
+    return UpgradeOutlook(state.opted_in, is_recreating_ref(controller_ref(pod)), on_type, better)

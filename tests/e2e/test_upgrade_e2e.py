@@ -1,0 +1,205 @@
+"""`gpuclass upgrader` on the real control plane with the strict path (gpu-class-scheduler): a Deployment that opted
+in (gpu-class.io/upgrade: "true") moves from A100 to H100 when H100 frees, one replica at a time under a
+PodDisruptionBudget of maxUnavailable 1, each once; a bare Pod that opted in never moves.
+
+The upgrader runs as a process with deploy/upgrader's ServiceAccount, so the RBAC it ships is what it may do. There
+are no kubelets: the test plays one (`FakeKubelet`), marking each bound Pod Running and Ready a moment after it is
+bound, as the ReplicaSet and disruption controllers need to count it available. The nodes are the test's own, and the
+Pods select them by a label, so the session's shared nodes never count as room.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import subprocess
+import threading
+import time
+import urllib.request
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+import kubernetes
+import pytest
+from kubernetes.client.exceptions import ApiException
+
+import local_cluster
+from fleet import H100_LABELS
+from kubeobjects import create_node, delete_if_present, delete_nodes, fixture_labels, make_pod, wait_for
+
+SUFFIX = uuid.uuid4().hex[:6]
+POOL = "gpu-class.io/e2e-upgrade"  # on the test's nodes; the Pods select it
+H100_NODE, A100_NODE = f"upg-h100-{SUFFIX}", f"upg-a100-{SUFFIX}"
+SETTLE_SECONDS = 10
+READY_AFTER_SECONDS = 1.0  # how long the fake kubelet takes to start a bound Pod
+LEASE = "gpu-class-upgrader"
+
+
+@dataclass
+class FakeKubelet:
+    """Marks bound Pods of a namespace Running and Ready, and records when each was bound where, and when it went."""
+
+    core: kubernetes.client.CoreV1Api
+    namespace: str
+    bound: dict[str, tuple[str, str, float]] = field(default_factory=dict)  # uid -> (name, node, first seen bound)
+    ready: dict[str, float] = field(default_factory=dict)  # uid -> when marked Ready
+    gone: dict[str, float] = field(default_factory=dict)  # uid -> when first seen gone
+    stop: threading.Event = field(default_factory=threading.Event)
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            now = time.time()
+            try:
+                pods = self.core.list_namespaced_pod(self.namespace).items
+            except ApiException:
+                continue
+            seen = set()
+            for pod in pods:
+                uid, node = pod.metadata.uid, pod.spec.node_name
+                seen.add(uid)
+                if node and uid not in self.bound:
+                    self.bound[uid] = (pod.metadata.name, node, now)
+                if node and uid not in self.ready and now - self.bound[uid][2] >= READY_AFTER_SECONDS \
+                        and pod.metadata.deletion_timestamp is None:
+                    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+                    status = {"phase": "Running", "startTime": stamp, "conditions": [
+                        {"type": "PodScheduled", "status": "True"},
+                        {"type": "Initialized", "status": "True"},
+                        {"type": "ContainersReady", "status": "True", "lastTransitionTime": stamp},
+                        {"type": "Ready", "status": "True", "lastTransitionTime": stamp}]}
+                    try:
+                        self.core.patch_namespaced_pod_status(pod.metadata.name, self.namespace, {"status": status})
+                        self.ready[uid] = now
+                    except ApiException:
+                        pass
+                if pod.metadata.deletion_timestamp is not None:  # no kubelet to finish a graceful delete
+                    delete_if_present(functools.partial(self.core.delete_namespaced_pod, grace_period_seconds=0),
+                                      pod.metadata.name, self.namespace)
+            for uid in self.bound:
+                if uid not in seen and uid not in self.gone:
+                    self.gone[uid] = now
+            self.stop.wait(0.3)
+
+    def on(self, node: str, prefix: str) -> list[str]:
+        """Names of the Pods bound to `node` that are still there."""
+        return sorted(n for uid, (n, where, _) in self.bound.items()
+                      if where == node and uid not in self.gone and n.startswith(prefix))
+
+
+@pytest.fixture
+def nodes(core: kubernetes.client.CoreV1Api) -> Iterator[None]:
+    a100 = fixture_labels("a100-sxm4-40gb_gce_before-mig.yaml")
+    create_node(core, H100_NODE, {**H100_LABELS, POOL: SUFFIX}, gpus=4)
+    create_node(core, A100_NODE, {**a100, POOL: SUFFIX}, gpus=4)
+    yield
+    delete_nodes(core, [H100_NODE, A100_NODE])
+
+
+@pytest.fixture
+def kubelet(core: kubernetes.client.CoreV1Api, namespace: str) -> Iterator[FakeKubelet]:
+    k = FakeKubelet(core, namespace)
+    thread = threading.Thread(target=k.run, daemon=True)
+    thread.start()
+    yield k
+    k.stop.set()
+    thread.join(5)
+
+
+@pytest.fixture
+def upgrader(cluster: local_cluster.Cluster, core: kubernetes.client.CoreV1Api) -> Iterator[int]:
+    """`gpuclass upgrader` as deploy/upgrader's ServiceAccount; yields its metrics port."""
+    coordination = kubernetes.client.CoordinationV1Api(core.api_client)
+    delete_if_present(coordination.delete_namespaced_lease, LEASE, local_cluster.WEBHOOK_NAMESPACE)
+    port = local_cluster.free_port()
+    log = open(cluster.dir / "logs" / f"upgrader-{SUFFIX}.log", "wb")
+    proc = subprocess.Popen([
+        local_cluster.gpuclass_path(), "upgrader",
+        f"--kubeconfig={local_cluster.service_account_kubeconfig(cluster, 'gpu-class-upgrader')}",
+        f"--config={local_cluster.webhook_catalog(cluster)}", f"--lease-namespace={local_cluster.WEBHOOK_NAMESPACE}",
+        f"--settle-seconds={SETTLE_SECONDS}", "--min-on-node-seconds=5", "--window-seconds=600",
+        "--interval-seconds=1", f"--metrics-port={port}", "--log-level=debug",
+    ], stdout=log, stderr=subprocess.STDOUT)
+    yield port
+    proc.terminate()
+    proc.wait(10)
+    log.close()
+
+
+def metric(port: int, name: str) -> float:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+        text = r.read().decode()
+    return sum(float(v) for v in re.findall(rf"^{name}(?:\{{[^}}]*\}})? (\S+)$", text, re.M))
+
+
+def pod_template(app: str, *, upgrade: bool) -> dict[str, Any]:
+    pod = make_pod(app, gpu_class="high", gpus=1, scheduler=local_cluster.STRICT_SCHEDULER,
+                   annotations={"gpu-class.io/upgrade": "true"} if upgrade else None)
+    pod["spec"]["nodeSelector"] = {POOL: SUFFIX}
+    pod["spec"]["restartPolicy"] = "Always"
+    return pod
+
+
+def test_a_deployment_moves_up_one_replica_at_a_time_and_a_bare_pod_never(
+        api_client: kubernetes.client.ApiClient, core: kubernetes.client.CoreV1Api, namespace: str, nodes: None,
+        kubelet: FakeKubelet, upgrader: int) -> None:
+    apps = kubernetes.client.AppsV1Api(api_client)
+    # H100 holds 4: two bare Pods that did not opt in take 2 of them first
+    for i in range(2):
+        core.create_namespaced_pod(namespace, {**pod_template(f"blocker-{i}", upgrade=False),
+                                               "metadata": {"name": f"blocker-{i}",
+                                                            "annotations": {"gpu-class.io/class": "high"}}})
+    wait_for("the blockers on H100", lambda: len(kubelet.on(H100_NODE, "blocker-")) == 2, seconds=60)
+    kubernetes.client.PolicyV1Api(api_client).create_namespaced_pod_disruption_budget(namespace, {
+        "metadata": {"name": "infer"},
+        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": "infer"}}}})
+    pod = pod_template("infer", upgrade=True)
+    template = {"metadata": {"labels": {"app": "infer"}, "annotations": pod["metadata"]["annotations"]},
+                "spec": pod["spec"]}
+    apps.create_namespaced_deployment(namespace, {
+        "metadata": {"name": "infer"},
+        "spec": {"replicas": 4, "selector": {"matchLabels": {"app": "infer"}}, "template": template}})
+    wait_for("2 replicas on H100 and 2 on A100",
+             lambda: (len(kubelet.on(H100_NODE, "infer-")), len(kubelet.on(A100_NODE, "infer-"))) == (2, 2), seconds=60)
+    # a bare Pod that opted in, on A100 (H100 is full)
+    core.create_namespaced_pod(namespace, pod_template("bare", upgrade=True))
+    wait_for("the bare Pod on A100", lambda: kubelet.on(A100_NODE, "bare") == ["bare"], seconds=60)
+    on_a100 = {uid for uid, (n, node, _) in kubelet.bound.items() if node == A100_NODE and n.startswith("infer-")}
+    wait_for("every Pod Ready and the PDB counting them",
+             lambda: len(kubelet.ready) == 7 and (kubernetes.client.PolicyV1Api(api_client)
+                                                   .read_namespaced_pod_disruption_budget("infer", namespace)
+                                                   .status.current_healthy) == 4, seconds=60)
+    time.sleep(6)  # past --min-on-node-seconds: from here only the settle time holds them
+    assert metric(upgrader, "gpu_class_upgrade_moves_total") == 0, "nothing moves while H100 is full"
+
+    room_at = time.time()
+    for i in range(2):
+        core.delete_namespaced_pod(f"blocker-{i}", namespace, grace_period_seconds=0)
+
+    def moved() -> bool:
+        return len(kubelet.on(H100_NODE, "infer-")) == 4 and not kubelet.on(A100_NODE, "infer-")
+    wait_for("both A100 replicas on H100", moved, seconds=SETTLE_SECONDS + 30)
+    done_at = time.time()
+
+    # one at a time: the second left A100 only after the first's replacement was Ready on H100
+    left = sorted(kubelet.gone[uid] for uid in on_a100)
+    replacements = sorted((t, uid) for uid, (n, node, t) in kubelet.bound.items()
+                          if node == H100_NODE and n.startswith("infer-") and t >= room_at)
+    assert len(left) == 2 and len(replacements) == 2
+    first_ready = kubelet.ready[replacements[0][1]]
+    assert left[0] >= room_at + SETTLE_SECONDS - 1, "nothing moved before the room had settled"
+    assert left[1] >= first_ready, "the second replica left before the first one's replacement was Ready"
+    # each moved once, and nothing else was evicted: the bare Pod stays
+    time.sleep(5)
+    assert metric(upgrader, "gpu_class_upgrade_moves_total") == 2
+    assert metric(upgrader, 'gpu_class_upgrade_evictions_total\\{outcome="evicted"\\}') == 2
+    assert kubelet.on(A100_NODE, "bare") == ["bare"]
+    events = [e for e in core.list_namespaced_event(namespace).items if e.reason == "MovedUp"]
+    on_pods = sorted(e.involved_object.name for e in events if e.involved_object.kind == "Pod")
+    assert on_pods == sorted(kubelet.bound[uid][0] for uid in on_a100), "one Event per moved Pod, each moved once"
+    assert all(re.fullmatch(r"moved from A100-40GB to H100: H100 had room for \d+ s", e.message)
+               for e in events if e.involved_object.kind == "Pod")
+    assert sum(e.involved_object.kind == "ReplicaSet" for e in events) == 2
+    print(f"\nroom to first move {left[0] - room_at:.1f} s, to second move {left[1] - room_at:.1f} s, "
+          f"to both on H100 {done_at - room_at:.1f} s; evictions {metric(upgrader, 'gpu_class_upgrade_evictions_total'):.0f}"
+          f" for {metric(upgrader, 'gpu_class_upgrade_moves_total'):.0f} moves")
