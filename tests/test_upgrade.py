@@ -14,7 +14,8 @@ from webhook.core.extender import PodNeeds
 from webhook.core.inventory import Snapshot, timestamp_seconds
 from webhook.core.lease import held_spec, may_hold, micro_time
 from webhook.core.upgrade import (
-    Eviction, History, Owner, PodState, UpgradeSettings, decide_moves, disruptions_allowed, job_recreates, read_pod_state,
+    Eviction, History, Owner, PodState, UpgradeSettings, better_types, current_type, decide_moves, disruptions_allowed,
+    job_recreates, read_pod_state,
     with_refused,
 )
 
@@ -323,3 +324,20 @@ def test_room_only_on_nodes_the_pod_may_use(selector: dict[str, str], toleration
     labels = {n["metadata"]["name"]: n["metadata"]["labels"] for n in nodes}
     decision = decide_moves(NOW, snap({"a100-a": 1}, nodes), CATALOG, [pod], settled(("H100", 1, 1)), SETTINGS, labels)
     assert moved(decision) == moves
+
+
+@pytest.mark.parametrize("annotations, types", [
+    pytest.param({}, ("A100",), id="not-in-a-group-the-webhooks-types"),
+    pytest.param({"group": "train"}, ("A100", "H200", "H100"), id="group-gets-its-class-types"),
+    pytest.param({"group": "train", "gpu-class.io/exclude-types": "H200"}, ("A100", "H100"),
+                 id="group-keeps-its-exclusions"),
+])
+def test_a_group_pod_is_judged_on_its_class_types(annotations: dict[str, str], types: tuple[str, ...]) -> None:
+    """The webhook writes a group's Pods only the types with room for the whole group when they were admitted."""
+    pod = api_pod({"gpu-class.io/types": "A100", **{k: v for k, v in annotations.items() if k != "group"}}, [RS_REF])
+    if "group" in annotations:
+        pod["metadata"]["labels"] = {"gpu-class.io/group": annotations["group"]}
+    state = read_pod_state(pod, CATALOG, {"rs-uid": RS})
+    assert state is not None and set(state.needs.types) == set(types) and state.needs.types[0] == "A100"
+    on = current_type(state, snap({}))
+    assert on == "A100" and set(better_types(state, on, CATALOG)) == set(types) - {"A100"}

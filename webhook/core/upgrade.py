@@ -28,10 +28,10 @@ from collections import defaultdict
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Literal, Mapping, Sequence
 
-from .ask import UPGRADE_ANNOTATION
+from .ask import EXCLUDE_ANNOTATION, UPGRADE_ANNOTATION
 from .catalog import Catalog
 from .extender import PodNeeds, PodProblem, ordering_for, pod_offer, read_pod, type_order
-from .inventory import GroupName, Offer, Snapshot, pod_group, timestamp_seconds, tolerates_all
+from .inventory import GroupName, Offer, Snapshot, pod_group, split_types, timestamp_seconds, tolerates_all
 
 
 # (API group, kind) of the controllers that recreate a Pod evicted from them
@@ -148,6 +148,9 @@ def read_pod_state(pod: Mapping[str, Any], catalog: Catalog, owners: Mapping[str
     uid = metadata.get("uid")
     if needs is None or not needs.types or not isinstance(uid, str) or not uid:
         return None
+    group = pod_group(pod)
+    if group is not None:
+        needs = _group_types(needs, metadata.get("annotations") or {}, catalog)
     ref = controller_ref(pod)
     owner = owners.get(str(ref.get("uid"))) if ref is not None and is_recreating_ref(ref) else None
     if owner is not None and ref is not None and not (
@@ -163,11 +166,27 @@ def read_pod_state(pod: Mapping[str, Any], catalog: Catalog, owners: Mapping[str
     return PodState(
         uid=uid, namespace=str(metadata.get("namespace") or ""), name=str(metadata.get("name") or ""), needs=needs,
         node=(pod.get("spec") or {}).get("nodeName") or None, opted_in=is_opted_in(pod, catalog, needs.class_name),
-        owner=owner, group=pod_group(pod), created_seconds=created,
+        owner=owner, group=group, created_seconds=created,
         on_node_since_seconds=started if started is not None else created, ready=ready,
         terminating=bool(metadata.get("deletionTimestamp")),
         node_selector={str(k): str(v) for k, v in selector.items()} if isinstance(selector, dict) else {},
         tolerations=tuple(t for t in spec.get("tolerations") or [] if isinstance(t, dict)))
+
+
+def _group_types(needs: PodNeeds, annotations: Mapping[str, Any], catalog: Catalog) -> PodNeeds:
+    """A group's Pod with its class's types: the webhook wrote only those with room for the whole group then.
+
+    The class's types of the Pod's resource, less those it excludes (gpu-class.io/exclude-types), in the class's
+    order; only for the strategies that rank types (performance, cost). Its other needs (memory, precisions) are
+    not read again: a group sent back by them is held by the window.
+    """
+    gpu_class = catalog.classes.get(needs.class_name) if needs.class_name else None
+    if gpu_class is None or gpu_class.strategy not in ("performance", "cost"):
+        return needs
+    excluded = set(split_types(annotations.get(EXCLUDE_ANNOTATION)))
+    extra = tuple(t for t in gpu_class.types if t not in needs.types and t not in excluded
+                  and t in catalog.types and catalog.types[t].resource == needs.resource)
+    return replace(needs, types=(*needs.types, *extra))
 
 
 # (type, resource, GPUs per Pod, Pods): room of one kind the settle time is kept for
