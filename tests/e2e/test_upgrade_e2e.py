@@ -73,7 +73,15 @@ class FakeKubelet:
                         self.ready[uid] = now
                     except ApiException:
                         pass
-                if pod.metadata.deletion_timestamp is not None:  # no kubelet to finish a graceful delete
+                if pod.metadata.deletion_timestamp is not None:
+                    # as a kubelet finishes a graceful delete: the Pod's phase ends Failed (a Job replaces a Pod
+                    # whose podFailurePolicy it matches only then), then it goes
+                    if pod.status.phase not in ("Failed", "Succeeded"):
+                        try:
+                            self.core.patch_namespaced_pod_status(pod.metadata.name, self.namespace,
+                                                                  {"status": {"phase": "Failed"}})
+                        except ApiException:
+                            pass
                     delete_if_present(functools.partial(self.core.delete_namespaced_pod, grace_period_seconds=0),
                                       pod.metadata.name, self.namespace)
             for uid in self.bound:
@@ -87,8 +95,15 @@ class FakeKubelet:
                       if where == node and uid not in self.gone and n.startswith(prefix))
 
 
+def no_pod_waits(core: kubernetes.client.CoreV1Api) -> bool:
+    """No Pod anywhere waits for a node: a Pod left by an earlier test's namespace, still being deleted, would be
+    given room first (the upgrader reserves room for waiting Pods) and could take this test's nodes."""
+    return not core.list_pod_for_all_namespaces(field_selector="spec.nodeName=").items
+
+
 @pytest.fixture
 def nodes(core: kubernetes.client.CoreV1Api) -> Iterator[None]:
+    wait_for("no Pod waiting for a node", lambda: no_pod_waits(core), seconds=60)
     a100 = fixture_labels("a100-sxm4-40gb_gce_before-mig.yaml")
     create_node(core, H100_NODE, {**H100_LABELS, POOL: SUFFIX}, gpus=4)
     create_node(core, A100_NODE, {**a100, POOL: SUFFIX}, gpus=4)
@@ -203,3 +218,85 @@ def test_a_deployment_moves_up_one_replica_at_a_time_and_a_bare_pod_never(
     print(f"\nroom to first move {left[0] - room_at:.1f} s, to second move {left[1] - room_at:.1f} s, "
           f"to both on H100 {done_at - room_at:.1f} s; evictions {metric(upgrader, 'gpu_class_upgrade_evictions_total'):.0f}"
           f" for {metric(upgrader, 'gpu_class_upgrade_moves_total'):.0f} moves")
+
+
+def create_blockers(core: kubernetes.client.CoreV1Api, namespace: str, kubelet: FakeKubelet, names: list[str]) -> None:
+    """Bare Pods that did not opt in, each taking one H100 GPU."""
+    for name in names:
+        core.create_namespaced_pod(namespace, {**pod_template(name, upgrade=False),
+                                               "metadata": {"name": name, "annotations": {"gpu-class.io/class": "high"}}})
+    wait_for(f"{', '.join(names)} on H100", lambda: set(names) <= set(kubelet.on(H100_NODE, "")), seconds=60)
+
+
+def create_deployment(api_client: kubernetes.client.ApiClient, namespace: str, name: str, replicas: int, *,
+                      upgrade: bool) -> None:
+    pod = pod_template(name, upgrade=upgrade)
+    template = {"metadata": {"labels": {"app": name}, "annotations": pod["metadata"]["annotations"]}, "spec": pod["spec"]}
+    kubernetes.client.AppsV1Api(api_client).create_namespaced_deployment(namespace, {
+        "metadata": {"name": name},
+        "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}}, "template": template}})
+
+
+def test_a_burst_moves_nothing_room_for_one_moves_one_and_no_opt_in_never_moves(
+        api_client: kubernetes.client.ApiClient, core: kubernetes.client.CoreV1Api, namespace: str, nodes: None,
+        kubelet: FakeKubelet, upgrader: int) -> None:
+    create_blockers(core, namespace, kubelet, [f"blocker-{i}" for i in range(4)])  # H100 full
+    create_deployment(api_client, namespace, "infer", 2, upgrade=True)
+    create_deployment(api_client, namespace, "plain", 1, upgrade=False)
+    wait_for("3 replicas on A100", lambda: len(kubelet.on(A100_NODE, "infer-") + kubelet.on(A100_NODE, "plain-")) == 3,
+             seconds=60)
+    wait_for("every Pod Ready", lambda: len(kubelet.ready) == 7, seconds=30)
+    time.sleep(6)  # past --min-on-node-seconds
+
+    # a burst: room for one for less than the settle time, then taken by a Pod that did not opt in
+    core.delete_namespaced_pod("blocker-0", namespace, grace_period_seconds=0)
+    time.sleep(SETTLE_SECONDS / 2)
+    create_blockers(core, namespace, kubelet, ["blocker-0b"])
+    time.sleep(SETTLE_SECONDS + 5)
+    assert metric(upgrader, "gpu_class_upgrade_moves_total") == 0, "a burst of room shorter than the settle time"
+    assert len(kubelet.on(A100_NODE, "infer-")) == 2
+
+    # room for one: one replica moves, the other stays
+    room_at = time.time()
+    core.delete_namespaced_pod("blocker-1", namespace, grace_period_seconds=0)
+    wait_for("one replica on H100", lambda: len(kubelet.on(H100_NODE, "infer-")) == 1, seconds=SETTLE_SECONDS + 30)
+    print(f"\nroom for one to moved: {time.time() - room_at:.1f} s")
+    time.sleep(SETTLE_SECONDS + 5)
+    assert (len(kubelet.on(H100_NODE, "infer-")), len(kubelet.on(A100_NODE, "infer-"))) == (1, 1)
+    assert metric(upgrader, "gpu_class_upgrade_moves_total") == 1
+
+    # room for one more takes the other replica; then room the Deployment without the opt-in never takes
+    core.delete_namespaced_pod("blocker-2", namespace, grace_period_seconds=0)
+    wait_for("both replicas on H100", lambda: len(kubelet.on(H100_NODE, "infer-")) == 2, seconds=SETTLE_SECONDS + 30)
+    core.delete_namespaced_pod("blocker-3", namespace, grace_period_seconds=0)
+    time.sleep(SETTLE_SECONDS + 10)
+    assert len(kubelet.on(A100_NODE, "plain-")) == 1 and metric(upgrader, "gpu_class_upgrade_moves_total") == 2
+
+
+def test_a_group_moves_only_when_one_type_has_room_for_all_of_it(
+        api_client: kubernetes.client.ApiClient, core: kubernetes.client.CoreV1Api, namespace: str, nodes: None,
+        kubelet: FakeKubelet, upgrader: int) -> None:
+    create_blockers(core, namespace, kubelet, ["blocker-0", "blocker-1"])  # H100: room for 2
+    pod = pod_template("train", upgrade=True)
+    pod["spec"]["restartPolicy"] = "Never"
+    annotations = {**pod["metadata"]["annotations"], "gpu-class.io/group": "train", "gpu-class.io/group-size": "3"}
+    kubernetes.client.BatchV1Api(api_client).create_namespaced_job(namespace, {
+        "metadata": {"name": "train"},
+        # an evicted Pod does not count as failed, so the Job replaces it at once rather than after its backoff
+        "spec": {"completionMode": "Indexed", "completions": 3, "parallelism": 3,
+                 "podFailurePolicy": {"rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}]},
+                 "template": {"metadata": {"annotations": annotations}, "spec": pod["spec"]}}})
+    wait_for("the group of 3 on A100", lambda: len(kubelet.on(A100_NODE, "train-")) == 3, seconds=60)
+    wait_for("every Pod Ready", lambda: len(kubelet.ready) == 5, seconds=30)
+    time.sleep(6 + SETTLE_SECONDS + 5)
+    assert metric(upgrader, "gpu_class_upgrade_moves_total") == 0, "H100 has room for 2 of the 3"
+    first = set(kubelet.on(A100_NODE, "train-"))
+
+    room_at = time.time()
+    core.delete_namespaced_pod("blocker-0", namespace, grace_period_seconds=0)
+    # the Job controller replaces evicted Pods after its own delay (about 10 s for one Pod, more for several)
+    wait_for("the group of 3 on H100", lambda: len(kubelet.on(H100_NODE, "train-")) == 3, seconds=SETTLE_SECONDS + 120)
+    print(f"\nroom for the group to all 3 on H100: {time.time() - room_at:.1f} s")
+    assert not kubelet.on(A100_NODE, "train-") and not first & set(kubelet.on(H100_NODE, "train-"))
+    assert metric(upgrader, "gpu_class_upgrade_moves_total") == 1
+    assert metric(upgrader, 'gpu_class_upgrade_evictions_total\\{outcome="evicted"\\}') == 3

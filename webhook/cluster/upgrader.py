@@ -25,7 +25,7 @@ import socket
 import threading
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
 import kubernetes
@@ -230,6 +230,12 @@ class Upgrader:
         node_labels = {n["metadata"]["name"]: n["metadata"].get("labels") or {} for n in nodes.get("items") or []}
         now = self.clock()
         decision = decide_moves(now, snapshot, self.catalog, states, self.history, self.config.settings, node_labels)
+        if self.config.dry_run:
+            for move in decision.moves:
+                log.info("dry run, not evicted: %s: would be %s", ", ".join(p.ref for p in move.pods), move.message())
+            self.history = replace(decision.history, evictions=self.history.evictions)
+            self.observer.held(decision.held)
+            return replace(decision, moves=())
         refused: list[Move] = []
         for move in decision.moves:
             if not self._evict(move, by_uid):
@@ -247,8 +253,6 @@ class Upgrader:
 
     def _evict(self, move: Move, by_uid: Mapping[str, Mapping[str, Any]]) -> bool:
         """Evict the move's Pods; False when none was (a PDB, or it was gone). A group's PDBs are read first."""
-        if self.config.dry_run:
-            return False
         if len(move.pods) > 1 and not self._pdbs_allow(move.pods, by_uid):
             self.observer.evicted("pdb")
             return False
