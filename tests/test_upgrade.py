@@ -341,3 +341,20 @@ def test_a_group_pod_is_judged_on_its_class_types(annotations: dict[str, str], t
     assert state is not None and set(state.needs.types) == set(types) and state.needs.types[0] == "A100"
     on = current_type(state, snap({}))
     assert on == "A100" and set(better_types(state, on, CATALOG)) == set(types) - {"A100"}
+
+
+# --- the owner as the cluster layer reads it ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("obj, group, kind, workload, recreates", [
+    pytest.param({"metadata": {"name": "infer-7d9", "namespace": "ml", "uid": "u", "ownerReferences": [
+        {"apiVersion": "apps/v1", "kind": "Deployment", "name": "infer", "uid": "d", "controller": True}]}},
+        "apps", "ReplicaSet", "Deployment/ml/infer", True, id="replicaset-of-a-deployment"),
+    pytest.param({"metadata": {"name": "db", "namespace": "ml", "uid": "u"}}, "apps", "StatefulSet",
+                 "StatefulSet/ml/db", True, id="statefulset-alone"),
+    pytest.param({"metadata": {"name": "t", "namespace": "ml", "uid": "u"}, "spec": {"backoffLimit": 0}}, "batch", "Job",
+                 "Job/ml/t", False, id="job-without-retries"),
+])
+def test_the_workload_of_an_owner(obj: dict[str, Any], group: str, kind: str, workload: str, recreates: bool) -> None:
+    from webhook.cluster.upgrader import owner_from_object
+    owner = owner_from_object(obj, group, kind)
+    assert (owner.workload, owner.recreates, owner.uid) == (workload, recreates, "u")

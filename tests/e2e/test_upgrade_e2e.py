@@ -10,6 +10,7 @@ Pods select them by a label, so the session's shared nodes never count as room.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import re
 import subprocess
@@ -121,13 +122,11 @@ def kubelet(core: kubernetes.client.CoreV1Api, namespace: str) -> Iterator[FakeK
     thread.join(5)
 
 
-@pytest.fixture
-def upgrader(cluster: local_cluster.Cluster, core: kubernetes.client.CoreV1Api) -> Iterator[int]:
-    """`gpuclass upgrader` as deploy/upgrader's ServiceAccount; yields its metrics port."""
-    coordination = kubernetes.client.CoordinationV1Api(core.api_client)
-    delete_if_present(coordination.delete_namespaced_lease, LEASE, local_cluster.WEBHOOK_NAMESPACE)
+@contextlib.contextmanager
+def running_upgrader(cluster: local_cluster.Cluster, name: str) -> Iterator[tuple[subprocess.Popen[bytes], int]]:
+    """`gpuclass upgrader` as deploy/upgrader's ServiceAccount; yields the process and its metrics port."""
     port = local_cluster.free_port()
-    log = open(cluster.dir / "logs" / f"upgrader-{SUFFIX}.log", "wb")
+    log = open(cluster.dir / "logs" / f"upgrader-{name}-{uuid.uuid4().hex[:6]}.log", "wb")
     proc = subprocess.Popen([
         local_cluster.gpuclass_path(), "upgrader",
         f"--kubeconfig={local_cluster.service_account_kubeconfig(cluster, 'gpu-class-upgrader')}",
@@ -135,10 +134,21 @@ def upgrader(cluster: local_cluster.Cluster, core: kubernetes.client.CoreV1Api) 
         f"--settle-seconds={SETTLE_SECONDS}", "--min-on-node-seconds=5", "--window-seconds=600",
         "--interval-seconds=1", f"--metrics-port={port}", "--log-level=debug",
     ], stdout=log, stderr=subprocess.STDOUT)
-    yield port
-    proc.terminate()
-    proc.wait(10)
-    log.close()
+    try:
+        yield proc, port
+    finally:
+        proc.terminate()
+        proc.wait(10)
+        log.close()
+
+
+@pytest.fixture
+def upgrader(cluster: local_cluster.Cluster, core: kubernetes.client.CoreV1Api) -> Iterator[int]:
+    """One upgrader, with no Lease left from an earlier one; yields its metrics port."""
+    coordination = kubernetes.client.CoordinationV1Api(core.api_client)
+    delete_if_present(coordination.delete_namespaced_lease, LEASE, local_cluster.WEBHOOK_NAMESPACE)
+    with running_upgrader(cluster, "one") as (_, port):
+        yield port
 
 
 def metric(port: int, name: str) -> float:
@@ -300,3 +310,28 @@ def test_a_group_moves_only_when_one_type_has_room_for_all_of_it(
     assert not kubelet.on(A100_NODE, "train-") and not first & set(kubelet.on(H100_NODE, "train-"))
     assert metric(upgrader, "gpu_class_upgrade_moves_total") == 1
     assert metric(upgrader, 'gpu_class_upgrade_evictions_total\\{outcome="evicted"\\}') == 3
+
+
+def test_one_upgrader_leads_and_another_takes_over_when_it_stops(cluster: local_cluster.Cluster,
+                                                               core: kubernetes.client.CoreV1Api) -> None:
+    coordination = kubernetes.client.CoordinationV1Api(core.api_client)
+    delete_if_present(coordination.delete_namespaced_lease, LEASE, local_cluster.WEBHOOK_NAMESPACE)
+    with running_upgrader(cluster, "a") as (a, a_port), running_upgrader(cluster, "b") as (b, b_port):
+        def leaders() -> tuple[float, float] | None:
+            try:
+                return metric(a_port, "gpu_class_upgrade_leader"), metric(b_port, "gpu_class_upgrade_leader")
+            except OSError:  # not serving metrics yet
+                return None
+        first = wait_for("one of the two leading", lambda: (found := leaders()) is not None and sum(found) == 1
+                         and found, seconds=60)
+        time.sleep(5)
+        assert leaders() == first, "the leader renews its Lease; the other never takes it"
+        leader, (other, other_port) = (a, (b, b_port)) if first == (1, 0) else (b, (a, a_port))
+        leader.kill()  # gone without a word: the Lease must run out
+        stopped = time.time()
+        wait_for("the other leading", lambda: metric(other_port, "gpu_class_upgrade_leader") == 1, seconds=30)
+        took = time.time() - stopped
+        lease = coordination.read_namespaced_lease(LEASE, local_cluster.WEBHOOK_NAMESPACE)
+        assert lease.spec.lease_transitions == 1 and lease.spec.lease_duration_seconds == 15
+        print(f"\ntaken over {took:.1f} s after the leader was killed (Lease of 15 s)")
+        assert took <= 15 + 3
