@@ -112,6 +112,8 @@ class Part:
                       Malformed("spec.nodeSelector must be an object")), id="node-selector-a-string"),
     pytest.param(Part(make_pod({"gpu-class.io/min-mem": "1", "gpu-class.io/class": "high", "gpu-class.io/Count": "1"}),
                       "unknown_annotations", ("gpu-class.io/Count", "gpu-class.io/min-mem")), id="unknown-annotations"),
+    pytest.param(Part(make_pod({"gpu-class.io/upgrade": "true", "gpu-class.io/class": "high"}), "unknown_annotations",
+                      ()), id="upgrade-is-known-the-upgrader-reads-it"),
 ])
 def test_read_pod(case: Part) -> None:
     assert getattr(read(case.pod), case.field) == case.expected
