@@ -358,3 +358,23 @@ def test_the_workload_of_an_owner(obj: dict[str, Any], group: str, kind: str, wo
     from webhook.cluster.upgrader import owner_from_object
     owner = owner_from_object(obj, group, kind)
     assert (owner.workload, owner.recreates, owner.uid) == (workload, recreates, "u")
+
+
+@pytest.mark.parametrize("evicted_ago, listed, replacement_created_ago, moves", [
+    pytest.param(5, "gone", None, [], id="evicted-pod-gone-no-replacement-yet"),
+    pytest.param(5, "running", None, [], id="evicted-pod-still-listed-running"),
+    pytest.param(5, "gone", 4, [["a"]], id="replacement-ready"),
+    pytest.param(61, "gone", None, [["a"]], id="no-replacement-after-a-minute"),
+])
+def test_an_eviction_is_in_flight_until_its_replacement_is_seen(evicted_ago: float, listed: str,
+                                                                 replacement_created_ago: float | None,
+                                                                 moves: list[list[str]]) -> None:
+    history = History(room_since=settled(("H100", 1, 1)).room_since,
+                      evictions=(Eviction(NOW - evicted_ago, "uid-old", "ml/old", RS.workload),))
+    pods = [pod_state("a")]
+    if listed == "running":
+        pods.append(pod_state("old", "h100-a"))
+    if replacement_created_ago is not None:
+        pods.append(pod_state("new", "h100-a", on_node_for=replacement_created_ago))
+    decision = decide_moves(NOW, snap({"a100-a": 1}), CATALOG, pods, history, SETTINGS)
+    assert moved(decision) == moves

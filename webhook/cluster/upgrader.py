@@ -186,6 +186,9 @@ class Upgrader:
     # --- reading ----------------------------------------------------------------------------------------------
 
     def list_placed_pods(self) -> list[dict[str, Any]]:
+        # a consistent list (not resourceVersion "0"): a Pod list older than the last eviction would show its Pod
+        # still running and its replacement not yet made, so the workload's move not in flight. Since Kubernetes
+        # 1.31 the API server answers it from its watch cache once that has caught up (ConsistentListFromCache)
         response = self.core.list_pod_for_all_namespaces(field_selector=UNFINISHED_PODS, _preload_content=False,
                                                          _request_timeout=REQUEST_TIMEOUT_SECONDS)
         return [p for p in _json(response).get("items") or []

@@ -394,12 +394,26 @@ class _Pass:
                                self.now - self.room_since[key]))
 
 
-def _in_flight(pods: Sequence[PodState]) -> dict[str, int]:
-    """Per workload, its Pods that are leaving, waiting for a node or not yet Ready: a move not yet done."""
+REPLACEMENT_WAIT_SECONDS = 60.0  # how long an evicted Pod with no replacement in sight counts as a move in flight
+
+
+def _in_flight(pods: Sequence[PodState], evictions: Sequence[Eviction], now: float) -> dict[str, int]:
+    """Per workload, the moves not yet done: its Pods that are leaving, waiting for a node or not yet Ready, and
+    its recent evictions whose Pod is still listed as if running, or that no Pod created since replaces yet (a
+    controller takes a moment to make the replacement; a Pod list can be read in between)."""
     counts: dict[str, int] = defaultdict(int)
     for pod in pods:
         if pod.owner is not None and (pod.terminating or pod.node is None or not pod.ready):
             counts[pod.owner.workload] += 1
+    listed = {p.uid: p for p in pods}
+    for e in evictions:
+        if now - e.at_seconds >= REPLACEMENT_WAIT_SECONDS:
+            continue
+        evicted = listed.get(e.pod_uid)
+        replaced = any(p.owner is not None and p.owner.workload == e.workload and p.created_seconds is not None
+                       and p.created_seconds >= e.at_seconds - 1.0 for p in pods)
+        if (evicted is not None and not evicted.terminating) or (evicted is None and not replaced):
+            counts[e.workload] += 1
     return dict(counts)
 
 
@@ -446,7 +460,7 @@ def decide_moves(now: float, snapshot: Snapshot, catalog: Catalog, pods: Sequenc
     state = _Pass(now=now, snapshot=snapshot, catalog=catalog, settings=settings, room=room,
                   room_since=dict(history.room_since), seen_keys=set(),
                   evictions=[e for e in history.evictions if now - e.at_seconds < settings.window_seconds],
-                  in_flight=_in_flight(pods))
+                  in_flight=_in_flight(pods, history.evictions, now))
     group_held: list[Held] = []
     for unit, on_type in _units(pods, snapshot, group_held):
         state.consider(unit, on_type)
