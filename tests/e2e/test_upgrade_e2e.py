@@ -5,7 +5,9 @@ PodDisruptionBudget of maxUnavailable 1, each once; a bare Pod that opted in nev
 The upgrader runs as a process with deploy/upgrader's ServiceAccount, so the RBAC it ships is what it may do. There
 are no kubelets: the test plays one (`FakeKubelet`), marking each bound Pod Running and Ready a moment after it is
 bound, as the ReplicaSet and disruption controllers need to count it available. The nodes are the test's own, and the
-Pods select them by a label, so the session's shared nodes never count as room.
+Pods select them by a label. The upgrader judges room on the nodes a Pod's nodeSelector admits, but the webhook's
+room for a group counts every node of a type (docs/users/groups.md), so the session's other GPU nodes are cordoned
+while a test runs: else a group would start on H100 for the shared nodes' room, where its Pods may not go.
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ from kubernetes.client.exceptions import ApiException
 
 import local_cluster
 from fleet import H100_LABELS
-from kubeobjects import create_node, delete_if_present, delete_nodes, fixture_labels, make_pod, wait_for
+from kubeobjects import (create_node, delete_if_present, delete_nodes, fixture_labels, make_pod, wait_for,
+                         webhook_metrics)
 
 SUFFIX = uuid.uuid4().hex[:6]
 POOL = "gpu-class.io/e2e-upgrade"  # on the test's nodes; the Pods select it
@@ -102,14 +105,27 @@ def no_pod_waits(core: kubernetes.client.CoreV1Api) -> bool:
     return not core.list_pod_for_all_namespaces(field_selector="spec.nodeName=").items
 
 
+def has_devices(node: kubernetes.client.V1Node) -> bool:
+    """Whether the node offers an extended resource (a GPU or another device), as every GPU node does."""
+    return any("/" in name and not name.startswith("hugepages-") for name in (node.status.allocatable or {}))
+
+
 @pytest.fixture
 def nodes(core: kubernetes.client.CoreV1Api) -> Iterator[None]:
     wait_for("no Pod waiting for a node", lambda: no_pod_waits(core), seconds=60)
+    others = [n.metadata.name for n in core.list_node().items if has_devices(n) and not n.spec.unschedulable]
+    for name in others:
+        core.patch_node(name, {"spec": {"unschedulable": True}})
     a100 = fixture_labels("a100-sxm4-40gb_gce_before-mig.yaml")
     create_node(core, H100_NODE, {**H100_LABELS, POOL: SUFFIX}, gpus=4)
     create_node(core, A100_NODE, {**a100, POOL: SUFFIX}, gpus=4)
-    yield
-    delete_nodes(core, [H100_NODE, A100_NODE])
+    try:
+        yield
+    finally:
+        delete_nodes(core, [H100_NODE, A100_NODE])
+        for name in others:
+            with contextlib.suppress(ApiException):  # a node a later fixture deleted meanwhile
+                core.patch_node(name, {"spec": {"unschedulable": False}})
 
 
 @pytest.fixture
@@ -283,10 +299,19 @@ def test_a_burst_moves_nothing_room_for_one_moves_one_and_no_opt_in_never_moves(
     assert len(kubelet.on(A100_NODE, "plain-")) == 1 and metric(upgrader, "gpu_class_upgrade_moves_total") == 2
 
 
+def webhook_free_gpus(cluster: local_cluster.Cluster, type_name: str) -> float | None:
+    """Free GPUs of the type as the webhook's workers see them (the most any worker sees)."""
+    found = re.search(rf'^gpu_class_inventory_free_gpus\{{(?=[^}}]*type="{re.escape(type_name)}")[^}}]*\}} (\S+)$',
+                      webhook_metrics(cluster), re.M)
+    return None if found is None else float(found.group(1))
+
+
 def test_a_group_moves_only_when_one_type_has_room_for_all_of_it(
-        api_client: kubernetes.client.ApiClient, core: kubernetes.client.CoreV1Api, namespace: str, nodes: None,
-        kubelet: FakeKubelet, upgrader: int) -> None:
+        cluster: local_cluster.Cluster, api_client: kubernetes.client.ApiClient, core: kubernetes.client.CoreV1Api,
+        namespace: str, nodes: None, kubelet: FakeKubelet, upgrader: int) -> None:
     create_blockers(core, namespace, kubelet, ["blocker-0", "blocker-1"])  # H100: room for 2
+    # the group's type is the webhook's choice, from its view: it must see the room the test made, no more
+    wait_for("the webhook seeing room for 2 on H100", lambda: webhook_free_gpus(cluster, "H100") == 2, seconds=30)
     pod = pod_template("train", upgrade=True)
     pod["spec"]["restartPolicy"] = "Never"
     annotations = {**pod["metadata"]["annotations"], "gpu-class.io/group": "train", "gpu-class.io/group-size": "3"}
