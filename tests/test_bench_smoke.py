@@ -125,12 +125,27 @@ def test_bench_live_burst_times_pod_events_with_pods_pending(tmp_path: Path) -> 
     assert set(rows) == {("40", "0"), ("40", "50"), ("80", "0"), ("80", "50")} and all(us > 0 for us in rows.values()), rows
 
 
+def test_bench_upgrade_times_a_pass_that_moves_only_where_there_is_room(tmp_path: Path) -> None:
+    output = tmp_path / "RESULTS.md"
+    run = subprocess.run([sys.executable, "-m", "bench", "upgrade", "--nodes", "200", "--rounds", "1",
+                          "--output", str(output)], cwd=REPO_ROOT, capture_output=True, text=True, timeout=180)
+    assert run.returncode == 0, run.stderr[-3000:]
+    rows = {r.strip("| ").split(" | ")[1]: r.strip("| ").split(" | ") for r in output.read_text().splitlines()
+            if r.startswith("| 200 |")}
+    assert set(rows) == {"full", "room"}
+    # (moves, held): H100 full moves nothing and holds nothing; at 200 nodes one H100 node of six has 4 GPUs free,
+    # so 4 one-GPU Pods move (under the rate of 6 a minute) and no other Pod has a target to be held back from
+    assert (rows["full"][-2], rows["full"][-1]) == ("0", "0")
+    assert (rows["room"][-2], rows["room"][-1]) == ("4", "0")
+    assert float(rows["room"][-3].replace(",", "")) > 0  # the pass took some time
+
+
 # every command bench/README.md documents, and the modules the suites run as processes of their own by name:
 # each still parses its options (the argparse usage names the command as it is typed)
 COMMANDS = [
     ("-m", "bench"), ("-m", "bench", "apiserver"), ("-m", "bench", "placement"), ("-m", "bench", "binds"),
     ("-m", "bench", "faults"), ("-m", "bench", "groups"), ("-m", "bench", "dra"), ("-m", "bench", "live_burst"),
-    ("-m", "bench", "live_burst", "events"), ("-m", "bench", "live_burst", "pods"), ("-m", "bench", "live_burst", "burst"),
+    ("-m", "bench", "live_burst", "events"), ("-m", "bench", "live_burst", "pods"), ("-m", "bench", "live_burst", "burst"), ("-m", "bench", "upgrade"),
     ("-m", "bench.live_burst.live_burst", "follow"), ("-m", "bench.common.variant"), ("-m", "bench.http.live_sync"),
 ]
 

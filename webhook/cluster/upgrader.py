@@ -32,7 +32,7 @@ import kubernetes
 from kubernetes.client.exceptions import ApiException
 
 from ..core.catalog import Catalog
-from ..core.inventory import Snapshot
+from ..core.inventory import Snapshot, pod_group
 from ..core.lease import held_spec, may_hold, micro_time
 from ..core.upgrade import (
     Eviction, Held, History, Move, Owner, PodState, UpgradeDecision, UpgradeSettings, controller_ref, decide_moves,
@@ -42,6 +42,13 @@ from .query import REQUEST_TIMEOUT_SECONDS
 from .watch import UNFINISHED_PODS
 
 log = logging.getLogger("gpu-class.upgrader")
+
+# An owner read this long ago is read again. A pass judges on owners it may have read earlier (one GET per
+# controller per pass would be hundreds a second at 5,000 nodes); the owners of every Pod about to be
+# evicted are read afresh first, so a move never rests on an owner the cache still holds but the API does not.
+OWNER_REFRESH_SECONDS = 600.0
+# Only the Nodes' labels are read (a Pod's nodeSelector), as metadata: a tenth of the bytes of whole Nodes.
+NODE_METADATA = {"Accept": "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"}
 
 HISTORY_ANNOTATION = "gpu-class.io/upgrade-history"
 EVENT_REASON = "MovedUp"
@@ -136,6 +143,7 @@ class Upgrader:
         self.clock = clock
         self.history = History()
         self.leader = False
+        self._owners: dict[str, tuple[float, Owner | None]] = {}  # by UID: when read, and what (None: not found)
 
     # --- leader election --------------------------------------------------------------------------------------
 
@@ -194,45 +202,75 @@ class Upgrader:
         return [p for p in _json(response).get("items") or []
                 if "gpu-class.io/types" in ((p.get("metadata") or {}).get("annotations") or {})]
 
-    def read_owners(self, pods: Sequence[Mapping[str, Any]]) -> dict[str, Owner]:
-        """The controllers of the opted-in Pods, by UID, as the API holds them; one read per controller."""
+    def read_owners(self, pods: Sequence[Mapping[str, Any]], *, afresh: bool = False) -> dict[str, Owner]:
+        """The controllers of the opted-in Pods, by UID, as the API holds them: one read per controller, kept for
+        OWNER_REFRESH_SECONDS unless `afresh`. Owners no Pod of `pods` names are forgotten, unless `afresh`."""
+        now = self.clock()
         owners: dict[str, Owner] = {}
-        missing: set[str] = set()
+        named: set[str] = set()
         for pod in pods:
             ref = controller_ref(pod)
             class_name = ((pod.get("metadata") or {}).get("annotations") or {}).get("gpu-class.io/class")
             if ref is None or not is_recreating_ref(ref) or not is_opted_in(pod, self.catalog, class_name):
                 continue
             uid = str(ref.get("uid"))
-            if uid in owners or uid in missing:
+            if uid in named:
                 continue
-            group, kind, name = ref_group(ref), str(ref.get("kind")), str(ref.get("name"))
-            namespace = str((pod.get("metadata") or {}).get("namespace") or "")
-            read = _reader(self.api_client, group, kind)
-            try:
-                obj = _json(read(name, namespace)) if read is not None else None
-            except ApiException as exc:
-                if exc.status != 404:
-                    log.warning("reading %s %s/%s: %s", kind, namespace, name, exc.reason)
-                obj = None
-            if obj is None or (obj.get("metadata") or {}).get("uid") != uid:
-                missing.add(uid)
-                continue
-            owners[uid] = owner_from_object(obj, group, kind)
+            named.add(uid)
+            cached = self._owners.get(uid)
+            if cached is None or afresh or now - cached[0] >= OWNER_REFRESH_SECONDS:
+                namespace = str((pod.get("metadata") or {}).get("namespace") or "")
+                cached = self._owners[uid] = (now, self._read_owner(ref, namespace, uid))
+            if cached[1] is not None:
+                owners[uid] = cached[1]
+        if not afresh:
+            self._owners = {uid: v for uid, v in self._owners.items() if uid in named}
         return owners
+
+    def _read_owner(self, ref: Mapping[str, Any], namespace: str, uid: str) -> Owner | None:
+        group, kind, name = ref_group(ref), str(ref.get("kind")), str(ref.get("name"))
+        read = _reader(self.api_client, group, kind)
+        try:
+            obj = _json(read(name, namespace)) if read is not None else None
+        except ApiException as exc:
+            if exc.status != 404:
+                log.warning("reading %s %s/%s: %s", kind, namespace, name, exc.reason)
+            return None
+        if obj is None or (obj.get("metadata") or {}).get("uid") != uid:
+            return None
+        return owner_from_object(obj, group, kind)
 
     # --- one pass ---------------------------------------------------------------------------------------------
 
     def run_once(self) -> UpgradeDecision:
         snapshot = self.snapshot()
-        pods = self.list_placed_pods()
-        owners = self.read_owners(pods)
-        states = [s for p in pods if (s := read_pod_state(p, self.catalog, owners)) is not None]
+        # only Pods that may move (opted in) or hold a group back (a member of one) are read further
+        pods = [p for p in self.list_placed_pods() if may_move(p, self.catalog)]
         by_uid = {str((p.get("metadata") or {}).get("uid")): p for p in pods}
-        nodes = _json(self.core.list_node(_preload_content=False, _request_timeout=REQUEST_TIMEOUT_SECONDS))
+        nodes = _json(self.core.list_node(_preload_content=False, _headers=NODE_METADATA,
+                                          _request_timeout=REQUEST_TIMEOUT_SECONDS))
         node_labels = {n["metadata"]["name"]: n["metadata"].get("labels") or {} for n in nodes.get("items") or []}
         now = self.clock()
-        decision = decide_moves(now, snapshot, self.catalog, states, self.history, self.config.settings, node_labels)
+
+        def decide(owners: Mapping[str, Owner]) -> UpgradeDecision:
+            states = [s for p in pods if (s := read_pod_state(p, self.catalog, owners)) is not None]
+            return decide_moves(now, snapshot, self.catalog, states, self.history, self.config.settings, node_labels)
+
+        owners = self.read_owners(pods)
+        verified: set[str] = set()
+        while True:  # until every Pod to be evicted has its owner read afresh: each round reads more, so it ends
+            decision = decide(owners)
+            moving = [by_uid[p.uid] for m in decision.moves for p in m.pods]
+            uids = {str((controller_ref(p) or {}).get("uid")) for p in moving} - verified
+            if not uids:
+                break
+            fresh = self.read_owners([p for p in moving if str((controller_ref(p) or {}).get("uid")) in uids],
+                                     afresh=True)
+            verified |= uids
+            if all(fresh.get(uid) == owners.get(uid) for uid in uids):
+                break
+            # an owner changed or went since it was read: decide again on the API's word
+            owners = {**{u: o for u, o in owners.items() if u not in uids}, **fresh}
         if self.config.dry_run:
             for move in decision.moves:
                 log.info("dry run, not evicted: %s: would be %s", ", ".join(p.ref for p in move.pods), move.message())
@@ -321,7 +359,15 @@ class Upgrader:
                     self.run_once()
             except Exception:  # one failed pass must not end the controller: log it, try again next interval
                 log.exception("upgrade pass failed")
-            stop.wait(max(self.config.interval_seconds - (time.monotonic() - started), 0.0))
+            took = time.monotonic() - started
+            # busy at most a quarter of the time: a pass reads every Pod gpu-class placed, seconds at 15,000 nodes
+            stop.wait(max(self.config.interval_seconds - took, 3 * took))
+
+
+def may_move(pod: Mapping[str, Any], catalog: Catalog) -> bool:
+    """Whether the decision needs the Pod: it opted in, or it is in a group (whose other Pods may have)."""
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    return is_opted_in(pod, catalog, annotations.get("gpu-class.io/class")) or pod_group(pod) is not None
 
 
 def _history_text(history: History) -> str:

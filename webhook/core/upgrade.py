@@ -239,12 +239,18 @@ class UpgradeDecision:
 
 
 class _Room:
-    """Free devices per node of the snapshot, less what this pass has reserved."""
+    """Free devices per node of the snapshot, less what this pass has reserved.
+
+    A pass asks it once per candidate Pod, and most candidates of a busy cluster share their needs: the
+    type's nodes are listed once per pass, and an answer is kept for the Pods that ask the same until a
+    reservation changes the room, so a pass costs what its distinct needs cost, not its Pods."""
 
     def __init__(self, snapshot: Snapshot, node_labels: Mapping[str, Mapping[str, str]] | None) -> None:
         self.snapshot = snapshot
         self.node_labels = node_labels
         self.reserved: dict[tuple[str, str], int] = defaultdict(int)
+        self._nodes: dict[tuple[str, str], list[tuple[str, Offer]]] = {}
+        self._placed: dict[Any, list[tuple[str, str]] | None] = {}
 
     def free(self, node: str, offer: Offer) -> int:
         return self.snapshot.free(node, offer) - self.reserved[(node, offer.resource)]
@@ -262,17 +268,35 @@ class _Room:
 
     def nodes_of(self, type_name: str, needs: PodNeeds, pod: PodState | None) -> list[tuple[str, Offer]]:
         """The type's ready, uncordoned nodes that offer it as the Pod's resource and admit it, by name."""
-        found = []
-        for name in sorted(self.snapshot.nodes):
-            info = self.snapshot.nodes[name]
-            offer = info.offer(type_name)
-            if offer is not None and offer.resource == needs.resource and info.schedulable and self.admits(name, pod):
-                found.append((name, offer))
-        return found
+        key = (type_name, needs.resource)
+        typed = self._nodes.get(key)
+        if typed is None:
+            typed = []
+            for name in sorted(self.snapshot.nodes):
+                info = self.snapshot.nodes[name]
+                offer = info.offer(type_name)
+                if offer is not None and offer.resource == needs.resource and info.schedulable:
+                    typed.append((name, offer))
+            self._nodes[key] = typed
+        return [(name, offer) for name, offer in typed if self.admits(name, pod)]
 
     def place(self, type_name: str, needs: PodNeeds, count: int,
               pod: PodState | None = None) -> list[tuple[str, str]] | None:
         """Nodes for `count` Pods of `needs` on one value of the label they meet on, tightest first; None: no room."""
+        # what the answer depends on: the needs and, for a Pod, what admits it to a node
+        key = (type_name, needs.resource, needs.gpus, count, pod is None,
+               None if pod is None else tuple(sorted(pod.node_selector.items())),
+               None if pod is None else tuple(tuple(sorted(t.items())) for t in pod.tolerations))
+        try:
+            if key in self._placed:
+                return self._placed[key]
+        except TypeError:  # a toleration holding something unhashable: answer without keeping it
+            return self._place(type_name, needs, count, pod)
+        found = self._placed[key] = self._place(type_name, needs, count, pod)
+        return found
+
+    def _place(self, type_name: str, needs: PodNeeds, count: int,
+               pod: PodState | None) -> list[tuple[str, str]] | None:
         by_value: dict[tuple[str, str], list[tuple[str, Offer]]] = defaultdict(list)
         for name, offer in self.nodes_of(type_name, needs, pod):
             # a lone Pod meets no one: any node of the type will do
@@ -294,6 +318,7 @@ class _Room:
     def reserve(self, chosen: Iterable[tuple[str, str]], gpus: int) -> None:
         for node_resource in chosen:
             self.reserved[node_resource] += gpus
+        self._placed.clear()
 
 
 def _waiting_take_their_room(room: _Room, snapshot: Snapshot) -> None:
