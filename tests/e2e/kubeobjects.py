@@ -118,6 +118,33 @@ def set_node_status(core: kubernetes.client.CoreV1Api, name: str, *, allocatable
     core.patch_node_status(name, {"status": status})
 
 
+def has_devices(node: kubernetes.client.V1Node) -> bool:
+    """Whether the node offers an extended resource (a GPU or another device), as every GPU node does."""
+    return any("/" in name and not name.startswith("hugepages-") for name in (node.status.allocatable or {}))
+
+
+@contextlib.contextmanager
+def other_gpu_nodes_cordoned(core: kubernetes.client.CoreV1Api) -> Iterator[None]:
+    """Every GPU node that exists now cordoned while the block runs, then uncordoned: the webhook judges room on every
+    node of a type, so a test whose Pods select its own nodes must not leave the session's shared ones with room."""
+    cordoned = [n.metadata.name for n in core.list_node().items if has_devices(n) and not n.spec.unschedulable]
+    for name in cordoned:
+        core.patch_node(name, {"spec": {"unschedulable": True}})
+    try:
+        yield
+    finally:
+        for name in cordoned:
+            with contextlib.suppress(ApiException):  # a node deleted meanwhile
+                core.patch_node(name, {"spec": {"unschedulable": False}})
+
+
+def webhook_free_gpus(cluster: Any, type_name: str) -> float | None:
+    """Free GPUs of the type as the webhook's workers see them (the most any worker sees)."""
+    found = re.search(rf'^gpu_class_inventory_free_gpus\{{(?=[^}}]*type="{re.escape(type_name)}")[^}}]*\}} (\S+)$',
+                      webhook_metrics(cluster), re.M)
+    return None if found is None else float(found.group(1))
+
+
 def webhook_metrics(cluster: Any) -> str:
     context = ssl.create_default_context(cafile=str(cluster.dir / "webhook" / "ca.crt"))
     with urllib.request.urlopen(cluster.webhook_url + "/metrics", context=context, timeout=5) as r:

@@ -29,8 +29,8 @@ from kubernetes.client.exceptions import ApiException
 
 import local_cluster
 from fleet import H100_LABELS
-from kubeobjects import (create_node, delete_if_present, delete_nodes, fixture_labels, make_pod, wait_for,
-                         webhook_metrics)
+from kubeobjects import (create_node, delete_if_present, delete_nodes, fixture_labels, make_pod,
+                         other_gpu_nodes_cordoned, wait_for, webhook_free_gpus)
 
 SUFFIX = uuid.uuid4().hex[:6]
 POOL = "gpu-class.io/e2e-upgrade"  # on the test's nodes; the Pods select it
@@ -105,27 +105,17 @@ def no_pod_waits(core: kubernetes.client.CoreV1Api) -> bool:
     return not core.list_pod_for_all_namespaces(field_selector="spec.nodeName=").items
 
 
-def has_devices(node: kubernetes.client.V1Node) -> bool:
-    """Whether the node offers an extended resource (a GPU or another device), as every GPU node does."""
-    return any("/" in name and not name.startswith("hugepages-") for name in (node.status.allocatable or {}))
-
-
 @pytest.fixture
 def nodes(core: kubernetes.client.CoreV1Api) -> Iterator[None]:
     wait_for("no Pod waiting for a node", lambda: no_pod_waits(core), seconds=60)
-    others = [n.metadata.name for n in core.list_node().items if has_devices(n) and not n.spec.unschedulable]
-    for name in others:
-        core.patch_node(name, {"spec": {"unschedulable": True}})
-    a100 = fixture_labels("a100-sxm4-40gb_gce_before-mig.yaml")
-    create_node(core, H100_NODE, {**H100_LABELS, POOL: SUFFIX}, gpus=4)
-    create_node(core, A100_NODE, {**a100, POOL: SUFFIX}, gpus=4)
-    try:
-        yield
-    finally:
-        delete_nodes(core, [H100_NODE, A100_NODE])
-        for name in others:
-            with contextlib.suppress(ApiException):  # a node a later fixture deleted meanwhile
-                core.patch_node(name, {"spec": {"unschedulable": False}})
+    with other_gpu_nodes_cordoned(core):
+        a100 = fixture_labels("a100-sxm4-40gb_gce_before-mig.yaml")
+        create_node(core, H100_NODE, {**H100_LABELS, POOL: SUFFIX}, gpus=4)
+        create_node(core, A100_NODE, {**a100, POOL: SUFFIX}, gpus=4)
+        try:
+            yield
+        finally:
+            delete_nodes(core, [H100_NODE, A100_NODE])
 
 
 @pytest.fixture
@@ -297,13 +287,6 @@ def test_a_burst_moves_nothing_room_for_one_moves_one_and_no_opt_in_never_moves(
     core.delete_namespaced_pod("blocker-3", namespace, grace_period_seconds=0)
     time.sleep(SETTLE_SECONDS + 10)
     assert len(kubelet.on(A100_NODE, "plain-")) == 1 and metric(upgrader, "gpu_class_upgrade_moves_total") == 2
-
-
-def webhook_free_gpus(cluster: local_cluster.Cluster, type_name: str) -> float | None:
-    """Free GPUs of the type as the webhook's workers see them (the most any worker sees)."""
-    found = re.search(rf'^gpu_class_inventory_free_gpus\{{(?=[^}}]*type="{re.escape(type_name)}")[^}}]*\}} (\S+)$',
-                      webhook_metrics(cluster), re.M)
-    return None if found is None else float(found.group(1))
 
 
 def test_a_group_moves_only_when_one_type_has_room_for_all_of_it(

@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence, TypeVar
 
-from .catalog import PRECISIONS, Catalog, Need, parse_compute_capability
+from .catalog import PRECISIONS, WAIT_FORMS, Catalog, Need, parse_compute_capability, parse_wait
 from .inventory import CLASS_ANNOTATION, GROUP_LABEL, TYPES_ANNOTATION, parse_gpu_count
 from .quantity import quantity_mib
 
@@ -31,6 +31,7 @@ MIN_MEMORY_ANNOTATION = PREFIX + "min-memory"
 REQUIRES_ANNOTATION = PREFIX + "requires"
 MIN_COMPUTE_CAPABILITY_ANNOTATION = PREFIX + "min-compute-capability"
 UPGRADE_ANNOTATION = PREFIX + "upgrade"  # read by the upgrader (upgrade.py), not the webhook
+MAX_WAIT_ANNOTATION = PREFIX + "max-wait"  # kept by gpu-class-scheduler: the webhook checks it, or writes the class's
 GROUP_ANNOTATION = "gpu-class.io/group"
 GROUP_SIZE_ANNOTATION = "gpu-class.io/group-size"
 # LeaderWorkerSet writes the number of Pods of its group (leader included) on each of them. The Job
@@ -46,7 +47,7 @@ SUSPENDING_PARENT_ANNOTATION = "kueue.x-k8s.io/pod-suspending-parent"
 # the Pod annotations gpu-class reads (and the one it writes): any other gpu-class.io/ key is a slip
 POD_ANNOTATIONS = (CLASS_ANNOTATION, COUNT_ANNOTATION, CONTAINER_ANNOTATION, EXCLUDE_ANNOTATION, MIN_MEMORY_ANNOTATION,
                    GROUP_ANNOTATION, GROUP_SIZE_ANNOTATION, REQUIRES_ANNOTATION, MIN_COMPUTE_CAPABILITY_ANNOTATION,
-                   TYPES_ANNOTATION, UPGRADE_ANNOTATION)
+                   TYPES_ANNOTATION, UPGRADE_ANNOTATION, MAX_WAIT_ANNOTATION)
 
 T = TypeVar("T")
 
@@ -118,6 +119,7 @@ class PodAsk:
     need: Need | None | str  # gpu-class.io/requires and min-compute-capability; None: neither
     group: GroupAsk | None | str
     group_name: str  # gpu-class.io/group as written, "" when absent: a refused group is still named
+    max_wait: str | None | Malformed  # gpu-class.io/max-wait as written (checked); None: absent
     scheduler_name: str | None
     kueue_started: bool  # Kueue's podset label: kueue.py's rules apply
     counted_at_parent: bool  # SUSPENDING_PARENT_ANNOTATION: Kueue counts the Pod's parent, not the Pod
@@ -184,6 +186,7 @@ def read_pod(pod: Any, catalog: Catalog) -> PodAsk | None:
         need=read_need(annotations),
         group=read_group(annotations),
         group_name=annotations.get(GROUP_ANNOTATION, ""),
+        max_wait=_max_wait(annotations),
         scheduler_name=spec.get("schedulerName"),
         kueue_started=PODSET_LABEL in labels,
         counted_at_parent=SUSPENDING_PARENT_ANNOTATION in annotations,
@@ -437,6 +440,15 @@ def _excluded(annotations: Mapping[str, str], catalog: Catalog) -> frozenset[str
             f"types: {', '.join(catalog.types)}"
         )
     return frozenset(names)
+
+
+def _max_wait(annotations: Mapping[str, str]) -> str | None | Malformed:
+    raw = annotations.get(MAX_WAIT_ANNOTATION)
+    if raw is None:
+        return None
+    if parse_wait(raw) is None:
+        return Malformed(f"gpu-class: {MAX_WAIT_ANNOTATION} must be {WAIT_FORMS}, not {quoted(raw)}")
+    return raw.strip()
 
 
 def _min_memory_mib(annotations: Mapping[str, str]) -> float | None | str:

@@ -263,6 +263,7 @@ class GpuClass:
     # its labels show it meets the need (inventory.py); a class of names never takes one
     requires: Need | None = None
     upgrade: bool = False  # its Pods move up to a better type when one frees (upgrade.py); a Pod's annotation overrides
+    max_wait: str | None = None  # how long its Pods wait for their best type (gpu-class.io/max-wait); None: not at all
 
 
 @dataclass(frozen=True)
@@ -476,7 +477,24 @@ TOP_KEYS = frozenset(
 FACT_KEYS = frozenset({"architecture", "computeCapability", "precisions", "memoryBandwidthGBps", "interconnect",
                        "scoreBasis"})
 TYPE_KEYS = frozenset({"name", "score", "memoryGiB", "products", "match", "resource", "scalable"}) | FACT_KEYS
-CLASS_KEYS = frozenset({"name", "types", "minScore", "maxScore", "minMemoryGiB", "strategy", "requires", "upgrade"})
+CLASS_KEYS = frozenset({"name", "types", "minScore", "maxScore", "minMemoryGiB", "strategy", "requires", "upgrade",
+                        "maxWait"})
+MAX_WAIT_SECONDS = 24 * 3600  # the longest wait: a scheduler keeps a timer per waiting Pod until its end
+_WAIT = re.compile(r"(?=\d)(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?")
+
+
+def parse_wait(raw: Any) -> int | None:
+    """Seconds of a wait written as users write durations (90s, 10m, 2h, 1h30m), 1 s to 24 h; None otherwise.
+    Every such form reads the same in Go's time.ParseDuration, which gpu-class-scheduler uses."""
+    found = _WAIT.fullmatch(raw.strip()) if isinstance(raw, str) else None
+    if found is None:
+        return None
+    hours, minutes, seconds = (int(g or 0) for g in found.groups())
+    total = hours * 3600 + minutes * 60 + seconds
+    return total if 0 < total <= MAX_WAIT_SECONDS else None
+
+
+WAIT_FORMS = "a duration of 1s to 24h, like \"90s\", \"10m\", \"2h\" or \"1h30m\""
 REQUIRES_KEYS = frozenset({"minComputeCapability", "precisions", "minMemoryGiB", "architectures"})
 
 Path = tuple[str | int, ...]
@@ -910,7 +928,10 @@ def _build_classes(raw: Any, types: Mapping[str, GpuType], gpu_resource: str, lo
         upgrade = entry.get("upgrade", False)
         if not isinstance(upgrade, bool):
             raise loc.error(path + ("upgrade",), f"must be true or false, not {upgrade!r}")
-        if requires is not None and (CLASS_KEYS - {"name", "strategy", "requires", "upgrade"}) & entry.keys():
+        max_wait = entry.get("maxWait")
+        if max_wait is not None and parse_wait(max_wait) is None:
+            raise loc.error(path + ("maxWait",), f"must be {WAIT_FORMS}, not {max_wait!r}")
+        if requires is not None and (CLASS_KEYS - {"name", "strategy", "requires", "upgrade", "maxWait"}) & entry.keys():
             raise loc.error(path, "give 'requires' alone (minMemoryGiB goes inside it): a class of names takes no "
                                   "other type, and a node placed by its labels joins a class by its requirements")
         members = [t for t in _class_members(entry, types, loc, path)
@@ -918,7 +939,8 @@ def _build_classes(raw: Any, types: Mapping[str, GpuType], gpu_resource: str, lo
         if not members:
             raise loc.error(path, f"class {name!r} selects no type")
         classes[name] = GpuClass(name=name, types=fastest_first([types[t] for t in members]),
-                                 strategy=cast(Strategy, strategy), requires=requires, upgrade=upgrade)
+                                 strategy=cast(Strategy, strategy), requires=requires, upgrade=upgrade,
+                                 max_wait=None if max_wait is None else str(max_wait).strip())
     return classes
 
 

@@ -9,8 +9,9 @@ run again on a patched Pod, the patch is empty.
 from __future__ import annotations
 
 import copy
-from typing import Any, Mapping, Sequence, TypedDict
+from typing import Any, Mapping, NotRequired, Sequence, TypedDict
 
+from .ask import MAX_WAIT_ANNOTATION
 from .planner import CLASS_ANNOTATION, TYPES_ANNOTATION, Placement
 from .inventory import GROUP_LABEL, Taint, tolerates
 
@@ -18,7 +19,7 @@ from .inventory import GROUP_LABEL, Taint, tolerates
 class PatchOp(TypedDict):
     op: str
     path: str
-    value: Any
+    value: NotRequired[Any]  # none for "remove"
 
 
 def escape(token: str) -> str:
@@ -42,8 +43,12 @@ def build_patch(pod: Mapping[str, Any], placement: Placement) -> list[PatchOp]:
     annotations = {TYPES_ANNOTATION: ",".join(placement.types)}
     if placement.record_class:
         annotations[CLASS_ANNOTATION] = placement.class_name
+    if placement.max_wait is not None:
+        annotations[MAX_WAIT_ANNOTATION] = placement.max_wait
     metadata = pod.get("metadata") or {}
     ops += _map_ops(metadata, "annotations", annotations)
+    if placement.drop_max_wait and MAX_WAIT_ANNOTATION in (metadata.get("annotations") or {}):
+        ops.append({"op": "remove", "path": f"/metadata/annotations/{escape(MAX_WAIT_ANNOTATION)}"})
     if placement.group is not None:
         ops += _map_ops(metadata, "labels", {GROUP_LABEL: placement.group.name})
     return ops

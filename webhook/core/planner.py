@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Literal, Mapping, Sequence
 
 from .ask import EXCLUDE_ANNOTATION as EXCLUDE_ANNOTATION  # e2e tests import it from here
-from .ask import POD_ANNOTATIONS, PREFIX, GroupAsk, Malformed, MalformedPod, PodAsk, Tolerations, quoted, read_pod
+from .ask import MAX_WAIT_ANNOTATION, POD_ANNOTATIONS, PREFIX, GroupAsk, Malformed, MalformedPod, PodAsk, Tolerations, quoted, read_pod
 from .catalog import Catalog, GpuClass, Need, Strategy, fastest_first, profile_suffix
 from .groups import ClassOffer, GroupOutcome, GroupPlan, GroupScope, decide_group
 from .inventory import CLASS_ANNOTATION as CLASS_ANNOTATION  # the inventory reads both of unbound Pods too
@@ -72,6 +72,8 @@ class Placement:
     record_class: bool = False  # the class came from a default: write it, so the extender sees the strategy
     resource: str = "nvidia.com/gpu"  # the extended resource the limit is set on
     group: GroupPlan | None = None  # gpu-class.io/group: the label and Pod affinity that keep it on one product
+    max_wait: str | None = None  # gpu-class.io/max-wait as gpu-class-scheduler keeps it; None: the Pod does not wait
+    drop_max_wait: bool = False  # the Pod wrote a wait no scheduler of its keeps: the annotation goes
 
 
 @dataclass(frozen=True)
@@ -235,6 +237,8 @@ def decide(ask: PodAsk, snapshot: Snapshot, catalog: Catalog, *, namespace: str 
         return Decision("refused", ask.need, class_name=class_name)
     if isinstance(group_ask, str):
         return Decision("refused", group_ask, class_name=class_name, group=GroupPlan(ask.group_name, "refused"))
+    if isinstance(ask.max_wait, Malformed):
+        return Decision("refused", ask.max_wait.message, class_name=class_name)
 
     # with no resource fixed the Pod asks for none of the class's, so every one needs the same
     gpus_needed = ask.gpus_needed(resource, container, gpus.count)
@@ -279,7 +283,36 @@ def decide(ask: PodAsk, snapshot: Snapshot, catalog: Catalog, *, namespace: str 
         return _from_fit("refused", class_name, fit, disagreement)
     if ask.types_written is not None and split_types(ask.types_written) != fit.types:
         ignored += (_short(f"gpu-class: {TYPES_ANNOTATION} is written by gpu-class: the Pod's value was replaced"),)
+    wait, not_kept = kept_wait(ask, gpu_class, placement.scheduler_name or ask.scheduler_name, group, catalog)
+    if wait is not None or ask.max_wait is not None:
+        placement = dataclasses.replace(placement, max_wait=wait, drop_max_wait=wait is None)
+    if not_kept is not None:
+        ignored += (_short(not_kept),)
     return _from_fit("patched", class_name, fit, placement=placement, group=group, warnings=fit.warnings + ignored)
+
+
+def kept_wait(ask: PodAsk, gpu_class: GpuClass, scheduler_name: str | None, group: GroupPlan | None,
+              catalog: Catalog) -> tuple[str | None, str | None]:
+    """The wait for its best type that gpu-class-scheduler keeps for the Pod (its own gpu-class.io/max-wait, else
+    its class's maxWait), and the warning when the Pod asked for one that nothing will keep.
+
+    Only gpu-class-scheduler's profiles that rank types (performance, cost) keep a type out for a while; the
+    extender and the default scheduler cannot. Kueue chose a queued Pod's type (its flavor) before the Pod
+    existed. A group's Pods are kept together by where its first Pod runs, which a wait cannot hold back."""
+    asked = ask.max_wait if isinstance(ask.max_wait, str) else None
+    wait = asked or gpu_class.max_wait
+    if wait is None:
+        return None, None
+    strict = scheduler_name is not None and catalog.strict_scheduler_of(scheduler_name) is not None
+    why_not = (
+        "Kueue chose its type (its flavor) before the Pod existed" if ask.kueue_started else
+        f"class {gpu_class.name} ranks nodes ({gpu_class.strategy}), not types" if gpu_class.strategy not in
+        ("performance", "cost") else
+        "only gpu-class-scheduler keeps it: set schedulerName: gpu-class-scheduler" if not strict else
+        "a group waits only where its first Pod runs" if group is not None else None)
+    if why_not is None:
+        return wait, None
+    return None, (f"gpu-class: {MAX_WAIT_ANNOTATION} dropped: {why_not}" if asked else None)
 
 
 _QUEUED_UNSATISFIABLE = (

@@ -3,10 +3,12 @@ package nodelabelindex
 import (
 	"context"
 	"fmt"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/sets"
+	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	"k8s.io/klog/v2"
@@ -27,6 +29,9 @@ type NodeLabelIndex struct {
 	args    Args
 	handle  fwk.Handle
 	widened *widened
+	pods    corelisters.PodLister
+	wakes   *wakes
+	now     func() time.Time
 }
 
 var (
@@ -71,7 +76,8 @@ func New(_ context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error
 	if err != nil {
 		return nil, fmt.Errorf("%s: watching nodes: %w", Name, err)
 	}
-	return &NodeLabelIndex{index: index, args: args, handle: h, widened: newWidened()}, nil
+	return &NodeLabelIndex{index: index, args: args, handle: h, widened: newWidened(),
+		pods: h.SharedInformerFactory().Core().V1().Pods().Lister(), wakes: newWakes(time.Now), now: time.Now}, nil
 }
 
 func setNode(index *Index, obj any) {
@@ -93,7 +99,14 @@ func (pl *NodeLabelIndex) Name() string { return Name }
 //
 // With an order, it then keeps only the best of the candidates (order.go's
 // best), unless the Pod's last cycle was given only those and none took it.
-func (pl *NodeLabelIndex) PreFilter(_ context.Context, state fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
+//
+// A Pod that waits for its best type (wait.go) is given that type's nodes alone.
+func (pl *NodeLabelIndex) PreFilter(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
+	if until, budget, waiting := waitOf(pod, pl.now()); waiting && pl.args.Order == PreferredTypes {
+		if result, status, ok := pl.preFilterWaiting(ctx, state, pod, nodes, until, budget); ok {
+			return result, status
+		}
+	}
 	candidates, narrowed := pl.index.Candidates(pod)
 	if !narrowed || candidates.Len() == 0 || pl.index.Len() != len(nodes) {
 		return nil, nil
@@ -123,7 +136,13 @@ func (pl *NodeLabelIndex) PreFilter(_ context.Context, state fwk.CycleState, pod
 // know of refused them all) gets all of its candidates in its next cycle, at
 // once, and no preemption now: a worse node may well hold it. Any other Pod
 // goes on to the next PostFilter plugin (preemption) as on the stock binary.
+//
+// A waiting Pod none of its best type's nodes took waits on, with no
+// preemption: it asked to wait for room there, not to make it.
 func (pl *NodeLabelIndex) PostFilter(ctx context.Context, state fwk.CycleState, pod *v1.Pod, _ fwk.NodeToStatusReader) (*fwk.PostFilterResult, *fwk.Status) {
+	if w, err := state.Read(waitingKey); err == nil {
+		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, w.(waitingState).message)
+	}
 	if _, err := state.Read(narrowedKey); err != nil {
 		return nil, fwk.NewStatus(fwk.Unschedulable)
 	}
@@ -176,7 +195,12 @@ func (pl *NodeLabelIndex) nodeNowMatches(_ klog.Logger, pod *v1.Pod, oldObj, new
 // SignPod says what the plugin reads of a Pod, as NodeAffinity does: Pods
 // alike in it get the same candidates, so the scheduler's batching of alike
 // Pods stays on.
+//
+// A Pod with a wait is never batched: whether it waits changes with time.
 func (pl *NodeLabelIndex) SignPod(_ context.Context, pod *v1.Pod) ([]fwk.SignFragment, *fwk.Status) {
+	if _, has := pod.Annotations[MaxWaitAnnotation]; has {
+		return nil, fwk.NewStatus(fwk.Unschedulable, "a Pod that may wait for its best type is scheduled on its own")
+	}
 	affinity, err := fwk.NodeAffinitySigner(pod)
 	if err != nil {
 		return nil, fwk.AsStatus(err)
