@@ -35,6 +35,26 @@ class LeaseSettings:
     retry_seconds: float
 
 
+# client-go's leaderelection: a candidate looks at the Lease once a retry period stretched by a random share of up
+# to JitterFactor more; the leader renews once a retry period and, when a renewal fails, keeps trying until the
+# renew deadline and then stops leading.
+JITTER_FACTOR = 1.2
+
+
+def worst_takeover_seconds(settings: LeaseSettings) -> float:
+    """From the leader's death (or its partition) to a standby holding the Lease, at most: the standby times the lease
+    from the moment it saw the last renewal, up to one look after it was written, and the look that finds the lease
+    run out comes up to one look after it did."""
+    look_seconds = settings.retry_seconds * (1 + JITTER_FACTOR)
+    return settings.lease_seconds + 2 * look_seconds
+
+
+def cut_off_leader_stops_within_seconds(settings: LeaseSettings) -> float:
+    """From a leader's last renewal to its giving the lead up, at most, when it can no longer reach the API server:
+    the retry period before its next renewal, then the renew deadline of trying."""
+    return settings.retry_seconds + settings.renew_deadline_seconds
+
+
 def parse_duration_seconds(text: str) -> float:
     """A Go duration as a KubeSchedulerConfiguration writes one ("15s", "500ms", "1m")."""
     found = _DURATION.match(text)
