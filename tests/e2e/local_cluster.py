@@ -665,8 +665,9 @@ SCHEDULER_CONFIGS = {
 }
 
 
-def scheduler_config(cluster: Cluster, kubeconfig: Path, name: str | None) -> Path:
-    """The configuration of the strict scheduler `name`, pointed at this cluster; None: the default scheduler."""
+def scheduler_config(cluster: Cluster, kubeconfig: Path, name: str | None, out: Path | None = None) -> Path:
+    """The configuration of the strict scheduler `name`, pointed at this cluster; None: the default scheduler.
+    Written to `out`, else to the cluster's file for it."""
     if name is None:
         # The stock scheduler as a cluster runs it: the default profile, no extender.
         config: dict[str, Any] = {"apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
@@ -684,7 +685,7 @@ def scheduler_config(cluster: Cluster, kubeconfig: Path, name: str | None) -> Pa
             ext["tlsConfig"].update({key: str(cluster.dir / "webhook" / name) for key, name in (
                 ("caFile", "ca.crt"), ("certFile", "client.crt"), ("keyFile", "client.key"))})
     config["clientConnection"] = {"kubeconfig": str(kubeconfig)}
-    path = cluster.dir / f"{name or 'default-scheduler'}.yaml"
+    path = out or cluster.dir / f"{name or 'default-scheduler'}.yaml"
     path.write_text(yaml.safe_dump(config))
     return path
 

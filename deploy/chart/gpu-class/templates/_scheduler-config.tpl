@@ -35,6 +35,20 @@ leaderElection:
   resourceLock: leases
   resourceName: gpu-class-scheduler
   resourceNamespace: {{ .Release.Namespace }}
+  # kube-scheduler's lease (15 s) and renew deadline (10 s), and a retry of
+  # 1 s rather than its 2 s. A standby takes the Lease once it has seen no
+  # renewal for a lease duration, and it looks once a retry period (jittered
+  # up to 2.2 times): when the leader dies or is cut off, the next bind comes
+  # 15 to 19.4 s later with 1 s, up to 24 s with 2 s. The leader renews once
+  # a retry period: one Lease write a second. The lease stays 15 s: a leader
+  # that cannot renew within the renew deadline exits, and its restart
+  # relists every Node and Pod, so a shorter one turns a slow spell of the
+  # API server into a failover. A leader that is stopped (a rolling update)
+  # gives the Lease up at once. docs/operators/strict-scheduler.md has the
+  # measured gaps.
+  leaseDuration: 15s
+  renewDeadline: 10s
+  retryPeriod: 1s
 # Every feasible node is scored. Left adaptive, kube-scheduler stops looking
 # once it has found max(100, 50% - nodes/125) of the nodes feasible (10% at
 # 5,000 nodes) and the best type's few nodes are often not among them.
