@@ -14,6 +14,7 @@ import argparse
 import json
 import os
 import sys
+import time
 import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
@@ -381,7 +382,7 @@ def _explain_existing(args: argparse.Namespace, name: str, catalog: Catalog) -> 
     connection = _connect(args)
     namespace = args.namespace or connection.namespace or "default"
     pod = read_pod(connection.api, namespace, name)
-    report = build_pod_report(pod, read_snapshot(connection.api, catalog), catalog)
+    report = build_pod_report(pod, read_snapshot(connection.api, catalog), catalog, time.time())
     print(render_pod_json(report) if args.output == "json" else render_pod_text(report))
     return 0 if can_run_now(report) else 1
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence, TypeVar
 
 from .catalog import PRECISIONS, WAIT_FORMS, Catalog, Need, parse_compute_capability, parse_wait
-from .inventory import CLASS_ANNOTATION, GROUP_LABEL, TYPES_ANNOTATION, parse_gpu_count
+from .inventory import CLASS_ANNOTATION, GROUP_LABEL, MAX_WAIT_ANNOTATION, TYPES_ANNOTATION, parse_gpu_count
 from .quantity import quantity_mib
 
 PREFIX = "gpu-class.io/"
@@ -31,7 +31,6 @@ MIN_MEMORY_ANNOTATION = PREFIX + "min-memory"
 REQUIRES_ANNOTATION = PREFIX + "requires"
 MIN_COMPUTE_CAPABILITY_ANNOTATION = PREFIX + "min-compute-capability"
 UPGRADE_ANNOTATION = PREFIX + "upgrade"  # read by the upgrader (upgrade.py), not the webhook
-MAX_WAIT_ANNOTATION = PREFIX + "max-wait"  # kept by gpu-class-scheduler: the webhook checks it, or writes the class's
 GROUP_ANNOTATION = "gpu-class.io/group"
 GROUP_SIZE_ANNOTATION = "gpu-class.io/group-size"
 # LeaderWorkerSet writes the number of Pods of its group (leader included) on each of them. The Job

@@ -129,15 +129,31 @@ def placed_pending(snapshot: Snapshot, catalog: Catalog) -> list[UnboundGpuPod] 
 
 
 def pending_by_class(snapshot: Snapshot, catalog: Catalog, now_seconds: float) -> dict[str, dict[str, int]] | None:
-    """Per class of the catalog, its placed Pods waiting for a node longer than each of PENDING_BOUNDS
-    (since their creation); None when the inventory does not see Pods."""
+    """Per class of the catalog, its placed Pods waiting for a node longer than each of PENDING_BOUNDS; None when
+    the inventory does not see Pods. A Pod within its max-wait is not counted (it waits by choice: waiting_by_class),
+    and one past it has waited since its max-wait ended, not since its creation."""
     pending = placed_pending(snapshot, catalog)
     if pending is None:
         return None
     counts = {c: dict.fromkeys((label for label, _ in PENDING_BOUNDS), 0) for c in catalog.classes}
     for pod in pending:
-        waited = now_seconds - pod.created_seconds if pod.created_seconds is not None else 0.0
+        if pod.waits_by_choice(now_seconds):
+            continue
+        since = None if pod.created_seconds is None else pod.created_seconds + (pod.max_wait_seconds or 0)
+        waited = now_seconds - since if since is not None else 0.0
         for label, seconds in PENDING_BOUNDS:
             if seconds == 0.0 or waited > seconds:
                 counts[pod.class_name or ""][label] += 1
+    return counts
+
+
+def waiting_by_class(snapshot: Snapshot, catalog: Catalog, now_seconds: float) -> dict[str, int] | None:
+    """Per class of the catalog, its placed Pods within their max-wait, kept to their best type by their choice."""
+    pending = placed_pending(snapshot, catalog)
+    if pending is None:
+        return None
+    counts = dict.fromkeys(catalog.classes, 0)
+    for pod in pending:
+        if pod.waits_by_choice(now_seconds):
+            counts[pod.class_name or ""] += 1
     return counts

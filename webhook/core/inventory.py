@@ -28,7 +28,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from immutables import Map
 
-from .catalog import Catalog, GpuType, LabelType
+from .catalog import Catalog, GpuType, LabelType, parse_wait
 from .dra import (
     HOSTNAME_LABEL, DeviceClassInfo, DeviceId, DeviceProblem, DraState, DraView, SliceInfo, claim_from_object,
     device_class_from_object, group_problems, node_devices, slice_from_object,
@@ -40,6 +40,7 @@ ALLOWED_CLASSES_ANNOTATION = "gpu-class.io/allowed-classes"
 GROUP_LABEL = "gpu-class.io/group"  # written by the webhook on the Pods of a group (groups.py)
 CLASS_ANNOTATION = "gpu-class.io/class"
 TYPES_ANNOTATION = "gpu-class.io/types"  # written by the webhook on every Pod it places, best first
+MAX_WAIT_ANNOTATION = "gpu-class.io/max-wait"  # how long gpu-class-scheduler keeps the Pod to its best type
 
 GroupName = tuple[str, str]  # (namespace, gpu-class.io/group): Pods of one namespace share a group
 Holding = tuple[str, Mapping[str, int]]  # (node, devices per resource) of one bound, unfinished Pod
@@ -272,6 +273,12 @@ class UnboundGpuPod:
     created_seconds: float | None = None  # metadata.creationTimestamp, Unix time
     group: GroupName | None = None  # the gpu-class.io/group label the webhook wrote
     gated: bool = False  # spec.schedulingGates: held back (by a queue such as Kueue), not yet asking for a node
+    max_wait_seconds: int | None = None  # gpu-class.io/max-wait: kept to its best type this long after creation
+
+    def waits_by_choice(self, now_seconds: float) -> bool:
+        """Whether it is within its max-wait: kept to its best type by its own choice, not stuck."""
+        return self.max_wait_seconds is not None and self.created_seconds is not None and (
+            now_seconds < self.created_seconds + self.max_wait_seconds + 1)  # the scheduler's second of truncation
 
     @property
     def placed(self) -> bool:
@@ -517,7 +524,8 @@ def unbound_gpu_pod(obj: Mapping[str, Any], resources: Iterable[str]) -> Unbound
                          class_name=class_name if isinstance(class_name, str) else None,
                          types=split_types(annotations.get(TYPES_ANNOTATION)),
                          created_seconds=timestamp_seconds(metadata.get("creationTimestamp")), group=pod_group(obj),
-                         gated=bool((obj.get("spec") or {}).get("schedulingGates")))
+                         gated=bool((obj.get("spec") or {}).get("schedulingGates")),
+                         max_wait_seconds=parse_wait(annotations.get(MAX_WAIT_ANNOTATION)))
 
 
 def split_types(value: Any) -> tuple[str, ...]:

@@ -11,9 +11,8 @@ from __future__ import annotations
 import copy
 from typing import Any, Mapping, NotRequired, Sequence, TypedDict
 
-from .ask import MAX_WAIT_ANNOTATION
 from .planner import CLASS_ANNOTATION, TYPES_ANNOTATION, Placement
-from .inventory import GROUP_LABEL, Taint, tolerates
+from .inventory import GROUP_LABEL, MAX_WAIT_ANNOTATION, Taint, tolerates
 
 
 class PatchOp(TypedDict):

@@ -14,11 +14,12 @@ from dataclasses import dataclass
 from typing import Any, Callable, Literal, Mapping, Sequence
 
 from .ask import EXCLUDE_ANNOTATION as EXCLUDE_ANNOTATION  # e2e tests import it from here
-from .ask import MAX_WAIT_ANNOTATION, POD_ANNOTATIONS, PREFIX, GroupAsk, Malformed, MalformedPod, PodAsk, Tolerations, quoted, read_pod
+from .ask import POD_ANNOTATIONS, PREFIX, GroupAsk, Malformed, MalformedPod, PodAsk, Tolerations, quoted, read_pod
 from .catalog import Catalog, GpuClass, Need, Strategy, fastest_first, profile_suffix
 from .groups import ClassOffer, GroupOutcome, GroupPlan, GroupScope, decide_group
 from .inventory import CLASS_ANNOTATION as CLASS_ANNOTATION  # the inventory reads both of unbound Pods too
 from .inventory import TYPES_ANNOTATION as TYPES_ANNOTATION
+from .inventory import MAX_WAIT_ANNOTATION
 from .inventory import (
     GIB_MIB, NamespaceInfo, Pool, ProductGroup, Snapshot, Taint, placing_catalog, split_types, tolerates_all,
 )

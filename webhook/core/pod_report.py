@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from typing import Any, Mapping, TypedDict
+from typing import Any, Mapping, Sequence, TypedDict
 
-from .catalog import Catalog
+from .catalog import Catalog, parse_wait
 from .explain import scheduler_guarantee
 from .extender import PodNeeds, PodProblem, judge_node, read_pod
 from .groups import RunsOn, runs_on
-from .inventory import TERMINAL_PHASES, Snapshot, pod_gpus, pod_group
+from .inventory import MAX_WAIT_ANNOTATION, TERMINAL_PHASES, Snapshot, pod_gpus, pod_group, timestamp_seconds
 from .planner import CLASS_ANNOTATION
 from .upgrade import upgrade_outlook
 
@@ -52,6 +52,7 @@ PodReport = TypedDict("PodReport", {
     "group": "GroupRoom | None",  # for a Pod the webhook placed in a group (label gpu-class.io/group)
     "problem": "str | None",
     "upgrade": "str | None",  # for a bound Pod: whether the upgrader would move it (upgrade.py)
+    "wait": "str | None",  # for a Pod with gpu-class.io/max-wait: what gpu-class-scheduler does with its wait
 })
 
 
@@ -81,7 +82,35 @@ def _room(needs: PodNeeds, snapshot: Snapshot, group: RunsOn | None) -> list[Typ
     return rooms
 
 
-def build_pod_report(pod: Mapping[str, Any], snapshot: Snapshot, catalog: Catalog) -> PodReport:
+def wait_outlook(pod: Mapping[str, Any], types: Sequence[str], node_type: str | None, now_seconds: float) -> str | None:
+    """What gpu-class-scheduler does with the Pod's wait for its best type (gpu-class.io/max-wait), as explain says it:
+    "waiting for H100 (2m of 10m), then A100-80GB"; None when it has no wait."""
+    metadata = pod.get("metadata") or {}
+    raw = (metadata.get("annotations") or {}).get(MAX_WAIT_ANNOTATION)
+    budget = parse_wait(raw)
+    created = timestamp_seconds(metadata.get("creationTimestamp"))
+    if budget is None or created is None or not types:
+        return None
+    best, rest = types[0], (f", then {', '.join(types[1:])}" if len(types) > 1 else "")
+    if (pod.get("spec") or {}).get("nodeName"):
+        return (f"max-wait {raw}: bound on its best type, {best}" if node_type == best else
+                f"max-wait {raw}: bound on {node_type or 'a node of no catalog type'}, not {best}")
+    waited = now_seconds - created
+    if waited < budget + 1:  # the scheduler's second of the creation stamp's truncation
+        return f"waiting for {best} ({_duration(min(waited, budget))} of {raw}){rest}"
+    return f"waited its max-wait {raw} for {best}; now placed in its class's order: {', '.join(types)}"
+
+
+def _duration(seconds: float) -> str:
+    """As users write durations: 90 s is 1m30s, 120 s is 2m."""
+    s = int(seconds)
+    hours, minutes, secs = s // 3600, s % 3600 // 60, s % 60
+    text = (f"{hours}h" if hours else "") + (f"{minutes}m" if minutes else "") + (f"{secs}s" if secs or not s else "")
+    return text
+
+
+def build_pod_report(pod: Mapping[str, Any], snapshot: Snapshot, catalog: Catalog,
+                     now_seconds: float | None = None) -> PodReport:
     metadata = pod.get("metadata") or {}
     annotations = metadata.get("annotations") or {}
     spec = pod.get("spec") or {}
@@ -106,6 +135,7 @@ def build_pod_report(pod: Mapping[str, Any], snapshot: Snapshot, catalog: Catalo
         "group": None,
         "problem": None,
         "upgrade": None,
+        "wait": None,
     }
     try:
         needs = read_pod(pod, catalog)
@@ -133,6 +163,8 @@ def build_pod_report(pod: Mapping[str, Any], snapshot: Snapshot, catalog: Catalo
         report["room"] = _room(needs, snapshot, runs)
     outlook = upgrade_outlook(pod, snapshot, catalog) if report["phase"] not in TERMINAL_PHASES else None
     report["upgrade"] = None if outlook is None else outlook.describe()
+    if now_seconds is not None and report["phase"] not in TERMINAL_PHASES:
+        report["wait"] = wait_outlook(pod, report["types"], report["nodeType"], now_seconds)
     return report
 
 
@@ -188,6 +220,8 @@ def render_pod_text(report: PodReport) -> str:
             lines.append(f"that is none of its types; it preferred {types[0]}")
     if report["upgrade"]:
         lines.append(report["upgrade"])
+    if report["wait"]:
+        lines.append(report["wait"])
     group = report["group"]
     if group is not None:
         runs = group["runsOn"]

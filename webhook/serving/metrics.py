@@ -35,7 +35,7 @@ from prometheus_client import multiprocess
 from prometheus_client import CONTENT_TYPE_LATEST, start_http_server
 
 from ..core.catalog import Catalog
-from ..core.fidelity import PLACEMENT_OUTCOMES, judge_bind, pending_by_class
+from ..core.fidelity import PLACEMENT_OUTCOMES, judge_bind, pending_by_class, waiting_by_class
 from ..core.groups import GroupOutcome
 from ..core.inventory import Snapshot, UnboundGpuPod
 from ..core.planner import Outcome
@@ -104,6 +104,17 @@ PENDING = Gauge(
     "gpu_class_pending_pods",
     "Pods gpu-class placed that no node holds yet, by class, waiting longer than longer_than since creation",
     ["class", "longer_than"], multiprocess_mode="livemostrecent",
+)
+WAITING = Gauge(
+    "gpu_class_waiting_pods",
+    "Pods gpu-class placed that wait for their best type within their gpu-class.io/max-wait, by class: by their "
+    "choice (gpu_class_pending_pods counts them only once it is spent)", ["class"], multiprocess_mode="livemostrecent",
+)
+WAITED = Histogram(
+    "gpu_class_wait_seconds",
+    "Time from creation to bind of Pods with a gpu-class.io/max-wait, by class and outcome: best_type (bound on the "
+    "type it waited for) or fell_back", ["class", "outcome"],
+    buckets=(1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600, 86400),
 )
 LABEL_PLACED = Gauge(
     "gpu_class_label_placed_nodes",
@@ -229,11 +240,14 @@ def observe_certificate(not_after_unix: float) -> None:
 
 
 def observe_pending(snapshot: Snapshot, catalog: Catalog, now_seconds: float) -> None:
-    """The pending gauge from this worker's inventory (before a scrape); nothing when Pods are not watched."""
+    """The pending and waiting gauges from this worker's inventory (before a scrape); nothing when Pods are not
+    watched."""
     counts = pending_by_class(snapshot, catalog, now_seconds)
     for class_name, by_bound in (counts or {}).items():
         for label, n in by_bound.items():
             _child(PENDING, class_name, label).set(n)
+    for class_name, n in (waiting_by_class(snapshot, catalog, now_seconds) or {}).items():
+        _child(WAITING, class_name).set(n)
 
 
 LOCK_FILE = "placements.lock"
@@ -260,7 +274,13 @@ class BindCounting:
         return True
 
 
-def observe_bind(pod: UnboundGpuPod, node: str, before: Snapshot, catalog: Catalog, counted: int = 0) -> None:
+def observe_bind(pod: UnboundGpuPod, node: str, before: Snapshot, catalog: Catalog, counted: int = 0,
+                 now_seconds: float | None = None) -> None:
+    if pod.max_wait_seconds is not None and pod.created_seconds is not None and pod.placed:
+        info = before.nodes.get(node)
+        outcome = "best_type" if info is not None and info.offer(pod.types[0]) is not None else "fell_back"
+        waited = (time.time() if now_seconds is None else now_seconds) - pod.created_seconds
+        _child(WAITED, pod.class_name or "", outcome).observe(max(waited, 0.0))
     verdict = judge_bind(pod, node, before, catalog, counted=counted)
     if verdict is None:
         return

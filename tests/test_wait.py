@@ -1,0 +1,138 @@
+"""gpu-class.io/max-wait: how the webhook reads, keeps or drops a wait; what the pending and waiting gauges count;
+what explain says of a Pod's wait. gpu-class-scheduler's side is deploy/scheduler/plugin/nodelabelindex/wait_test.go."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jsonpatch
+import pytest
+
+from builders import make_catalog, make_node, make_pod
+from webhook.core.ask import quoted
+from webhook.core.catalog import CatalogError, parse_wait
+from webhook.core.inventory import Snapshot, UnboundGpuPod, build_snapshot
+from webhook.core.fidelity import pending_by_class, waiting_by_class
+from webhook.core.patch import build_patch
+from webhook.core.planner import plan
+from webhook.core.pod_report import wait_outlook
+
+W = "gpu-class.io/max-wait"
+STRICT = "gpu-class-scheduler"
+
+
+def snapshot_of(nodes: list[dict[str, Any]], catalog: Any) -> Snapshot:
+    return build_snapshot(catalog, nodes)
+
+
+@pytest.mark.parametrize("raw, seconds", [
+    pytest.param("90s", 90, id="seconds"), pytest.param("10m", 600, id="minutes"), pytest.param("2h", 7200, id="hours"),
+    pytest.param("1h30m", 5400, id="hours-and-minutes"), pytest.param(" 5m ", 300, id="spaces-around"),
+    pytest.param("24h", 86400, id="the-longest"), pytest.param("25h", None, id="longer-than-a-day"),
+    pytest.param("0s", None, id="zero"), pytest.param("10", None, id="no-unit"), pytest.param("1.5h", None, id="decimal"),
+    pytest.param("10m1h", None, id="units-out-of-order"), pytest.param("", None, id="empty"),
+    pytest.param(600, None, id="not-a-string"),
+])
+def test_parse_wait(raw: Any, seconds: int | None) -> None:
+    assert parse_wait(raw) == seconds
+
+
+CATALOG_EXTRA = """  - {name: patient, types: [H100, A100], maxWait: 10m}
+"""
+
+
+@pytest.mark.parametrize("scheduler, class_name, pod_wait, labels, kept, warned", [
+    pytest.param(STRICT, "high", "60s", {}, "60s", None, id="strict-keeps-the-pods-wait"),
+    pytest.param(STRICT, "patient", None, {}, "10m", None, id="strict-writes-the-class-wait"),
+    pytest.param(STRICT, "patient", "30s", {}, "30s", None, id="the-pods-wait-wins-over-the-class"),
+    pytest.param(None, "high", "60s", {}, None, "only gpu-class-scheduler keeps it", id="default-scheduler-drops-it"),
+    pytest.param("gpu-class-extender", "high", "60s", {}, None, "only gpu-class-scheduler keeps it",
+                 id="extender-drops-it"),
+    pytest.param(None, "patient", None, {}, None, None, id="a-class-wait-where-no-scheduler-keeps-it-says-nothing"),
+    pytest.param(STRICT, "balanced", "60s", {}, None, "ranks nodes (balanced), not types", id="balanced-drops-it"),
+    pytest.param(STRICT, "high", "60s", {"kueue.x-k8s.io/podset": "main"}, None, "Kueue chose its type",
+                 id="kueue-started-drops-it"),
+    pytest.param(STRICT, "high", None, {}, None, None, id="no-wait"),
+])
+def test_the_webhook_keeps_or_drops_a_wait(scheduler: str | None, class_name: str, pod_wait: str | None,
+                                           labels: dict[str, str], kept: str | None, warned: str | None) -> None:
+    catalog = make_catalog(CATALOG_EXTRA)
+    snapshot = snapshot_of([make_node("h100", "NVIDIA-H100-80GB-HBM3"), make_node("a100", "A100-SXM4-40GB")], catalog)
+    annotations = {"gpu-class.io/class": class_name, **({W: pod_wait} if pod_wait else {})}
+    pod = make_pod(annotations, extra_spec={"schedulerName": scheduler} if scheduler else {},
+                   gpu_limit="1" if labels else None)  # Kueue counted the template's limit
+    if labels:
+        pod["metadata"]["labels"] = labels
+    decision = plan(pod, snapshot, catalog)
+    assert decision.outcome == "patched" and decision.placement is not None, decision.message
+    patched = jsonpatch.apply_patch(pod, build_patch(pod, decision.placement))
+    assert patched["metadata"]["annotations"].get(W) == kept
+    dropped = [w for w in decision.warnings if W in w]
+    assert (dropped[0] if dropped else None) == (None if warned is None else f"gpu-class: {W} dropped: " + (
+        "only gpu-class-scheduler keeps it: set schedulerName: gpu-class-scheduler" if warned.startswith("only") else
+        f"class balanced {warned}" if "balanced" in warned else
+        "Kueue chose its type (its flavor) before the Pod existed"))
+    assert jsonpatch.apply_patch(patched, build_patch(patched, decision.placement)) == patched, "idempotent"
+
+
+@pytest.mark.parametrize("written", ["10", "ten minutes", "48h"])
+def test_a_wait_that_does_not_read_is_refused_saying_what_to_write(written: str) -> None:
+    catalog = make_catalog()
+    snapshot = snapshot_of([make_node("h100", "NVIDIA-H100-80GB-HBM3")], catalog)
+    decision = plan(make_pod({"gpu-class.io/class": "high", W: written}), snapshot, catalog)
+    assert decision.outcome == "refused"
+    assert decision.message == (f'gpu-class: {W} must be a duration of 1s to 24h, like "90s", "10m", "2h" or '
+                                f'"1h30m", not {quoted(written)}')
+
+
+def test_a_class_wait_that_does_not_read_fails_at_start() -> None:
+    with pytest.raises(CatalogError, match=r"classes\.\d+\.maxWait: must be a duration of 1s to 24h, .* not 'soon'"):
+        make_catalog("  - {name: impatient, types: [H100], maxWait: soon}\n")
+
+
+def unbound(uid: str, created: float, max_wait: int | None) -> UnboundGpuPod:
+    return UnboundGpuPod(uid, "ml", uid, "nvidia.com/gpu", 1, "high", ("H100", "A100"), created_seconds=created,
+                         max_wait_seconds=max_wait)
+
+
+NOW = 10_000.0
+
+
+@pytest.mark.parametrize("pod, waiting, pending", [
+    pytest.param(unbound("a", NOW - 30, 600), 1, {"0s": 0, "1m": 0}, id="within-its-wait-is-waiting-not-pending"),
+    pytest.param(unbound("b", NOW - 700, 600), 0, {"0s": 1, "1m": 1, "5m": 0},
+                 id="past-its-wait-pending-since-the-wait-ended"),
+    pytest.param(unbound("c", NOW - 400, None), 0, {"0s": 1, "1m": 1, "5m": 1, "15m": 0},
+                 id="no-wait-pending-since-creation"),
+])
+def test_pending_and_waiting_gauges(pod: UnboundGpuPod, waiting: int, pending: dict[str, int]) -> None:
+    catalog = make_catalog()
+    snapshot = Snapshot(groups_by_type={}, unbound_pods={pod.uid: pod})
+    assert (waiting_by_class(snapshot, catalog, NOW) or {})["high"] == waiting
+    counts = (pending_by_class(snapshot, catalog, NOW) or {})["high"]
+    assert {k: counts[k] for k in pending} == pending
+
+
+def stamped(max_wait: str | None, node: str | None = None) -> dict[str, Any]:
+    pod = make_pod({"gpu-class.io/types": "H100,A100", **({W: max_wait} if max_wait else {})})
+    pod["metadata"]["creationTimestamp"] = "2026-12-05T10:00:00Z"
+    if node:
+        pod["spec"]["nodeName"] = node
+    return pod
+
+
+CREATED = 1_796_464_800.0  # 2026-12-05T10:00:00Z
+
+
+@pytest.mark.parametrize("pod, node_type, after, said", [
+    pytest.param(stamped("10m"), None, 120, "waiting for H100 (2m of 10m), then A100", id="waiting"),
+    pytest.param(stamped("90s"), None, 45, "waiting for H100 (45s of 90s), then A100", id="waiting-seconds"),
+    pytest.param(stamped("10m"), None, 700, "waited its max-wait 10m for H100; now placed in its class's order: "
+                 "H100, A100", id="spent"),
+    pytest.param(stamped("10m", "n1"), "H100", 30, "max-wait 10m: bound on its best type, H100", id="got-it"),
+    pytest.param(stamped("10m", "n1"), "A100", 700, "max-wait 10m: bound on A100, not H100", id="fell-back"),
+    pytest.param(stamped(None), None, 30, None, id="no-wait"),
+])
+def test_explain_says_what_became_of_the_wait(pod: dict[str, Any], node_type: str | None, after: float,
+                                              said: str | None) -> None:
+    assert wait_outlook(pod, ["H100", "A100"], node_type, CREATED + after) == said
