@@ -28,6 +28,7 @@ delete them at its end (`Karpenter.delete_node_pools`).
 
 from __future__ import annotations
 
+import calendar
 import contextlib
 import json
 import threading
@@ -245,6 +246,8 @@ class KubeletStandIn:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="kubelet-stand-in", daemon=True)
         self.errors: list[str] = []
+        # how long after its creation a Node is reported Ready, as a machine takes to boot and join; a test sets it
+        self.ready_after_seconds = 0.0
 
     def start(self) -> None:
         self._thread.start()
@@ -272,6 +275,9 @@ class KubeletStandIn:
 
     def _report(self, node: dict[str, Any]) -> None:
         name = node["metadata"]["name"]
+        created = calendar.timegm(time.strptime(node["metadata"]["creationTimestamp"], "%Y-%m-%dT%H:%M:%SZ"))
+        if time.time() - created < self.ready_after_seconds:
+            return
         capacity = self._capacities.get(node["metadata"].get("labels", {}).get(INSTANCE_TYPE_LABEL, ""))
         if capacity is None:
             self.errors = (self.errors + [f"node {name}: no instance type of ours"])[-10:]

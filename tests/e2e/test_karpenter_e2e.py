@@ -285,3 +285,47 @@ def test_every_path_grows_the_best_types_pool(karpenter: Karpenter, core: kubern
               f"({scheduler or 'default-scheduler'})")
         assert node_label(core, node, NODEPOOL_LABEL) == pools["h100"]
         assert karpenter.node_claims(pools["a100"]) == []
+
+
+@contextlib.contextmanager
+def nodes_ready_after(karpenter: Karpenter, seconds: float) -> Iterator[None]:
+    """Karpenter's new Nodes reported Ready `seconds` after their creation, as machines take to boot and join."""
+    karpenter.stand_in.ready_after_seconds = seconds
+    try:
+        yield
+    finally:
+        karpenter.stand_in.ready_after_seconds = 0.0
+
+
+# (max-wait, the H100 pool's GPU limit, the pool the Pod binds on, the least and most seconds to bind)
+WAITS = [
+    pytest.param("2m", 16, "h100", 25.0, 150.0, id="waits-for-a-new-h100-node"),
+    pytest.param("10s", 16, "a100", 10.0, 30.0, id="spent-before-the-h100-node-is-ready-binds-on-a100"),
+    pytest.param("2m", 0, "a100", 0.0, 10.0, id="a-capped-h100-pool-is-not-waited-for"),
+]
+
+
+@pytest.mark.parametrize("max_wait, h100_limit, pool, least, most", WAITS)
+def test_max_wait_with_the_best_pool_at_zero_and_an_a100_node_with_room(
+        karpenter: Karpenter, core: kubernetes.client.CoreV1Api, class_namespace: str, max_wait: str,
+        h100_limit: int, pool: str, least: float, most: float) -> None:
+    ns = class_namespace
+    with class_pools(karpenter, core, ns, h100=node_pool("", H100, limits={"nvidia.com/gpu": 16}),
+                     a100=node_pool("", A100, limits={"nvidia.com/gpu": 16})) as pools:
+        seed = class_pod("seed")  # an A100 node with 7 GPUs free: a Pod that cannot have H100 grows that pool
+        seed["metadata"]["annotations"]["gpu-class.io/exclude-types"] = "H100"
+        core.create_namespaced_pod(ns, seed)
+        assert node_label(core, wait_bound(core, ns, "seed", seconds=180), NODEPOOL_LABEL) == pools["a100"]
+        if h100_limit == 0:
+            karpenter.apply_node_pools(node_pool(pools["h100"], H100, limits={"nvidia.com/gpu": 0}))
+            wait_for("the capped H100 pool left out", lambda: placed_types(core, ns) == "A100-40GB", seconds=30)
+        with nodes_ready_after(karpenter, 30.0):
+            pod = class_pod("patient")
+            pod["metadata"]["annotations"]["gpu-class.io/max-wait"] = max_wait
+            created = time.monotonic()
+            core.create_namespaced_pod(ns, pod)
+            node = wait_bound(core, ns, "patient", seconds=most + 30)
+            took = time.monotonic() - created
+        print(f"\nmax-wait {max_wait}, H100 pool limit {h100_limit}: bound on {pool} after {took:.1f} s")
+        assert node_label(core, node, NODEPOOL_LABEL) == pools[pool]
+        assert least <= took <= most, f"bound after {took:.1f} s"
