@@ -47,7 +47,7 @@ log = logging.getLogger("gpu-class.upgrader")
 # controller per pass would be hundreds a second at 5,000 nodes); the owners of every Pod about to be
 # evicted are read afresh first, so a move never rests on an owner the cache still holds but the API does not.
 OWNER_REFRESH_SECONDS = 600.0
-# Only the Nodes' labels are read (a Pod's nodeSelector), as metadata: a tenth of the bytes of whole Nodes.
+# Only the Nodes' labels are read (a Pod's nodeSelector), as metadata: under half the bytes of whole Nodes.
 NODE_METADATA = {"Accept": "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"}
 
 HISTORY_ANNOTATION = "gpu-class.io/upgrade-history"
