@@ -11,7 +11,8 @@ import pytest
 from builders import make_catalog, make_node, make_pod
 from webhook.core.ask import quoted
 from webhook.core.catalog import CatalogError, parse_wait
-from webhook.core.inventory import Snapshot, UnboundGpuPod, build_snapshot
+from webhook.core.inventory import (InventoryState, Snapshot, UnboundGpuPod, build_snapshot,
+                                    node_info_from_object)
 from webhook.core.fidelity import pending_by_class, waiting_by_class
 from webhook.core.patch import build_patch
 from webhook.core.planner import plan
@@ -73,6 +74,26 @@ def test_the_webhook_keeps_or_drops_a_wait(scheduler: str | None, class_name: st
         f"class balanced {warned}" if "balanced" in warned else
         "Kueue chose its type (its flavor) before the Pod existed"))
     assert jsonpatch.apply_patch(patched, build_patch(patched, decision.placement)) == patched, "idempotent"
+
+
+@pytest.mark.parametrize("pod_wait, types", [
+    pytest.param("10m", ("H100", "A100"), id="waits-keeps-h100-that-holds-2-of-3"),
+    pytest.param(None, ("A100",), id="no-wait-only-types-that-hold-all-now"),
+])
+def test_a_group_that_waits_keeps_its_best_type_without_room_for_all_of_it_now(
+        pod_wait: str | None, types: tuple[str, ...]) -> None:
+    catalog = make_catalog()
+    state = InventoryState(catalog=catalog, synced=True, watch_pods=True)
+    state.replace_nodes(i for n in [make_node("h100", "NVIDIA-H100-80GB-HBM3"), make_node("a100", "A100-SXM4-40GB")]
+                        if (i := node_info_from_object(n, catalog)) is not None)
+    state.replace_pods([("ml/on-h100", "h100", {"nvidia.com/gpu": 6})], {})  # H100: room for 2 of the 3 now
+    snapshot = state.publish()
+    annotations = {"gpu-class.io/class": "high", "gpu-class.io/group": "train", "gpu-class.io/group-size": "3",
+                   **({W: pod_wait} if pod_wait else {})}
+    decision = plan(make_pod(annotations, extra_spec={"schedulerName": STRICT}), snapshot, catalog, namespace="ml")
+    assert decision.placement is not None, decision.message
+    assert decision.placement.types == types and decision.placement.max_wait == pod_wait
+    assert decision.group is not None and decision.group.outcome == "started"
 
 
 @pytest.mark.parametrize("written", ["10", "ten minutes", "48h"])

@@ -8,6 +8,7 @@ a Pod counts as placed when the scheduler binds it.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import time
 import uuid
@@ -26,22 +27,36 @@ POOL = "gpu-class.io/e2e-wait"
 H100_NODE, A100_NODE = f"wait-h100-{SUFFIX}", f"wait-a100-{SUFFIX}"
 
 
-@pytest.fixture
-def h100_full(cluster: local_cluster.Cluster, core: kubernetes.client.CoreV1Api, namespace: str) -> Iterator[None]:
-    """The test's H100 node with its 4 GPUs taken by Pods blocker-0..3, and its A100 node empty."""
+@contextlib.contextmanager
+def h100_with_blockers(cluster: local_cluster.Cluster, core: kubernetes.client.CoreV1Api, namespace: str,
+                       blockers: int) -> Iterator[None]:
+    """The test's H100 node (4 GPUs) with `blockers` of them taken by Pods blocker-0.., and its A100 node empty."""
     with other_gpu_nodes_cordoned(core):
         create_node(core, H100_NODE, {**H100_LABELS, POOL: SUFFIX}, gpus=4)
         create_node(core, A100_NODE, {**fixture_labels("a100-sxm4-40gb_gce_before-mig.yaml"), POOL: SUFFIX}, gpus=4)
         try:
-            for i in range(4):
+            for i in range(blockers):
                 core.create_namespaced_pod(namespace, pod(f"blocker-{i}"))
             wait_for("the blockers on H100", lambda: sorted(bound(core, namespace).items()) == [
-                (f"blocker-{i}", H100_NODE) for i in range(4)], seconds=60)
-            # the webhook writes the Pods' types from its view: it must see H100 full and A100 free
-            wait_for("the webhook seeing H100 full", lambda: webhook_free_gpus(cluster, "H100") == 0, seconds=30)
+                (f"blocker-{i}", H100_NODE) for i in range(blockers)], seconds=60)
+            # the webhook writes the Pods' types from its view: it must see what the blockers left
+            wait_for("the webhook seeing the blockers", lambda: webhook_free_gpus(cluster, "H100") == 4 - blockers,
+                     seconds=30)
             yield
         finally:
             delete_nodes(core, [H100_NODE, A100_NODE])
+
+
+@pytest.fixture
+def h100_full(cluster: local_cluster.Cluster, core: kubernetes.client.CoreV1Api, namespace: str) -> Iterator[None]:
+    with h100_with_blockers(cluster, core, namespace, 4):
+        yield
+
+
+@pytest.fixture
+def h100_room_for_2(cluster: local_cluster.Cluster, core: kubernetes.client.CoreV1Api, namespace: str) -> Iterator[None]:
+    with h100_with_blockers(cluster, core, namespace, 2):
+        yield
 
 
 def pod(name: str, max_wait: str | None = None) -> dict[str, Any]:
@@ -127,3 +142,37 @@ def test_without_a_wait_a_pod_takes_a100_at_once(core: kubernetes.client.CoreV1A
     node, took, _ = create_and_time(core, namespace, "eager", None, 20)
     assert node == A100_NODE and took < 5, f"bound on {node} after {took:.1f} s"
     print(f"\nno max-wait: bound on A100 at {took:.1f} s")
+
+
+def create_group(core: kubernetes.client.CoreV1Api, namespace: str, max_wait: str) -> None:
+    for i in range(3):
+        manifest = pod(f"train-{i}", max_wait)
+        manifest["metadata"]["annotations"].update({"gpu-class.io/group": "train", "gpu-class.io/group-size": "3"})
+        core.create_namespaced_pod(namespace, manifest)
+
+
+def group_nodes(core: kubernetes.client.CoreV1Api, namespace: str) -> list[str]:
+    return [node for name, node in sorted(bound(core, namespace).items()) if name.startswith("train-")]
+
+
+def test_a_group_waits_as_one_for_room_for_all_of_it(core: kubernetes.client.CoreV1Api, namespace: str,
+                                                      h100_room_for_2: None) -> None:
+    started = time.monotonic()
+    create_group(core, namespace, "60s")
+    time.sleep(10)
+    assert group_nodes(core, namespace) == [], "no Pod of the group starts while H100 holds 2 of its 3"
+    freed = time.monotonic() - started
+    core.delete_namespaced_pod("blocker-0", namespace, grace_period_seconds=0)
+    wait_for("the group of 3 on H100", lambda: group_nodes(core, namespace) == [H100_NODE] * 3, seconds=40)
+    print(f"\ngroup of 3, max-wait 60s: room for all of it at {freed:.1f} s, all 3 on H100 at "
+          f"{time.monotonic() - started:.1f} s")
+
+
+def test_a_group_whose_wait_is_spent_lands_on_one_type_that_holds_it(core: kubernetes.client.CoreV1Api,
+                                                                     namespace: str, h100_room_for_2: None) -> None:
+    started = time.monotonic()
+    create_group(core, namespace, "10s")
+    wait_for("the group of 3 on A100", lambda: group_nodes(core, namespace) == [A100_NODE] * 3, seconds=40)
+    took = time.monotonic() - started
+    assert took >= 10.0, f"the group started after {took:.1f} s, before its wait was spent"
+    print(f"\ngroup of 3, max-wait 10s, H100 room for 2: all 3 on A100 at {took:.1f} s")

@@ -206,13 +206,16 @@ class GroupDecision:
 
 
 def decide_group(ask: GroupAsk, namespace: str, gpu_class: GpuClass, gpus_needed: int, min_memory_mib: float | None,
-                 fixed: str | None, offer: ClassOffer, snapshot: Snapshot, catalog: Catalog) -> GroupDecision:
+                 fixed: str | None, offer: ClassOffer, snapshot: Snapshot, catalog: Catalog,
+                 waits: bool = False) -> GroupDecision:
     """The scope of a Pod of a group, and what was decided for the group.
 
     A group that runs (a Pod of it is bound) keeps the Pod to its products. One that does not yet
     gets the class's types under one label key, the one its best type is labelled by (kube-scheduler
     needs the affinity's topologyKey on every node it admits); with a size, only the types whose
-    free devices hold every Pod of it, else, when none does now, those that can ever hold it.
+    free devices hold every Pod of it, else, when none does now, those that can ever hold it. A group that waits
+    for its best type (gpu-class.io/max-wait) gets every type that can ever hold it: gpu-class-scheduler starts
+    it only where all of it fits now, its best type while the wait runs.
     """
     plan = functools.partial(GroupPlan, ask.name, size=ask.size, size_from=ask.size_from)
     running = runs_on(snapshot, (namespace, ask.name), fixed)
@@ -234,11 +237,12 @@ def decide_group(ask: GroupAsk, namespace: str, gpu_class: GpuClass, gpus_needed
                              offer.resource)
     size = ask.size
     rooms = [room(snapshot, catalog, t, k, gpus_needed, min_memory_mib) for t, k in candidates]
-    holding = [r for r in rooms if r.now >= size]
+    holding = [] if waits else [r for r in rooms if r.now >= size]
     outcome: GroupOutcome = "started"
-    if not holding:
+    ever = not holding  # judged on what each type can ever hold
+    if ever:
         holding = [r for r in rooms if r.most is None or r.most >= size]
-        outcome = "no-room"
+        outcome = "started" if waits else "no-room"
     if not holding:
         best = max(rooms, key=lambda r: r.most or 0)
         return GroupDecision(plan("refused"), refusal=(
@@ -247,7 +251,7 @@ def decide_group(ask: GroupAsk, namespace: str, gpu_class: GpuClass, gpus_needed
             f"empty). Ask for fewer Pods or GPUs per Pod ({ask.size_from}), or another class"))
     key = holding[0].label_key
     under_key = tuple(r for r in rooms if r.label_key == key)
-    ruled = tuple((r.type_name, _short_of_room(r, size, outcome)) for r in under_key if r not in holding)
+    ruled = tuple((r.type_name, _short_of_room(r, size, ever)) for r in under_key if r not in holding)
     warning = None if outcome != "no-room" else (
         f"gpu-class: group {ask.name}: no type has room for its {size} Pods now; they wait for room "
         f"where the first one runs")
@@ -255,7 +259,7 @@ def decide_group(ask: GroupAsk, namespace: str, gpu_class: GpuClass, gpus_needed
                          _scope(gpu_class, snapshot, catalog, key, None, ruled), offer.resource, warning=warning)
 
 
-def _short_of_room(r: Room, size: int, outcome: GroupOutcome) -> str:
-    if outcome == "started":
+def _short_of_room(r: Room, size: int, ever: bool) -> str:
+    if not ever:
         return f"room for {r.now} of the group's {size} Pods now"
     return f"holds at most {r.most} of the group's {size} Pods"

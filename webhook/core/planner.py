@@ -250,8 +250,10 @@ def decide(ask: PodAsk, snapshot: Snapshot, catalog: Catalog, *, namespace: str 
     if group_ask is None:
         fit = fit_class(resource=fixed)
     else:
+        waits = kept_wait(ask, gpu_class, route_scheduler(ask.scheduler_name, catalog, gpu_class.strategy,
+                                                          resource) or ask.scheduler_name, catalog)[0] is not None
         fit, group = _group_fit(group_ask, fit_class, gpu_class, gpus_needed, min_memory, fixed, snapshot, catalog,
-                                namespace)
+                                namespace, waits)
     ignored = _ignored_input(ask.unknown_annotations, gpu_class, excluded)
     if fit.unsatisfiable is not None:
         # a group that can never fit is the Pod's mistake, not the cluster's state: refused either way
@@ -284,7 +286,7 @@ def decide(ask: PodAsk, snapshot: Snapshot, catalog: Catalog, *, namespace: str 
         return _from_fit("refused", class_name, fit, disagreement)
     if ask.types_written is not None and split_types(ask.types_written) != fit.types:
         ignored += (_short(f"gpu-class: {TYPES_ANNOTATION} is written by gpu-class: the Pod's value was replaced"),)
-    wait, not_kept = kept_wait(ask, gpu_class, placement.scheduler_name or ask.scheduler_name, group, catalog)
+    wait, not_kept = kept_wait(ask, gpu_class, placement.scheduler_name or ask.scheduler_name, catalog)
     if wait is not None or ask.max_wait is not None:
         placement = dataclasses.replace(placement, max_wait=wait, drop_max_wait=wait is None)
     if not_kept is not None:
@@ -292,14 +294,14 @@ def decide(ask: PodAsk, snapshot: Snapshot, catalog: Catalog, *, namespace: str 
     return _from_fit("patched", class_name, fit, placement=placement, group=group, warnings=fit.warnings + ignored)
 
 
-def kept_wait(ask: PodAsk, gpu_class: GpuClass, scheduler_name: str | None, group: GroupPlan | None,
+def kept_wait(ask: PodAsk, gpu_class: GpuClass, scheduler_name: str | None,
               catalog: Catalog) -> tuple[str | None, str | None]:
     """The wait for its best type that gpu-class-scheduler keeps for the Pod (its own gpu-class.io/max-wait, else
     its class's maxWait), and the warning when the Pod asked for one that nothing will keep.
 
     Only gpu-class-scheduler's profiles that rank types (performance, cost) keep a type out for a while; the
     extender and the default scheduler cannot. Kueue chose a queued Pod's type (its flavor) before the Pod
-    existed. A group's Pods are kept together by where its first Pod runs, which a wait cannot hold back."""
+    existed. A group waits as one: its first Pod only where the whole group fits (groups.py, and the scheduler)."""
     asked = ask.max_wait if isinstance(ask.max_wait, str) else None
     wait = asked or gpu_class.max_wait
     if wait is None:
@@ -309,8 +311,7 @@ def kept_wait(ask: PodAsk, gpu_class: GpuClass, scheduler_name: str | None, grou
         "Kueue chose its type (its flavor) before the Pod existed" if ask.kueue_started else
         f"class {gpu_class.name} ranks nodes ({gpu_class.strategy}), not types" if gpu_class.strategy not in
         ("performance", "cost") else
-        "only gpu-class-scheduler keeps it: set schedulerName: gpu-class-scheduler" if not strict else
-        "a group waits only where its first Pod runs" if group is not None else None)
+        "only gpu-class-scheduler keeps it: set schedulerName: gpu-class-scheduler" if not strict else None)
     if why_not is None:
         return wait, None
     return None, (f"gpu-class: {MAX_WAIT_ANNOTATION} dropped: {why_not}" if asked else None)
@@ -323,7 +324,7 @@ _QUEUED_UNSATISFIABLE = (
 
 def _group_fit(
     group: GroupAsk, fit_class: Callable[..., ClassFit], gpu_class: GpuClass, gpus_needed: int, min_memory_mib: float | None,
-    fixed: str | None, snapshot: Snapshot, catalog: Catalog, namespace: str,
+    fixed: str | None, snapshot: Snapshot, catalog: Catalog, namespace: str, waits: bool = False,
 ) -> tuple[ClassFit, GroupPlan]:
     """The class's fit for a Pod of a group, and what was decided for the group.
 
@@ -333,7 +334,8 @@ def _group_fit(
     base = fit_class(resource=fixed)
     offer = ClassOffer(base.unsatisfiable is None, base.resource,
                        tuple((p.type_name, p.label_key) for p in base.preferences))
-    decided = decide_group(group, namespace, gpu_class, gpus_needed, min_memory_mib, fixed, offer, snapshot, catalog)
+    decided = decide_group(group, namespace, gpu_class, gpus_needed, min_memory_mib, fixed, offer, snapshot, catalog,
+                           waits=waits)
     if decided.scope is None:
         refused = base if decided.refusal is None else dataclasses.replace(base, unsatisfiable=decided.refusal)
         return refused, decided.plan

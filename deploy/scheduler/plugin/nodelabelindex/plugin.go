@@ -102,10 +102,8 @@ func (pl *NodeLabelIndex) Name() string { return Name }
 //
 // A Pod that waits for its best type (wait.go) is given that type's nodes alone.
 func (pl *NodeLabelIndex) PreFilter(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
-	if until, budget, waiting := waitOf(pod, pl.now()); waiting && pl.args.Order == PreferredTypes {
-		if result, status, ok := pl.preFilterWaiting(ctx, state, pod, nodes, until, budget); ok {
-			return result, status
-		}
+	if result, status, ok := pl.preFilterWait(ctx, state, pod, nodes); ok {
+		return result, status
 	}
 	candidates, narrowed := pl.index.Candidates(pod)
 	if !narrowed || candidates.Len() == 0 || pl.index.Len() != len(nodes) {
@@ -163,6 +161,8 @@ func (pl *NodeLabelIndex) PreFilterExtensions() fwk.PreFilterExtensions { return
 func (pl *NodeLabelIndex) EventsToRegister(_ context.Context) ([]fwk.ClusterEventWithHint, error) {
 	return []fwk.ClusterEventWithHint{
 		{Event: fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.Add | fwk.UpdateNodeLabel}, QueueingHintFn: pl.nodeNowMatches},
+		{Event: fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.UpdateNodeAllocatable | fwk.UpdateNodeTaint}, QueueingHintFn: pl.groupNodeChanged},
+		{Event: fwk.ClusterEvent{Resource: fwk.AssignedPod, ActionType: fwk.Add | fwk.Delete}, QueueingHintFn: pl.groupMayStart},
 	}, nil
 }
 

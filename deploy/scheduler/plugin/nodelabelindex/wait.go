@@ -40,8 +40,9 @@ type waitingState struct{ message string }
 func (w waitingState) Clone() fwk.StateData { return w }
 
 // waitOf says until when the Pod waits for its best type; ok false when it
-// does not (no budget, one that does not parse, or one spent).
-func waitOf(pod *v1.Pod, now time.Time) (until time.Time, budget time.Duration, ok bool) {
+// has no wait (none, or one that does not parse). It waits while now is
+// before `until`.
+func waitOf(pod *v1.Pod) (until time.Time, budget time.Duration, ok bool) {
 	raw, has := pod.Annotations[MaxWaitAnnotation]
 	if !has || pod.CreationTimestamp.IsZero() {
 		return time.Time{}, 0, false
@@ -51,8 +52,28 @@ func waitOf(pod *v1.Pod, now time.Time) (until time.Time, budget time.Duration, 
 		return time.Time{}, 0, false
 	}
 	// the API server writes the creation time to the second, truncated: the Pod may be up to 1 s younger
-	until = pod.CreationTimestamp.Add(budget + time.Second)
-	return until, budget, now.Before(until)
+	return pod.CreationTimestamp.Add(budget + time.Second), budget, true
+}
+
+// preFilterWait: what a Pod with a wait is given; ok false leaves it to the
+// rest of PreFilter (its wait spent, or nothing to wait for).
+func (pl *NodeLabelIndex) preFilterWait(ctx context.Context, state fwk.CycleState, pod *v1.Pod,
+	nodes []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status, bool) {
+	until, budget, has := waitOf(pod)
+	if !has || pl.args.Order != PreferredTypes {
+		return nil, nil, false
+	}
+	waiting := pl.now().Before(until)
+	if g := groupOf(pod); g != nil {
+		if g.started(pod, nodes) {
+			return nil, nil, false // its Pod affinity keeps it where its group runs
+		}
+		return pl.preFilterGroup(klog.FromContext(ctx), state, pod, nodes, g, until, budget, waiting)
+	}
+	if !waiting {
+		return nil, nil, false
+	}
+	return pl.preFilterWaiting(ctx, state, pod, nodes, until, budget)
 }
 
 // bestTypeNodes returns the nodes of the cycle that match the Pod's heaviest

@@ -39,14 +39,15 @@ func TestWaitOf(t *testing.T) {
 		{name: "within-the-budget", maxWait: "10m", after: 2 * time.Minute, waiting: true, until: created.Add(10*time.Minute + time.Second)},
 		{name: "a-second-past-the-stamp-for-its-truncation", maxWait: "10s", after: 10 * time.Second, waiting: true,
 			until: created.Add(11 * time.Second)},
-		{name: "spent", maxWait: "10s", after: 11 * time.Second},
+		{name: "spent", maxWait: "10s", after: 11 * time.Second, until: created.Add(11 * time.Second)},
 		{name: "hours-and-minutes", maxWait: "1h30m", after: time.Hour, waiting: true, until: created.Add(90*time.Minute + time.Second)},
 		{name: "does-not-parse", maxWait: "ten minutes", after: time.Second},
 		{name: "not-positive", maxWait: "-1m", after: 0},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			until, _, waiting := waitOf(waitingPod(c.maxWait), created.Add(c.after))
-			if waiting != c.waiting || (c.waiting && !until.Equal(c.until)) {
+			until, _, has := waitOf(waitingPod(c.maxWait))
+			waiting := has && created.Add(c.after).Before(until)
+			if waiting != c.waiting || (has && !until.Equal(c.until)) || has != !c.until.IsZero() {
 				t.Errorf("got waiting %v until %v, want %v until %v", waiting, until, c.waiting, c.until)
 			}
 		})
