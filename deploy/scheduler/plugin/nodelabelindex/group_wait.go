@@ -154,7 +154,7 @@ func (pl *NodeLabelIndex) preFilterGroup(ctx klog.Logger, state fwk.CycleState, 
 // whole group may have come): this plugin alone turned it away, so no other
 // plugin's hint would.
 func (pl *NodeLabelIndex) groupMayStart(_ klog.Logger, pod *v1.Pod, oldObj, newObj any) (fwk.QueueingHint, error) {
-	if _, has := pod.Annotations[MaxWaitAnnotation]; !has || groupOf(pod) == nil {
+	if !groupWaits(pod) {
 		return fwk.QueueSkip, nil
 	}
 	was, now, err := util.As[*v1.Pod](oldObj, newObj)
@@ -174,7 +174,7 @@ func (pl *NodeLabelIndex) groupMayStart(_ klog.Logger, pod *v1.Pod, oldObj, newO
 // admits changes its devices, taints or readiness: a node an autoscaler made
 // becomes usable so, after the event that added it.
 func (pl *NodeLabelIndex) groupNodeChanged(_ klog.Logger, pod *v1.Pod, _, newObj any) (fwk.QueueingHint, error) {
-	if _, has := pod.Annotations[MaxWaitAnnotation]; !has || groupOf(pod) == nil {
+	if !groupWaits(pod) {
 		return fwk.QueueSkip, nil
 	}
 	_, node, err := util.As[*v1.Node](nil, newObj)
@@ -183,6 +183,12 @@ func (pl *NodeLabelIndex) groupNodeChanged(_ klog.Logger, pod *v1.Pod, _, newObj
 	}
 	matches, err := nodeaffinity.GetRequiredNodeAffinity(pod).Match(node)
 	return boolHint(err == nil && matches), err
+}
+
+// groupWaits: the Pod is of a group and has a wait (spent or not: its group may not have started).
+func groupWaits(pod *v1.Pod) bool {
+	_, has := pod.Annotations[MaxWaitAnnotation]
+	return has && groupOf(pod) != nil
 }
 
 func boolHint(queue bool) fwk.QueueingHint {
