@@ -4,7 +4,9 @@
 `python -m bench faults` measure on the real control plane instead (bench/apiserver/apiserver.py,
 bench/placement/placement.py, bench/groups/groups.py, bench/dra/dra.py, bench/faults/faults.py); `python -m bench
 binds` times the watch's judgment of binds in-process (bench/binds/binds.py); `python -m bench live_burst` times
-the live inventory through a burst of node changes (bench/live_burst/live_burst.py). One subpackage per command,
+the live inventory through a burst of node changes (bench/live_burst/live_burst.py); `python -m bench pod_events`
+times the Pod watch per event of each kind, every line decoded against the raw line checked first
+(bench/pod_events/pod_events.py). One subpackage per command,
 what they share in bench/common (bench/README.md, "Files").
 """
 
@@ -34,6 +36,10 @@ if sys.argv[1:2] == ["live_burst"]:
     from bench.live_burst.live_burst import main as live_burst_main
 
     sys.exit(live_burst_main(sys.argv[2:]))
+if sys.argv[1:2] == ["pod_events"]:
+    from bench.pod_events.pod_events import main as pod_events_main
+
+    sys.exit(pod_events_main(sys.argv[2:]))
 if sys.argv[1:2] == ["dra"]:
     from bench.dra.dra import main as dra_main
 

@@ -43,6 +43,8 @@ from urllib.parse import parse_qs, urlsplit
 import jsonpatch
 import kubernetes.client
 
+from bench.common.workload import put_in_served_order
+
 JsonObj = dict[str, Any]
 EventType = Literal["ADDED", "MODIFIED", "DELETED", "BOOKMARK", "ERROR"]
 Key = tuple[str, str, str]  # (plural, namespace or "", name)
@@ -725,28 +727,6 @@ class FakeApiServer:
                     "kind": w.query.resource.kind, "apiVersion": w.query.resource.api_version,
                     "metadata": {"resourceVersion": str(pos)}}})
                 next_bookmark = now + self.bookmark_interval_seconds
-
-
-# ObjectMeta's fields in the order the API server writes them (Go's encoding/json follows the struct)
-OBJECT_META_ORDER = ("name", "generateName", "namespace", "selfLink", "uid", "resourceVersion", "generation",
-                     "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "labels", "annotations",
-                     "ownerReferences", "finalizers", "managedFields")
-
-
-def put_in_served_order(obj: JsonObj) -> JsonObj:
-    """Reorder the object's keys, in place, as the API server writes them: kind, apiVersion, metadata in
-    ObjectMeta's order, then the rest as they were (the watch's raw-line check reads a Pod's head)."""
-    meta = obj.get("metadata")
-    if isinstance(meta, dict):
-        ordered_meta: JsonObj = {k: meta[k] for k in OBJECT_META_ORDER if k in meta}
-        ordered_meta.update((k, v) for k, v in meta.items() if k not in ordered_meta)
-        meta.clear()
-        meta.update(ordered_meta)
-    ordered: JsonObj = {k: obj[k] for k in ("kind", "apiVersion", "metadata") if k in obj}
-    ordered.update((k, v) for k, v in obj.items() if k not in ordered)
-    obj.clear()
-    obj.update(ordered)
-    return obj
 
 
 def _translate(ev: StoredEvent, q: Query) -> WatchEvent | None:

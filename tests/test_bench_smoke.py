@@ -125,13 +125,26 @@ def test_bench_live_burst_times_pod_events_with_pods_pending(tmp_path: Path) -> 
     assert set(rows) == {("40", "0"), ("40", "50"), ("80", "0"), ("80", "50")} and all(us > 0 for us in rows.values()), rows
 
 
+def test_bench_pod_events_times_each_kind_in_both_arms(tmp_path: Path) -> None:
+    output = tmp_path / "RESULTS.md"
+    run = subprocess.run([sys.executable, "-m", "bench", "pod_events", "--events", "50", "--rounds", "1", "--held", "20",
+                          "--output", str(output)], cwd=REPO_ROOT, capture_output=True, text=True, timeout=180)
+    assert run.returncode == 0, run.stderr[-3000:]
+    rows = {r.strip("| ").split(" | ")[0]: r.strip("| ").split(" | ")[1:] for r in output.read_text().splitlines()
+            if r.startswith("| ") and not r.startswith(("| event", "| ---"))}
+    assert list(rows) == ["a Pod asking for no GPU, status update", "a GPU Pod the view holds, status update", "BOOKMARK"]
+    assert all(float(v.replace(",", "")) > 0 for cells in rows.values() for v in cells), rows
+    before, after = (float(v) for v in rows["a Pod asking for no GPU, status update"][1:3])
+    assert after < before, "a CPU Pod's event costs less once its line is checked first"
+
+
 # every command bench/README.md documents, and the modules the suites run as processes of their own by name:
 # each still parses its options (the argparse usage names the command as it is typed)
 COMMANDS = [
     ("-m", "bench"), ("-m", "bench", "apiserver"), ("-m", "bench", "placement"), ("-m", "bench", "binds"),
     ("-m", "bench", "faults"), ("-m", "bench", "groups"), ("-m", "bench", "dra"), ("-m", "bench", "live_burst"),
     ("-m", "bench", "live_burst", "events"), ("-m", "bench", "live_burst", "pods"), ("-m", "bench", "live_burst", "burst"),
-    ("-m", "bench.live_burst.live_burst", "follow"), ("-m", "bench.common.variant"), ("-m", "bench.http.live_sync"),
+    ("-m", "bench", "pod_events"), ("-m", "bench.live_burst.live_burst", "follow"), ("-m", "bench.common.variant"), ("-m", "bench.http.live_sync"),
 ]
 
 

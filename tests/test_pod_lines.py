@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fakeapi import put_in_served_order
+from bench.common.workload import put_in_served_order
 from webhook.core.catalog import load_default_catalog
 from webhook.core.inventory import pod_gpu_requests, unbound_gpu_pod
 from webhook.core.pod_lines import resource_needles, skipped_pod_event
