@@ -14,7 +14,7 @@ import kubernetes
 import pytest
 from kubernetes.watch.watch import iter_resp_lines
 
-from builders import make_catalog, make_namespace, make_node, make_pod, make_review
+from builders import make_catalog, make_namespace, make_node, make_pod, make_review, record_decoded_lines
 from fakeapi import FakeApiServer
 from servers import running_server
 from webhook.core.inventory import NamespaceInfo, Snapshot, UnboundGpuPod, pod_gpu_requests, unbound_gpu_pod
@@ -333,13 +333,7 @@ def test_events_of_pods_the_view_cannot_hold_are_not_decoded_and_their_resource_
     api.create(make_namespace("ml"))
     api.create(make_node("a100-1", "A100-SXM4-40GB", gpus=8))
     inv = start_inventory(api, watch_pods=True)
-    decoded: list[bytes] = []
-    parse = watch._parse
-
-    def recorded(data: bytes) -> Any:
-        decoded.append(data)
-        return parse(data)
-    monkeypatch.setattr(watch, "_parse", recorded)
+    decoded = record_decoded_lines(monkeypatch)
     try:
         eventually(lambda: inv.readiness()[0], what="sync")
         pods = next(r for r in inv.reflectors if r.name == "pods")

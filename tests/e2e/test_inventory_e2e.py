@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from typing import Callable
 
 import kubernetes
 import pytest
 
 import local_cluster
+from builders import record_decoded_lines
 from kubeobjects import (
     TYPES, create_node, delete_nodes, dry_run_create, expired_restarts, make_pod, set_node_status, wait_for,
 )
@@ -91,13 +92,7 @@ def test_the_pod_watch_skips_the_real_api_servers_cpu_pod_events_undecoded(
         core: kubernetes.client.CoreV1Api, plain_namespace: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """The raw-line check (webhook/core/pod_lines.py) knows the head the API server writes: a CPU Pod's events
     are skipped undecoded, a GPU Pod's are read and counted, and a held Pod's deletion forgets it."""
-    decoded: list[bytes] = []
-    parse = watch._parse
-
-    def recorded(data: bytes) -> Any:
-        decoded.append(data)
-        return parse(data)
-    monkeypatch.setattr(watch, "_parse", recorded)
+    decoded = record_decoded_lines(monkeypatch)
     inventory = watch.LiveInventory(load_default_catalog(), core).start()
     try:
         assert inventory.wait_until_synced(60)
