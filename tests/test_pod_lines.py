@@ -21,12 +21,12 @@ from webhook.core.pod_lines import resource_needles, skipped_pod_event
 
 CATALOG = load_default_catalog()
 NEEDLES = resource_needles(CATALOG.resources)
-HELD_UID = "6f0c1d2e-3b4a-4c5d-9e8f-7a6b5c4d3e2f"
 UID = "0a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d"
+KEY = "shop/api-7d9c6b5f4-x2k8q"  # the served Pod's namespace/name
 TS = "2026-12-05T08:00:00Z"
 
 
-def served_pod(*, uid: str = UID, rv: str = "48151623", limits: dict[str, str] | None = None,
+def served_pod(*, rv: str = "48151623", limits: dict[str, str] | None = None,
                node: str | None = "cpu-node-17", phase: str = "Running") -> dict[str, Any]:
     """A Deployment's Pod as a watch sends it: managedFields, an owner, env, probes, volumes, a status
     with conditions and container statuses; `limits` adds to the main container's."""
@@ -42,7 +42,7 @@ def served_pod(*, uid: str = UID, rv: str = "48151623", limits: dict[str, str] |
     }
     pod: dict[str, Any] = {
         "metadata": {
-            "name": "api-7d9c6b5f4-x2k8q", "generateName": "api-7d9c6b5f4-", "namespace": "shop", "uid": uid,
+            "name": "api-7d9c6b5f4-x2k8q", "generateName": "api-7d9c6b5f4-", "namespace": "shop", "uid": UID,
             "resourceVersion": rv, "creationTimestamp": TS,
             "labels": {"app": "api", "pod-template-hash": "7d9c6b5f4"},
             "annotations": {"kubectl.kubernetes.io/restartedAt": TS},
@@ -100,7 +100,8 @@ CASES = [
     pytest.param(line("MODIFIED", served_pod()), set(), "48151623", id="cpu-pod-status-update-skipped"),
     pytest.param(line("ADDED", served_pod(node=None, phase="Pending")), set(), "48151623", id="cpu-pod-created-skipped"),
     pytest.param(line("DELETED", served_pod()), set(), "48151623", id="cpu-pod-deleted-skipped"),
-    pytest.param(line("MODIFIED", served_pod()), {"someone-else"}, "48151623", id="other-pods-held-skipped"),
+    pytest.param(line("MODIFIED", served_pod()), {"shop/api-7d9c6b5f4-other", "web/api-7d9c6b5f4-x2k8q"}, "48151623",
+                 id="other-pods-held-skipped"),
     pytest.param(line("MODIFIED", gpu_pod()), set(), None, id="gpu-pod-decoded"),
     pytest.param(line("ADDED", gpu_pod(node=None, phase="Pending")), set(), None, id="pending-gpu-pod-decoded"),
     pytest.param(line("MODIFIED", served_pod(limits={"nvidia.com/mig-1g.10gb": "1"})), set(), None,
@@ -112,11 +113,9 @@ CASES = [
     pytest.param(line("MODIFIED", with_(served_pod(), lambda p: p["spec"]["containers"][0]["resources"].update(
         requests={"nvidia.com/gpu": "1"}))), set(), None, id="gpu-in-requests-decoded"),
     # a Pod the view holds: decoded whatever the line says, the API's checks notwithstanding
-    pytest.param(line("DELETED", gpu_pod(uid=HELD_UID)), {HELD_UID}, None, id="held-pod-deleted-decoded"),
-    pytest.param(line("DELETED", served_pod(uid=HELD_UID)), {HELD_UID}, None,
-                 id="held-pod-without-gpu-in-its-line-decoded"),
-    pytest.param(line("MODIFIED", served_pod(uid=HELD_UID, phase="Succeeded")), {HELD_UID}, None,
-                 id="held-pod-finished-decoded"),
+    pytest.param(line("DELETED", gpu_pod()), {KEY}, None, id="held-pod-deleted-decoded"),
+    pytest.param(line("DELETED", served_pod()), {KEY}, None, id="held-pod-without-gpu-in-its-line-decoded"),
+    pytest.param(line("MODIFIED", served_pod(phase="Succeeded")), {KEY}, None, id="held-pod-finished-decoded"),
     # the name of a GPU resource where the reducer does not look: decoded where it follows a quote (a false
     # positive: one decode), skipped in running text
     pytest.param(line("MODIFIED", with_(served_pod(), lambda p: p["spec"]["containers"][0]["env"].append(
@@ -143,6 +142,8 @@ CASES = [
                  id="escaped-uid-decoded"),
     pytest.param(line("MODIFIED", with_(served_pod(), lambda p: p["metadata"].pop("uid"))), set(), None,
                  id="no-uid-decoded"),
+    pytest.param(line("MODIFIED", served_pod()).replace(b"x2k8q", b"x2k8\xff"), set(), None,
+                 id="name-not-utf-8-decoded"),
 ]
 
 
@@ -158,7 +159,8 @@ def test_skipped_pod_event(raw: bytes, held: set[str], expected: str | None) -> 
     if expected is not None:  # never a line the reducer would keep, nor one of a Pod the view holds
         event = json.loads(raw)
         assert event["type"] in ("ADDED", "MODIFIED", "DELETED") and not holds(event["object"])
-        assert event["object"]["metadata"]["uid"] not in held
+        meta = event["object"]["metadata"]
+        assert f"{meta['namespace']}/{meta['name']}" not in held
         assert event["object"]["metadata"]["resourceVersion"] == expected
 
 

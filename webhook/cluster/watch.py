@@ -92,7 +92,6 @@ class PodView(NamedTuple):
     """A listed Pod as the pods watch keeps it."""
 
     key: str  # namespace/name
-    uid: str | None
     node: str | None
     gpus: dict[str, int]  # devices held per resource
     group: GroupName | None
@@ -429,10 +428,11 @@ class LiveInventory:
         self.state = InventoryState(catalog=catalog, watch_namespaces=True, watch_pods=self.watch_pods)
         self._published = threading.Condition()  # notified with every new snapshot (wait_newer)
         self._listed: set[str] = set()  # reflectors whose first list is in the state
-        # the uids of the Pods the view holds (bound with GPUs, or known unbound) as the pods watch has read
+        # the Pods the view holds (namespace/name; bound with GPUs, or known unbound) as the pods watch has read
         # them, ahead of the applier: whatever their next event says, it is decoded. Only the pods
-        # reflector's thread reads and writes it.
-        self._held_pod_uids: set[str] = set()
+        # reflector's thread reads and writes it. Keyed as the state keys bound Pods, so that the two share
+        # each key's string: with 60,000 GPU Pods, uids of their own would cost a worker some 7 MB.
+        self._held_pods: set[str] = set()
         self._pod_needles = resource_needles(catalog.resources)
         self.reflectors = [
             self._reflector("nodes", api.list_node, self._reduce_node, self._replace_nodes, self._apply_node),
@@ -706,12 +706,10 @@ class LiveInventory:
     def _reduce_pod(self, obj: dict[str, Any]) -> PodView | None:
         node, gpus = pod_gpu_requests(obj, self.catalog.resources)
         unbound = unbound_gpu_pod(obj, self.catalog.resources)
-        uid = (obj.get("metadata") or {}).get("uid")
-        return (PodView(_pod_key(obj), uid if isinstance(uid, str) and uid else None, node, gpus, pod_group(obj),
-                        unbound) if (node and gpus) or unbound else None)
+        return PodView(_pod_key(obj), node, gpus, pod_group(obj), unbound) if (node and gpus) or unbound else None
 
     def _replace_pods(self, pods: list[PodView]) -> None:
-        self._held_pod_uids = {p.uid for p in pods if p.uid is not None}
+        self._held_pods = {p.key for p in pods}
 
         def apply() -> bool:
             self.state.replace_pods(((p.key, p.node, p.gpus) for p in pods),
@@ -721,20 +719,19 @@ class LiveInventory:
         self._submit(apply, wait=True)
 
     def _skip_pod_line(self, line: bytes) -> str | None:
-        return skipped_pod_event(line, self._pod_needles, self._held_pod_uids)
+        return skipped_pod_event(line, self._pod_needles, self._held_pods)
 
     def _apply_pod(self, kind: str, obj: dict[str, Any]) -> None:
         gone = kind == "DELETED"
         node, gpus = (None, {}) if gone else pod_gpu_requests(obj, self.catalog.resources)
         unbound = None if gone else unbound_gpu_pod(obj, self.catalog.resources)
         uid = (obj.get("metadata") or {}).get("uid")
-        if isinstance(uid, str) and uid:
-            if (node and gpus) or unbound is not None:
-                self._held_pod_uids.add(uid)
-            else:
-                self._held_pod_uids.discard(uid)
         # what the applier needs, not the Pod: a backlog of queued events holds no whole Pods
         key, group, claim = _pod_key(obj), pod_group(obj), extended_resource_claim(obj)
+        if (node and gpus) or unbound is not None:
+            self._held_pods.add(key)
+        else:
+            self._held_pods.discard(key)
 
         def apply() -> bool:
             was = self.state.unbound_pods.get(uid) if isinstance(uid, str) and uid else None

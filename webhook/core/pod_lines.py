@@ -10,9 +10,9 @@ cluster, holding the GIL while admissions waited. A Pod event can change the vie
   it may be deleted, finish, or (were the API to allow it) lose its GPUs; the view must forget it then.
 
 A line is skipped only when it proves neither: it has the exact shape the API server writes (the event
-type, then the Pod's kind, apiVersion and the leading fields of its metadata, uid and resourceVersion
-among them, in Go's field order), the Pod's uid is not one the view holds, and no resource name of the
-catalog appears anywhere in the line. Anything else is decoded: BOOKMARK and ERROR events, a line of
+type, then the Pod's kind, apiVersion and the leading fields of its metadata, name, namespace, uid and
+resourceVersion among them, in Go's field order), the Pod (namespace/name) is not one the view holds, and no
+resource name of the catalog appears anywhere in the line. Anything else is decoded: BOOKMARK and ERROR events, a line of
 another shape, a name written with escapes. A false positive (a Pod that names a GPU resource in an
 annotation, an env var or a node selector) costs one decode; a false negative would lose an event, so
 every test for "can matter" errs towards decoding.
@@ -24,7 +24,7 @@ for nvidia.com/gpu has the bytes "nvidia.com/ in its line. The search is for eac
 ("nvidia.com/, "amd.com/): one scan per domain instead of one per resource (the catalog has 22, most of
 them MIG profiles), at the price of decoding the few non-GPU Pods that name a label of the domain.
 
-Pure: bytes and sets in, an answer out; the watch (cluster/watch.py) keeps the set of uids the view holds.
+Pure: bytes and sets in, an answer out; the watch (cluster/watch.py) keeps the set of Pods the view holds.
 """
 
 from __future__ import annotations
@@ -36,8 +36,8 @@ from typing import AbstractSet, Iterable
 # resourceVersions are printable ASCII; a head that is not matched is decoded.
 _POD_EVENT_HEAD = re.compile(
     rb'\{"type":"(?:ADDED|MODIFIED|DELETED)","object":\{"kind":"Pod","apiVersion":"v1","metadata":\{'
-    rb'"name":"[^"\\]*",(?:"generateName":"[^"\\]*",)?"namespace":"[^"\\]*",(?:"selfLink":"[^"\\]*",)?'
-    rb'"uid":"([!#-\[\]-~]+)","resourceVersion":"([!#-\[\]-~]+)"'
+    rb'"name":"([^"\\]*)",(?:"generateName":"[^"\\]*",)?"namespace":"([^"\\]*)",(?:"selfLink":"[^"\\]*",)?'
+    rb'"uid":"[!#-\[\]-~]+","resourceVersion":"([!#-\[\]-~]+)"'
 )
 
 
@@ -51,14 +51,19 @@ def resource_needles(resources: Iterable[str]) -> tuple[bytes, ...]:
     return tuple(needles)
 
 
-def skipped_pod_event(line: bytes, needles: tuple[bytes, ...], held_uids: AbstractSet[str]) -> str | None:
+def skipped_pod_event(line: bytes, needles: tuple[bytes, ...], held: AbstractSet[str]) -> str | None:
     """The resourceVersion of a Pod event that cannot change the GPU view, read from its raw watch line;
-    None when the line must be decoded (it may matter, or is not a Pod event of the expected shape)."""
+    None when the line must be decoded (it may matter, or is not a Pod event of the expected shape).
+    `held`: the namespace/name of each Pod the view holds."""
     head = _POD_EVENT_HEAD.match(line)
     if head is None:
         return None
-    uid, resource_version = head.group(1, 2)
-    if uid.decode("ascii") in held_uids:
+    name, namespace, resource_version = head.group(1, 2, 3)
+    try:
+        key = (namespace + b"/" + name).decode()
+    except UnicodeDecodeError:  # decoded with replacement characters, the key would not be the one held
+        return None
+    if key in held:
         return None
     for needle in needles:
         if needle in line:
