@@ -4,8 +4,10 @@
 `python -m bench faults` measure on the real control plane instead (bench/apiserver/apiserver.py,
 bench/placement/placement.py, bench/groups/groups.py, bench/dra/dra.py, bench/faults/faults.py); `python -m bench
 binds` times the watch's judgment of binds in-process (bench/binds/binds.py); `python -m bench live_burst` times
-the live inventory through a burst of node changes (bench/live_burst/live_burst.py); `python -m bench upgrade`
-times one pass of the upgrader in-process (bench/upgrade/upgrade.py). One subpackage per command,
+the live inventory through a burst of node changes (bench/live_burst/live_burst.py); `python -m bench pod_events`
+times the Pod watch per event of each kind, every line decoded against the raw line checked first
+(bench/pod_events/pod_events.py); `python -m bench upgrade` times one pass of the upgrader in-process
+(bench/upgrade/upgrade.py). One subpackage per command,
 what they share in bench/common (bench/README.md, "Files").
 """
 
@@ -39,6 +41,10 @@ if sys.argv[1:2] == ["upgrade"]:
     from bench.upgrade.upgrade import main as upgrade_main
 
     sys.exit(upgrade_main(sys.argv[2:]))
+if sys.argv[1:2] == ["pod_events"]:
+    from bench.pod_events.pod_events import main as pod_events_main
+
+    sys.exit(pod_events_main(sys.argv[2:]))
 if sys.argv[1:2] == ["dra"]:
     from bench.dra.dra import main as dra_main
 

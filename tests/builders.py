@@ -311,3 +311,17 @@ def make_bare_node(name: str, *, labels: Mapping[str, str] | None = None, ready:
     if unschedulable:
         node["spec"]["unschedulable"] = True
     return node
+
+
+def record_decoded_lines(monkeypatch: Any) -> list[bytes]:
+    """Every watch line the live inventory decodes from now on (its lines skipped undecoded are not)."""
+    from webhook.cluster import watch
+
+    decoded: list[bytes] = []
+    parse = watch._parse
+
+    def recorded(data: bytes) -> Any:
+        decoded.append(data)
+        return parse(data)
+    monkeypatch.setattr(watch, "_parse", recorded)
+    return decoded

@@ -43,6 +43,8 @@ from urllib.parse import parse_qs, urlsplit
 import jsonpatch
 import kubernetes.client
 
+from bench.common.workload import put_in_served_order
+
 JsonObj = dict[str, Any]
 EventType = Literal["ADDED", "MODIFIED", "DELETED", "BOOKMARK", "ERROR"]
 Key = tuple[str, str, str]  # (plural, namespace or "", name)
@@ -525,6 +527,7 @@ class FakeApiServer:
             obj.setdefault("status", {}).setdefault("phase", "Active" if res.kind == "Namespace"
                                                     else "Pending")
         meta["resourceVersion"] = self._bump()
+        put_in_served_order(obj)
         self._objects[key] = obj
         self._publish(StoredEvent(self._rv, "ADDED", res.plural, copy.deepcopy(obj), None))
         return obj
@@ -550,6 +553,7 @@ class FakeApiServer:
         if obj == old and not force:
             return old  # a no-op write neither bumps the resourceVersion nor makes an event
         meta["resourceVersion"] = self._bump()
+        put_in_served_order(obj)
         self._objects[key] = obj
         self._publish(StoredEvent(self._rv, "MODIFIED", res.plural, copy.deepcopy(obj), old))
         return obj

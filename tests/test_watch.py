@@ -14,7 +14,7 @@ import kubernetes
 import pytest
 from kubernetes.watch.watch import iter_resp_lines
 
-from builders import make_catalog, make_namespace, make_node, make_pod, make_review
+from builders import make_catalog, make_namespace, make_node, make_pod, make_review, record_decoded_lines
 from fakeapi import FakeApiServer
 from servers import running_server
 from webhook.core.inventory import NamespaceInfo, Snapshot, UnboundGpuPod, pod_gpu_requests, unbound_gpu_pod
@@ -262,8 +262,9 @@ def test_a_pod_in_a_namespace_the_watch_has_not_brought_gets_the_namespaces_poli
     assert unread["allowed"] is False and "cannot read the policy of namespace team" in unread["status"]["message"]
 
 
-def gpu_pod(name: str, node: str | None, gpus: int, phase: str = "Running") -> dict[str, Any]:
-    pod = make_pod(name=name, gpu_limit=str(gpus))
+def gpu_pod(name: str, node: str | None, gpus: int | None, phase: str = "Running") -> dict[str, Any]:
+    """A Pod with `gpus` GPUs in its limits (None: no GPU limit at all)."""
+    pod = make_pod(name=name, gpu_limit=None if gpus is None else str(gpus))
     if node:
         pod["spec"]["nodeName"] = node
     pod["status"] = {"phase": phase}
@@ -322,6 +323,59 @@ def test_unbound_gpu_pods_are_known_until_bound_finished_or_deleted(api: FakeApi
         assert uid not in snapshot.unbound_pods and snapshot.requested[("a100-1", "nvidia.com/gpu")] == 2
         api.delete("Pod", "later", "ml")
         eventually(lambda: known() == {}, what="deletion")
+    finally:
+        inv.stop()
+
+
+def test_events_of_pods_the_view_cannot_hold_are_not_decoded_and_their_resource_version_is_kept(
+        api: FakeApiServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    api.bookmark_interval_seconds = 3600.0  # only events move the resourceVersion here
+    api.create(make_namespace("ml"))
+    api.create(make_node("a100-1", "A100-SXM4-40GB", gpus=8))
+    inv = start_inventory(api, watch_pods=True)
+    decoded = record_decoded_lines(monkeypatch)
+    try:
+        eventually(lambda: inv.readiness()[0], what="sync")
+        pods = next(r for r in inv.reflectors if r.name == "pods")
+        decoded.clear()
+        for i in range(5):
+            api.create(gpu_pod(f"web-{i}", None, None, phase="Pending"))
+            api.update(gpu_pod(f"web-{i}", "a100-1", None))
+        api.delete("Pod", "web-0", "ml")
+        rv = api.current_resource_version
+        eventually(lambda: pods.resource_version == rv, what="the last CPU Pod event read")
+        assert pods.skipped == 11 and not any(b'"web-' in line for line in decoded)
+        api.create(gpu_pod("train", "a100-1", 3))
+        eventually(lambda: inv.snapshot().requested.get(("a100-1", "nvidia.com/gpu")) == 3, what="GPU Pod counted")
+        assert pods.skipped == 11 and any(b'"train"' in line for line in decoded)
+    finally:
+        inv.stop()
+
+
+def test_a_pod_the_view_holds_is_forgotten_when_its_gpus_leave_its_line(api: FakeApiServer) -> None:
+    """The API server refuses a change to a Pod's GPU limits; the fake does not. A Pod the view holds is
+    read whatever its line says: here its next state names no GPU at all, and it must leave the view."""
+    api.create(make_namespace("ml"))
+    api.create(make_node("a100-1", "A100-SXM4-40GB", gpus=8))
+    api.create(gpu_pod("listed", "a100-1", 2))
+    inv = start_inventory(api, watch_pods=True)
+    try:
+        eventually(lambda: inv.readiness()[0], what="sync")
+
+        def in_use() -> int | None:
+            return inv.snapshot().requested.get(("a100-1", "nvidia.com/gpu"))
+
+        assert in_use() == 2
+        api.create(gpu_pod("watched", "a100-1", 3))
+        eventually(lambda: in_use() == 5, what="a Pod held from its event")
+        api.create(gpu_pod("waiting", None, 1, phase="Pending"))
+        eventually(lambda: len(inv.snapshot().unbound_pods or {}) == 1, what="a Pod known unbound")
+        for name in ("listed", "watched"):
+            api.update(gpu_pod(name, "a100-1", None))
+        api.update(gpu_pod("waiting", None, None, phase="Pending"))
+        eventually(lambda: in_use() is None and not inv.snapshot().unbound_pods, what="held Pods without GPUs forgotten")
+        assert inv.state.pods == {}
+        assert next(r for r in inv.reflectors if r.name == "pods").skipped == 0
     finally:
         inv.stop()
 

@@ -32,6 +32,7 @@ from webhook.core.inventory import Snapshot, UnboundGpuPod
 from webhook.core.planner import plan
 from webhook.serving.metrics import InventoryMetrics
 
+from bench.common.noapi import NoApi
 from bench.common.sections import write_section
 from bench.common.workload import make_cluster_pod, make_fleet
 
@@ -72,7 +73,7 @@ class Round:
 
 def run_round(catalog: Catalog, fleet: list[dict[str, Any]], binds: int, *, judge: bool) -> Round:
     observer = TimedMetrics(catalog, judge=judge)
-    api: Any = _NoApi()  # stands in for the kubernetes client's CoreV1Api
+    api: Any = NoApi()  # stands in for the kubernetes client's CoreV1Api
     inventory = LiveInventory(catalog, api=api, observer=observer)
     observer.watching(tuple(r.name for r in inventory.reflectors), ())
     inventory._replace_nodes([i for i in map(inventory._reduce_node, fleet) if i is not None])
@@ -109,15 +110,6 @@ def run_round(catalog: Catalog, fleet: list[dict[str, Any]], binds: int, *, judg
     result.judgment_seconds = observer.judgment_seconds
     gc.unfreeze()
     return result
-
-
-class _NoApi:
-    """The inventory is fed by hand: its reflectors are made but never call the API."""
-
-    def __getattr__(self, name: str) -> Any:
-        def call(*args: Any, **kwargs: Any) -> Any:
-            raise AssertionError(f"the bench's inventory called the API ({name})")
-        return call
 
 
 def _us(values: Sequence[float], q: float | None = None) -> str:

@@ -22,6 +22,28 @@ assert len(UID_PLACEHOLDER) == UID_CHARS
 TS = "2025-11-20T09:14:07Z"
 
 
+# ObjectMeta's fields in the order the API server writes them (Go's encoding/json follows the struct)
+OBJECT_META_ORDER = ("name", "generateName", "namespace", "selfLink", "uid", "resourceVersion", "generation",
+                     "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "labels", "annotations",
+                     "ownerReferences", "finalizers", "managedFields")
+
+
+def put_in_served_order(obj: JsonObj) -> JsonObj:
+    """Reorder the object's keys, in place, as the API server writes them: kind, apiVersion, metadata in
+    ObjectMeta's order, then the rest as they were (the Pod watch's look at a raw line reads a Pod's head)."""
+    meta = obj.get("metadata")
+    if isinstance(meta, dict):
+        ordered_meta: JsonObj = {k: meta[k] for k in OBJECT_META_ORDER if k in meta}
+        ordered_meta.update((k, v) for k, v in meta.items() if k not in ordered_meta)
+        meta.clear()
+        meta.update(ordered_meta)
+    ordered: JsonObj = {k: obj[k] for k in ("kind", "apiVersion", "metadata") if k in obj}
+    ordered.update((k, v) for k, v in obj.items() if k not in ordered)
+    obj.clear()
+    obj.update(ordered)
+    return obj
+
+
 # ------------------------------------------------------------------------------------------ the Pod
 
 def _env(n: int) -> list[JsonObj]:

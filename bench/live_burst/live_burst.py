@@ -35,6 +35,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from bench.common.noapi import NoApi
+
 REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 GPU = "nvidia.com/gpu"
 GPU_TAINT = {"key": GPU, "value": "present", "effect": "NoSchedule"}
@@ -92,7 +94,7 @@ def event_cost_us(size: int, burst: int = 300, rounds: int = 3) -> float:
     catalog = load_default_catalog()
     nodes = layout(size)
     best = float("inf")
-    api: Any = _NoApi()  # stands in for the kubernetes client's CoreV1Api
+    api: Any = NoApi()  # stands in for the kubernetes client's CoreV1Api
     for _ in range(rounds):
         inventory = LiveInventory(catalog, api=api, watch_pods=True)  # not started: applies as it reads
         inventory._replace_nodes([i for i in (inventory._reduce_node(node_object(n, 2)) for n in nodes[:-burst])
@@ -116,7 +118,7 @@ def pod_event_cost_us(size: int, pending: int, burst: int = 300, rounds: int = 3
     nodes = layout(size)
     gpu_nodes = [n.name for n in nodes if n.gpus]
     best = float("inf")
-    api: Any = _NoApi()  # stands in for the kubernetes client's CoreV1Api
+    api: Any = NoApi()  # stands in for the kubernetes client's CoreV1Api
     for _ in range(rounds):
         inventory = LiveInventory(catalog, api=api, watch_pods=True)  # not started: applies as it reads
         inventory._replace_nodes([i for i in (inventory._reduce_node(node_object(n, 2)) for n in nodes)
@@ -143,15 +145,6 @@ def _gpu_pod(index: int, node: str | None) -> dict[str, Any]:
     pod = make_cluster_pod(index, node, 1, "Running" if node else "Pending")
     pod["metadata"].update(uid=f"uid-{index}", annotations={"gpu-class.io/class": "high", "gpu-class.io/types": "H100"})
     return pod
-
-
-class _NoApi:
-    """The inventory is fed by hand: its reflectors are made but never call the API."""
-
-    def __getattr__(self, name: str) -> Any:
-        def call(*args: Any, **kwargs: Any) -> Any:
-            raise AssertionError(f"the bench's inventory called the API ({name})")
-        return call
 
 
 # --- on the real control plane: a burst, followed by worker processes ---------------------------

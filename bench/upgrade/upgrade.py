@@ -31,7 +31,7 @@ from webhook.cluster.watch import LiveInventory
 from webhook.core.catalog import Catalog, load_default_catalog
 from webhook.core.upgrade import History, Owner, UpgradeSettings, decide_moves, read_pod_state
 
-from bench.binds.binds import _NoApi
+from bench.common.noapi import NoApi
 from bench.common.sections import write_section
 from bench.common.workload import FLEET, make_cluster_pod, make_gpu_node
 
@@ -87,7 +87,7 @@ def build(catalog: Catalog, nodes: int, room: bool) -> Inputs:
                 owners[uid] = Owner("apps", "ReplicaSet", pod["metadata"]["namespace"], f"w{rs}", uid,
                                     f"Deployment/{pod['metadata']['namespace']}/w{rs}")
             pods.append(pod)
-    api: Any = _NoApi()  # stands in for the kubernetes client's CoreV1Api
+    api: Any = NoApi()  # stands in for the kubernetes client's CoreV1Api
     inventory = LiveInventory(catalog, api=api)
     inventory._replace_nodes([i for i in map(inventory._reduce_node, gpu_nodes + cpu_nodes) if i is not None])
     inventory._replace_namespaces([])

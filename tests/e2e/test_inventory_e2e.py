@@ -9,9 +9,12 @@ import kubernetes
 import pytest
 
 import local_cluster
+from builders import record_decoded_lines
 from kubeobjects import (
     TYPES, create_node, delete_nodes, dry_run_create, expired_restarts, make_pod, set_node_status, wait_for,
 )
+from webhook.cluster import watch
+from webhook.core.catalog import load_default_catalog
 
 L4_LABELS = {"nvidia.com/gpu.product": "NVIDIA-L4", "nvidia.com/gpu.memory": "23034", "nvidia.com/gpu.count": "4"}
 NODE = "e2e-live-l4"
@@ -83,3 +86,35 @@ def test_compaction_and_api_server_restart_force_a_relist(cluster: local_cluster
     _until("a node created after the restart to be offered", offered, True, seconds=60)
     wait_for("a 410 relist of nodes in the webhook's metrics",
              lambda: expired_restarts(cluster, "nodes") > expired_before, seconds=30)
+
+
+def test_the_pod_watch_skips_the_real_api_servers_cpu_pod_events_undecoded(
+        core: kubernetes.client.CoreV1Api, plain_namespace: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The raw-line check (webhook/core/pod_lines.py) knows the head the API server writes: a CPU Pod's events
+    are skipped undecoded, a GPU Pod's are read and counted, and a held Pod's deletion forgets it."""
+    decoded = record_decoded_lines(monkeypatch)
+    inventory = watch.LiveInventory(load_default_catalog(), core).start()
+    try:
+        assert inventory.wait_until_synced(60)
+        pods = next(r for r in inventory.reflectors if r.name == "pods")
+        skipped_before = pods.skipped
+        cpu = make_pod("cpu-web", gpus=None)
+        cpu["spec"]["nodeName"] = "e2e-cpu-0"
+        core.create_namespaced_pod(plain_namespace, cpu)
+        core.patch_namespaced_pod("cpu-web", plain_namespace, {"metadata": {"labels": {"revision": "2"}}})
+        core.delete_namespaced_pod("cpu-web", plain_namespace, grace_period_seconds=0)
+        gpu = make_pod("gpu-train", gpus=2)
+        gpu["spec"]["nodeName"] = "e2e-t4"
+        core.create_namespaced_pod(plain_namespace, gpu)
+
+        def in_use() -> int:
+            return inventory.snapshot().requested.get(("e2e-t4", "nvidia.com/gpu"), 0)
+
+        # events come in order: once the GPU Pod is counted, the CPU Pod's three events have been read
+        wait_for("the GPU Pod counted", lambda: in_use() == 2)
+        assert pods.skipped >= skipped_before + 3
+        assert not [line for line in decoded if b'"cpu-web"' in line], "a CPU Pod's event was decoded"
+        core.delete_namespaced_pod("gpu-train", plain_namespace, grace_period_seconds=0)
+        wait_for("the deleted GPU Pod forgotten", lambda: in_use() == 0)
+    finally:
+        inventory.stop()

@@ -19,6 +19,8 @@ What real API servers do, and what the reflector does about it:
 - a watch ends after its timeout, or the connection drops: watch again from the last resourceVersion;
 - `410 Gone` (as an ERROR event or a status): the history is compacted, list again;
 - BOOKMARK events: only a newer resourceVersion to resume from;
+- Pod events that cannot change the GPU view (no resource of the catalog, a Pod the view does not hold)
+  are told apart on the raw line and never decoded (core/pod_lines.py); only their resourceVersion is kept;
 - unreachable or failing (at start or for minutes): retry with capped, jittered backoff, forever,
   serving meanwhile from the last known inventory;
 - a resource it does not serve (404: no resource.k8s.io/v1) or will not let us list from the start
@@ -40,7 +42,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Iterator, Literal, Mapping, Protocol, get_args
+from typing import Any, Callable, Iterable, Iterator, Literal, Mapping, NamedTuple, Protocol, get_args
 
 import kubernetes
 from kubernetes.client.exceptions import ApiException
@@ -52,6 +54,7 @@ from ..core.dra import (
     extended_resource_claim, slice_from_object,
 )
 from ..core.planner import NamespacePolicy, UnreadNamespace
+from ..core.pod_lines import resource_needles, skipped_pod_event
 from ..core.pools import NODEPOOL_API, pools_from_object
 from ..core.review import load_json
 from ..core.inventory import (
@@ -83,9 +86,16 @@ DRA_GROUP = "resource.k8s.io/v1"
 SERVICE_ACCOUNT_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
 RestartReason = Literal["timeout", "expired", "error"]
 RESTART_REASONS: tuple[RestartReason, ...] = get_args(RestartReason)
-# a Pod as the pods watch keeps it: (namespace/name, node or None, devices held per resource, its group,
-# and the Pod itself when it is a known unbound GPU Pod)
-PodView = tuple[str, str | None, dict[str, int], GroupName | None, UnboundGpuPod | None]
+
+
+class PodView(NamedTuple):
+    """A listed Pod as the pods watch keeps it."""
+
+    key: str  # namespace/name
+    node: str | None
+    gpus: dict[str, int]  # devices held per resource
+    group: GroupName | None
+    unbound: UnboundGpuPod | None  # the Pod, when it is a known unbound GPU Pod
 
 
 # within the API server's webhook timeout (5 s) with the decision's own time to spare
@@ -191,6 +201,10 @@ class Reflector:
     group: str = DRA_GROUP  # an optional resource's API group and version, for what on_off is told
     # set to ask an off resource again now rather than after OFF_RECHECK_SECONDS (its CRD appeared; stop)
     recheck: threading.Event = field(default_factory=threading.Event)
+    # a look at each raw watch line before it is decoded: the resourceVersion of an event that need not be
+    # (only kept to resume from), None to decode it
+    skip: Callable[[bytes], str | None] | None = None
+    skipped: int = 0  # events read and not decoded
     _backoff: float = field(default=BACKOFF_SECONDS[0], repr=False)
 
     def run(self) -> None:
@@ -300,12 +314,22 @@ class Reflector:
         )
         self.connected = True
         try:
-            for event in _events(response.stream(amt=None, decode_content=False)):
+            for line in _lines(response.stream(amt=None, decode_content=False)):
                 if self.stop_event.is_set():
                     return
-                self._handle(event)
+                self.read(line)
         finally:
             response.release_conn()
+
+    def read(self, line: bytes) -> None:
+        """One line of the watch: an event, decoded unless `skip` says it need not be."""
+        rv = self.skip(line) if self.skip is not None else None
+        if rv is None:
+            self._handle(_parse(line))
+            return
+        self.skipped += 1
+        self._contact()
+        self.resource_version = rv
 
     def _handle(self, event: Mapping[str, Any]) -> None:
         kind = event.get("type")
@@ -404,6 +428,12 @@ class LiveInventory:
         self.state = InventoryState(catalog=catalog, watch_namespaces=True, watch_pods=self.watch_pods)
         self._published = threading.Condition()  # notified with every new snapshot (wait_newer)
         self._listed: set[str] = set()  # reflectors whose first list is in the state
+        # the Pods the view holds (namespace/name; bound with GPUs, or known unbound) as the pods watch has read
+        # them, ahead of the applier: whatever their next event says, it is decoded. Only the pods
+        # reflector's thread reads and writes it. Keyed as the state keys bound Pods, the two mostly share each
+        # key's string: about 2 MB at 60,000 GPU Pods, where a set of uids would cost some 7 MB.
+        self._held_pods: set[str] = set()
+        self._pod_needles = resource_needles(catalog.resources)
         self.reflectors = [
             self._reflector("nodes", api.list_node, self._reduce_node, self._replace_nodes, self._apply_node),
             self._reflector("namespaces", api.list_namespace, namespace_info_from_object, self._replace_namespaces,
@@ -413,7 +443,9 @@ class LiveInventory:
             # only unfinished Pods can matter: those bound hold GPUs, those not yet bound are known GPU
             # Pods. A Pod that finishes leaves the selection, and the API server sends it as DELETED.
             list_pods = functools.partial(api.list_pod_for_all_namespaces, field_selector=UNFINISHED_PODS)
-            self.reflectors.append(self._reflector("pods", list_pods, self._reduce_pod, self._replace_pods, self._apply_pod))
+            pods = self._reflector("pods", list_pods, self._reduce_pod, self._replace_pods, self._apply_pod)
+            pods.skip = self._skip_pod_line
+            self.reflectors.append(pods)
         # DRA: optional, each off (and said so) where the API server does not serve it or lets us read it
         self._off: dict[str, str] = {}
         self._logging = False  # a running watch logs what changes; a one-shot read reports it in its output
@@ -674,15 +706,20 @@ class LiveInventory:
     def _reduce_pod(self, obj: dict[str, Any]) -> PodView | None:
         node, gpus = pod_gpu_requests(obj, self.catalog.resources)
         unbound = unbound_gpu_pod(obj, self.catalog.resources)
-        return (_pod_key(obj), node, gpus, pod_group(obj), unbound) if (node and gpus) or unbound else None
+        return PodView(_pod_key(obj), node, gpus, pod_group(obj), unbound) if (node and gpus) or unbound else None
 
     def _replace_pods(self, pods: list[PodView]) -> None:
+        self._held_pods = {p.key for p in pods}
+
         def apply() -> bool:
-            self.state.replace_pods(((key, node, gpus) for key, node, gpus, _, _ in pods),
-                                    {key: group for key, _, _, group, _ in pods if group is not None})
-            self.state.replace_unbound_pods(unbound for *_, unbound in pods if unbound is not None)
+            self.state.replace_pods(((p.key, p.node, p.gpus) for p in pods),
+                                    {p.key: p.group for p in pods if p.group is not None})
+            self.state.replace_unbound_pods(p.unbound for p in pods if p.unbound is not None)
             return self._mark_synced("pods")
         self._submit(apply, wait=True)
+
+    def _skip_pod_line(self, line: bytes) -> str | None:
+        return skipped_pod_event(line, self._pod_needles, self._held_pods)
 
     def _apply_pod(self, kind: str, obj: dict[str, Any]) -> None:
         gone = kind == "DELETED"
@@ -691,6 +728,10 @@ class LiveInventory:
         uid = (obj.get("metadata") or {}).get("uid")
         # what the applier needs, not the Pod: a backlog of queued events holds no whole Pods
         key, group, claim = _pod_key(obj), pod_group(obj), extended_resource_claim(obj)
+        if (node and gpus) or unbound is not None:
+            self._held_pods.add(key)
+        else:
+            self._held_pods.discard(key)
 
         def apply() -> bool:
             was = self.state.unbound_pods.get(uid) if isinstance(uid, str) and uid else None
