@@ -246,14 +246,15 @@ def decide(ask: PodAsk, snapshot: Snapshot, catalog: Catalog, *, namespace: str 
     fit_class = functools.partial(class_fit, gpu_class, gpus_needed, excluded, snapshot, catalog,
                                   min_memory_mib=min_memory, need=ask.need, tolerations=ask.tolerations,
                                   queued=queued)
+    # whether a scheduler keeps the wait depends on which scheduler, not on which of the class's resources
+    wait, not_kept = kept_wait(ask, gpu_class, route_scheduler(ask.scheduler_name, catalog, gpu_class.strategy,
+                                                               resource) or ask.scheduler_name, catalog)
     group: GroupPlan | None = None
     if group_ask is None:
         fit = fit_class(resource=fixed)
     else:
-        waits = kept_wait(ask, gpu_class, route_scheduler(ask.scheduler_name, catalog, gpu_class.strategy,
-                                                          resource) or ask.scheduler_name, catalog)[0] is not None
         fit, group = _group_fit(group_ask, fit_class, gpu_class, gpus_needed, min_memory, fixed, snapshot, catalog,
-                                namespace, waits)
+                                namespace, wait is not None)
     ignored = _ignored_input(ask.unknown_annotations, gpu_class, excluded)
     if fit.unsatisfiable is not None:
         # a group that can never fit is the Pod's mistake, not the cluster's state: refused either way
@@ -286,7 +287,6 @@ def decide(ask: PodAsk, snapshot: Snapshot, catalog: Catalog, *, namespace: str 
         return _from_fit("refused", class_name, fit, disagreement)
     if ask.types_written is not None and split_types(ask.types_written) != fit.types:
         ignored += (_short(f"gpu-class: {TYPES_ANNOTATION} is written by gpu-class: the Pod's value was replaced"),)
-    wait, not_kept = kept_wait(ask, gpu_class, placement.scheduler_name or ask.scheduler_name, catalog)
     if wait is not None or ask.max_wait is not None:
         placement = dataclasses.replace(placement, max_wait=wait, drop_max_wait=wait is None)
     if not_kept is not None:

@@ -33,7 +33,7 @@ func TestAGroupWithAWaitStartsOnlyWhereAllOfItFits(t *testing.T) {
 		name    string
 		pod     *v1.Pod
 		after   time.Duration
-		member  bool // a Pod of the group already runs on a100
+		member  string // the namespace of a Pod labelled as the group's, already on a100 ("" for none)
 		want    sets.Set[string]
 		code    fwk.Code
 		handled bool // false: left to the rest of PreFilter
@@ -45,7 +45,10 @@ func TestAGroupWithAWaitStartsOnlyWhereAllOfItFits(t *testing.T) {
 		{name: "spent-the-first-type-that-holds-it", pod: groupPod("10s", 4), after: time.Minute,
 			want: sets.New("a100"), handled: true},
 		{name: "spent-no-type-holds-it-left-to-the-class", pod: groupPod("10s", 12), after: time.Minute},
-		{name: "started-follows-its-group", pod: groupPod("10m", 4), after: time.Minute, member: true},
+		{name: "started-follows-its-group", pod: groupPod("10m", 4), after: time.Minute, member: "ml"},
+		// another tenant's Pod with the same group label starts nothing here: the group still waits
+		{name: "the-label-in-another-namespace-is-not-its-group", pod: groupPod("10m", 4), after: time.Minute,
+			member: "other-team", code: fwk.UnschedulableAndUnresolvable, handled: true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			now := created.Add(c.after)
@@ -54,9 +57,9 @@ func TestAGroupWithAWaitStartsOnlyWhereAllOfItFits(t *testing.T) {
 			var infos []fwk.NodeInfo
 			for _, n := range []gpuNode{h100a, h100b, a100} {
 				info := n.info()
-				if c.member && n.name == "a100" {
+				if c.member != "" && n.name == "a100" {
 					member := groupPod("10m", 4)
-					member.Name, member.UID = "train-1", "uid-train-1"
+					member.Name, member.UID, member.Namespace = "train-1", "uid-train-1", c.member
 					info.(*framework.NodeInfo).AddPod(member)
 				}
 				infos = append(infos, info)
@@ -83,6 +86,8 @@ func TestAWaitingGroupComesBackWhenItMayStart(t *testing.T) {
 	member.Name = "train-1"
 	other := groupPod("10m", 3)
 	other.Labels[groupLabel] = "other"
+	elsewhere := groupPod("10m", 3)
+	elsewhere.Namespace = "other-team"
 	cpuOnly := requesting(0, 500)
 	for _, c := range []struct {
 		name     string
@@ -92,6 +97,7 @@ func TestAWaitingGroupComesBackWhenItMayStart(t *testing.T) {
 	}{
 		{name: "a-pod-of-its-group-bound", pod: waiting, new: member, want: fwk.Queue},
 		{name: "a-pod-of-another-group-bound", pod: waiting, new: other, want: fwk.QueueSkip},
+		{name: "its-group-label-in-another-namespace-bound", pod: waiting, new: elsewhere, want: fwk.QueueSkip},
 		{name: "a-gpu-pod-gone", pod: waiting, old: requesting(1, 500), want: fwk.Queue},
 		{name: "a-cpu-pod-gone", pod: waiting, old: cpuOnly, want: fwk.QueueSkip},
 		{name: "a-lone-waiting-pod-is-not-a-group", pod: waitingPod("10m"), old: requesting(1, 500), want: fwk.QueueSkip},
