@@ -944,8 +944,12 @@ def test_webhook_args_name_mounted_files(renders: Renders, rel: str) -> None:
     container = webhook_container(deployment)
     # Routing and scheduler come together: the webhook sends the Pods it places to gpu-class-scheduler
     # exactly when the install runs it (tests/test_scheduler.py checks the scheduler itself).
-    strict = any(o["kind"] == "Deployment" and o["metadata"]["name"] == "gpu-class-scheduler" for o in objects)
-    routed = ["serve", "--scheduler-name=gpu-class-scheduler", *SERVE_ARGS[1:]]
+    schedulers = [o for o in objects if o["kind"] == "Deployment" and o["metadata"]["name"] == "gpu-class-scheduler"]
+    strict = bool(schedulers)
+    # and the stock kube-scheduler binary, which keeps no gpu-class.io/max-wait, is named to the webhook
+    stock = strict and schedulers[0]["spec"]["template"]["spec"]["containers"][0]["command"][0] == "kube-scheduler"
+    routed = ["serve", "--scheduler-name=gpu-class-scheduler",
+              *(["--stock-scheduler=gpu-class-scheduler"] if stock else []), *SERVE_ARGS[1:]]
     assert container["args"] == (routed if strict else SERVE_ARGS)
     if rel in KUSTOMIZATIONS:  # the chart's renders are checked by tests/test_chart.py
         assert strict is (rel in STRICT_INSTALLS)

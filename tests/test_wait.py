@@ -3,6 +3,7 @@ what explain says of a Pod's wait. gpu-class-scheduler's side is deploy/schedule
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import jsonpatch
@@ -42,22 +43,29 @@ CATALOG_EXTRA = """  - {name: patient, types: [H100, A100], maxWait: 10m}
 """
 
 
+ONLY_OURS = "only gpu-class-scheduler keeps it: set schedulerName: gpu-class-scheduler"
+
+
 @pytest.mark.parametrize("scheduler, class_name, pod_wait, labels, kept, warned", [
     pytest.param(STRICT, "high", "60s", {}, "60s", None, id="strict-keeps-the-pods-wait"),
     pytest.param(STRICT, "patient", None, {}, "10m", None, id="strict-writes-the-class-wait"),
     pytest.param(STRICT, "patient", "30s", {}, "30s", None, id="the-pods-wait-wins-over-the-class"),
-    pytest.param(None, "high", "60s", {}, None, "only gpu-class-scheduler keeps it", id="default-scheduler-drops-it"),
-    pytest.param("gpu-class-extender", "high", "60s", {}, None, "only gpu-class-scheduler keeps it",
-                 id="extender-drops-it"),
+    pytest.param(None, "high", "60s", {}, None, ONLY_OURS, id="default-scheduler-drops-it"),
+    pytest.param("gpu-class-extender", "high", "60s", {}, None, ONLY_OURS, id="a-scheduler-not-strict-drops-it"),
     pytest.param(None, "patient", None, {}, None, None, id="a-class-wait-where-no-scheduler-keeps-it-says-nothing"),
-    pytest.param(STRICT, "balanced", "60s", {}, None, "ranks nodes (balanced), not types", id="balanced-drops-it"),
-    pytest.param(STRICT, "high", "60s", {"kueue.x-k8s.io/podset": "main"}, None, "Kueue chose its type",
-                 id="kueue-started-drops-it"),
+    pytest.param("gpu-class-stock", "high", "60s", {}, None,
+                 "gpu-class-stock runs the stock kube-scheduler here, which cannot keep it",
+                 id="the-stock-binary-drops-it"),
+    pytest.param(STRICT, "balanced", "60s", {}, None, "class balanced ranks nodes (balanced), not types",
+                 id="balanced-drops-it"),
+    pytest.param(STRICT, "high", "60s", {"kueue.x-k8s.io/podset": "main"}, None,
+                 "Kueue chose its type (its flavor) before the Pod existed", id="kueue-started-drops-it"),
     pytest.param(STRICT, "high", None, {}, None, None, id="no-wait"),
 ])
 def test_the_webhook_keeps_or_drops_a_wait(scheduler: str | None, class_name: str, pod_wait: str | None,
                                            labels: dict[str, str], kept: str | None, warned: str | None) -> None:
-    catalog = make_catalog(CATALOG_EXTRA)
+    catalog = dataclasses.replace(make_catalog(CATALOG_EXTRA), strict_schedulers=(STRICT, "gpu-class-stock"),
+                                  stock_schedulers=("gpu-class-stock",))
     snapshot = snapshot_of([make_node("h100", "NVIDIA-H100-80GB-HBM3"), make_node("a100", "A100-SXM4-40GB")], catalog)
     annotations = {"gpu-class.io/class": class_name, **({W: pod_wait} if pod_wait else {})}
     pod = make_pod(annotations, extra_spec={"schedulerName": scheduler} if scheduler else {},
@@ -69,10 +77,7 @@ def test_the_webhook_keeps_or_drops_a_wait(scheduler: str | None, class_name: st
     patched = jsonpatch.apply_patch(pod, build_patch(pod, decision.placement))
     assert patched["metadata"]["annotations"].get(W) == kept
     dropped = [w for w in decision.warnings if W in w]
-    assert (dropped[0] if dropped else None) == (None if warned is None else f"gpu-class: {W} dropped: " + (
-        "only gpu-class-scheduler keeps it: set schedulerName: gpu-class-scheduler" if warned.startswith("only") else
-        f"class balanced {warned}" if "balanced" in warned else
-        "Kueue chose its type (its flavor) before the Pod existed"))
+    assert dropped == ([] if warned is None else [f"gpu-class: {W} dropped: {warned}"])
     assert jsonpatch.apply_patch(patched, build_patch(patched, decision.placement)) == patched, "idempotent"
 
 

@@ -69,6 +69,10 @@ def build_parser(prog: str = "gpuclass") -> argparse.ArgumentParser:
     s.add_argument("--threads", type=int, default=1, help="threads per worker (default 1: see bench/RESULTS.md)")
     s.add_argument("--log-level", default="info", choices=logs.LEVELS)
     _add_scheduler_arg(s)
+    s.add_argument("--stock-scheduler", action="append", default=[], metavar="NAME",
+                   help="a strict scheduler of the catalog that runs the stock kube-scheduler binary (the "
+                        "stock-scheduler install option): it keeps the type order, not gpu-class.io/max-wait, which "
+                        "the webhook then drops with a warning (repeatable)")
 
     c = sub.add_parser("certs", help="write a CA, a serving certificate (ca.crt, tls.crt, tls.key) and the "
                                      "scheduler's client certificate for the extender (client.crt, client.key)")
@@ -210,6 +214,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             client_ca_file=args.client_ca_file,
             catalog_file=args.catalog_file,
             scheduler_name=args.scheduler_name,
+            stock_schedulers=tuple(args.stock_scheduler),
             nodes_files=tuple(args.nodes),
             kubeconfig=args.kubeconfig,
             workers=args.workers,

@@ -856,6 +856,7 @@ def start_webhook(cluster: Cluster, extra_args: Sequence[str] = ()) -> None:
         f"--cert-file={webhook_dir / 'tls.crt'}", f"--key-file={webhook_dir / 'tls.key'}",
         f"--bind=127.0.0.1:{cluster.ports.webhook}",
         f"--extender-bind=127.0.0.1:{cluster.ports.extender}", f"--client-ca-file={webhook_dir / 'ca.crt'}",
+        f"--stock-scheduler={STOCK_SCHEDULER}",  # the profiles on the stock binary, as that install option says
         *extra_args,
     ])
     ctx = ssl.create_default_context(cafile=str(webhook_dir / "ca.crt"))

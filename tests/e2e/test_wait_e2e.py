@@ -176,3 +176,17 @@ def test_a_group_whose_wait_is_spent_lands_on_one_type_that_holds_it(core: kuber
     took = time.monotonic() - started
     assert took >= 10.0, f"the group started after {took:.1f} s, before its wait was spent"
     print(f"\ngroup of 3, max-wait 10s, H100 room for 2: all 3 on A100 at {took:.1f} s")
+
+
+def test_a_wait_written_for_a_path_that_cannot_keep_it_is_dropped(core: kubernetes.client.CoreV1Api,
+                                                                       namespace: str, h100_full: None) -> None:
+    """A max-wait on a Pod for the strict profiles on the stock kube-scheduler binary, which cannot keep it, gets
+    nothing: the stored Pod carries no wait that a scheduler, an alert or explain could read, and it binds on A100
+    at once."""
+    manifest = pod("forged", "24h")
+    manifest["spec"]["schedulerName"] = local_cluster.STOCK_SCHEDULER
+    created = core.create_namespaced_pod(namespace, manifest)
+    assert "gpu-class.io/max-wait" not in (created.metadata.annotations or {})
+    started = time.monotonic()
+    node = wait_for("the Pod bound", lambda: core.read_namespaced_pod("forged", namespace).spec.node_name, seconds=20)
+    assert node == A100_NODE and time.monotonic() - started < 5

@@ -277,6 +277,9 @@ class Catalog:
     default_class: str | None = None
     scheduler_name: str | None = None
     strict_schedulers: tuple[str, ...] = (STRICT_SCHEDULER,)
+    # of them, those that run the stock kube-scheduler binary (the install's choice, `serve --stock-scheduler`):
+    # they keep the type order, not a Pod's wait (no NodeLabelIndex)
+    stock_schedulers: tuple[str, ...] = ()
     _exact: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
     _globs: tuple[tuple[str, str], ...] = field(default=(), repr=False, compare=False)
     _matchers: Mapping[str, tuple[_Matcher, ...]] = field(default_factory=dict, repr=False, compare=False)

@@ -306,12 +306,14 @@ def kept_wait(ask: PodAsk, gpu_class: GpuClass, scheduler_name: str | None,
     wait = asked or gpu_class.max_wait
     if wait is None:
         return None, None
-    strict = scheduler_name is not None and catalog.strict_scheduler_of(scheduler_name) is not None
+    strict = None if scheduler_name is None else catalog.strict_scheduler_of(scheduler_name)
     why_not = (
         "Kueue chose its type (its flavor) before the Pod existed" if ask.kueue_started else
         f"class {gpu_class.name} ranks nodes ({gpu_class.strategy}), not types" if gpu_class.strategy not in
         ("performance", "cost") else
-        "only gpu-class-scheduler keeps it: set schedulerName: gpu-class-scheduler" if not strict else None)
+        "only gpu-class-scheduler keeps it: set schedulerName: gpu-class-scheduler" if strict is None else
+        f"{strict} runs the stock kube-scheduler here, which cannot keep it" if strict in catalog.stock_schedulers
+        else None)
     if why_not is None:
         return wait, None
     return None, (f"gpu-class: {MAX_WAIT_ANNOTATION} dropped: {why_not}" if asked else None)

@@ -16,6 +16,7 @@ class ServeConfig:
     client_ca_file: str | None = None
     catalog_file: str | None = None  # None: the built-in catalog
     scheduler_name: str | None = None  # None: the catalog's schedulerName
+    stock_schedulers: tuple[str, ...] = ()  # strict schedulers that run the stock kube-scheduler binary
     nodes_files: tuple[str, ...] = ()  # empty: watch the cluster
     kubeconfig: str | None = None  # None: in-cluster service account
     workers: int = 2

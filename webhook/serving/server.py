@@ -40,6 +40,8 @@ def load_catalog(config: ServeConfig) -> Catalog:
     if config.scheduler_name is not None:
         # The install that runs the strict scheduler says so; the catalog stays the user's.
         catalog = dataclasses.replace(catalog, scheduler_name=config.scheduler_name)
+    if config.stock_schedulers:
+        catalog = dataclasses.replace(catalog, stock_schedulers=config.stock_schedulers)
     return catalog
 
 
