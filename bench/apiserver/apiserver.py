@@ -53,6 +53,7 @@ import local_cluster  # noqa: E402  (tests/e2e is not a package)
 from bench.common.kubeapi import Api  # noqa: E402
 from bench.common.percentiles import rounded_rank_percentile  # noqa: E402
 from bench.common.procs import ServerProcess, free_port, start_server, variant_command  # noqa: E402
+from bench.common.polling import wait_until
 from bench.common.sections import write_section  # noqa: E402
 from bench.common.workload import make_cluster_pod, make_deployment_pod, make_fleet  # noqa: E402
 
@@ -93,15 +94,6 @@ def measured_pod() -> bytes:
     pod["spec"]["serviceAccountName"] = "default"  # the one every namespace has
     pod["spec"].pop("serviceAccount", None)
     return json.dumps(pod).encode()
-
-
-def _wait(what: str, probe: Callable[[], bool], seconds: float = 60.0) -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if probe():
-            return
-        time.sleep(0.2)
-    raise RuntimeError(f"timed out waiting for {what}")
 
 
 # --- the API server's view ------------------------------------------------------------------------
@@ -197,7 +189,7 @@ def interleaved_creates(api: Api, arms: Sequence[Arm], pod: bytes, per_arm: int 
 
 def delete_pods(api: Api, namespace: str) -> None:
     api.call("DELETE", f"/api/v1/namespaces/{namespace}/pods?gracePeriodSeconds=0")
-    _wait(f"the Pods of {namespace} to go", lambda: not api.call("GET", f"/api/v1/namespaces/{namespace}/pods?limit=1")["items"],
+    wait_until(f"the Pods of {namespace} to go", lambda: not api.call("GET", f"/api/v1/namespaces/{namespace}/pods?limit=1")["items"],
           seconds=120)
 
 
@@ -295,7 +287,7 @@ class Bench:
             interleaved_creates(self.api, [arm], self.pod, 3)
             return calls() > before
 
-        _wait(f"the API server to call {arm.webhook}", called)
+        wait_until(f"the API server to call {arm.webhook}", called)
 
     def prepare(self) -> int:
         """The no-ops (re)started on what gpu-class answers now, every webhook called: the patch's size."""
@@ -391,7 +383,7 @@ def _wait_gpu_class_synced(cluster: local_cluster.Cluster) -> None:
     def ready() -> bool:  # new connections: each worker answers some
         return all(json.loads(_webhook_call(cluster, "GET", "/readyz")).get("ready") is True for _ in range(6))
 
-    _wait("every gpu-class worker to sync its inventory", ready, seconds=120)
+    wait_until("every gpu-class worker to sync its inventory", ready, seconds=120)
 
 
 def _wait_inventory(cluster: local_cluster.Cluster, at_least: int) -> None:
@@ -399,7 +391,7 @@ def _wait_inventory(cluster: local_cluster.Cluster, at_least: int) -> None:
     def nodes() -> int:  # new connections: each worker answers some
         return min(int(json.loads(_webhook_call(cluster, "GET", "/readyz")).get("nodes", 0)) for _ in range(4))
 
-    _wait("gpu-class's inventory to hold the fleet", lambda: nodes() >= at_least * 0.9, seconds=300)
+    wait_until("gpu-class's inventory to hold the fleet", lambda: nodes() >= at_least * 0.9, seconds=300)
     time.sleep(3)  # the Pods' watch, after the Nodes'
 
 
@@ -531,9 +523,9 @@ def setup(cluster: local_cluster.Cluster, api: Api, workdir: Path, slugs: Sequen
     for namespace in (*labels, "bench-binds", "bench-fleet"):
         api.call("DELETE", f"/api/v1/namespaces/{namespace}", expect=(200, 202, 404))  # left by an interrupted run
     for namespace in (*labels, "bench-binds", "bench-fleet"):
-        _wait(f"namespace {namespace} to go", lambda: api.raw("GET", f"/api/v1/namespaces/{namespace}")[0] == 404, 180)
+        wait_until(f"namespace {namespace} to go", lambda: api.raw("GET", f"/api/v1/namespaces/{namespace}")[0] == 404, 180)
         api.call("POST", "/api/v1/namespaces", {"metadata": {"name": namespace, "labels": labels.get(namespace, {})}})
-        _wait(f"the default ServiceAccount of {namespace}", lambda: bool(api.call(
+        wait_until(f"the default ServiceAccount of {namespace}", lambda: bool(api.call(
             "GET", f"/api/v1/namespaces/{namespace}/serviceaccounts?fieldSelector=metadata.name=default")["items"]))
     api.call("DELETE", "/api/v1/nodes?labelSelector=" + ",".join(f"{k}={v}" for k, v in BENCH_LABEL.items()))
     local_cluster.apply(cluster, [noop_hook(template, slug, bench.ports[slug]) for _, slug in noops])

@@ -160,6 +160,10 @@ def render(rows: list[tuple[int, str, Inputs, list[Pass]]], rounds: int, seconds
 
 
 def main(argv: list[str]) -> int:
+    if argv[:1] == ["--live"]:
+        from bench.upgrade.live import main as live_main
+
+        return live_main(argv[1:])
     parser = argparse.ArgumentParser(prog="python -m bench upgrade", description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, nargs="+", default=[1000, 5000, 15000])
     parser.add_argument("--rounds", type=int, default=3)

@@ -360,6 +360,7 @@ class Upgrader:
             except Exception:  # one failed pass must not end the controller: log it, try again next interval
                 log.exception("upgrade pass failed")
             took = time.monotonic() - started
+            log.debug("pass took %.2f s", took)
             # busy at most a quarter of the time: a pass reads every Pod gpu-class placed, seconds at 15,000 nodes
             stop.wait(max(self.config.interval_seconds - took, 3 * took))
 
