@@ -7,7 +7,8 @@ binds` times the watch's judgment of binds in-process (bench/binds/binds.py); `p
 the live inventory through a burst of node changes (bench/live_burst/live_burst.py); `python -m bench pod_events`
 times the Pod watch per event of each kind, every line decoded against the raw line checked first
 (bench/pod_events/pod_events.py); `python -m bench upgrade` times one pass of the upgrader in-process
-(bench/upgrade/upgrade.py). One subpackage per command,
+(bench/upgrade/upgrade.py); `python -m bench wait` counts what Pods waiting for their best type cost
+gpu-class-scheduler on the real control plane (bench/wait/wait.py). One subpackage per command,
 what they share in bench/common (bench/README.md, "Files").
 """
 
@@ -45,6 +46,10 @@ if sys.argv[1:2] == ["pod_events"]:
     from bench.pod_events.pod_events import main as pod_events_main
 
     sys.exit(pod_events_main(sys.argv[2:]))
+if sys.argv[1:2] == ["wait"]:
+    from bench.wait.wait import main as wait_main
+
+    sys.exit(wait_main(sys.argv[2:]))
 if sys.argv[1:2] == ["dra"]:
     from bench.dra.dra import main as dra_main
 

@@ -62,7 +62,8 @@ def memory_mib(quantity: str | None) -> int:
 
 # --- the fleet -------------------------------------------------------------------------
 
-def _parallel(call: Callable[[Any], T], items: Iterable[Any]) -> list[T]:
+def parallel(call: Callable[[Any], T], items: Iterable[Any]) -> list[T]:
+    """call() on each item, THREADS at a time: the results in order."""
     with concurrent.futures.ThreadPoolExecutor(THREADS) as pool:
         return list(pool.map(call, items))  # re-raises the first failure
 
@@ -100,7 +101,7 @@ def create_nodes(core: Api, nodes: Sequence[NodeSpec], fill_namespace: str) -> N
                                          "resources": {"requests": {"cpu": f"{n.filled_cpu_millis}m",
                                                                     "memory": "1Gi"}}}]}},
                 _preload_content=False)
-    _parallel(create, nodes)
+    parallel(create, nodes)
 
 
 def delete_nodes(core: Api, names: Iterable[str]) -> None:
@@ -110,7 +111,7 @@ def delete_nodes(core: Api, names: Iterable[str]) -> None:
         except ApiException as e:
             if e.status != 404:
                 raise
-    _parallel(delete, names)
+    parallel(delete, names)
 
 
 def barrier(api: Api, cluster: Any, name: str, schedulers: Sequence[str | None], namespace: str,
@@ -219,16 +220,20 @@ def cluster_state(core: Api, catalog: Catalog) -> dict[str, NodeState]:
     return nodes
 
 
-def scheduler_times(cluster: Any, port: int) -> dict[str, float]:
-    """kube-scheduler's own account so far, all its profiles together: `attempt`, `PreFilter`, `Filter`
-    and `Score`, each a `sum` (seconds) and a `count` (scheduling attempts; extension points run)."""
+def scheduler_metrics(cluster: Any, port: int) -> str:
+    """The text of the /metrics of the kube-scheduler listening on `port`."""
     # It serves /metrics with a certificate it made itself at start: there is nothing to verify it by.
     context = ssl.create_default_context()
     context.check_hostname = False
     context.verify_mode = ssl.CERT_NONE
     context.load_cert_chain(str(cluster.pki / "admin.crt"), str(cluster.pki / "admin.key"))
-    return read_scheduler_times(
-        urllib.request.urlopen(f"https://127.0.0.1:{port}/metrics", context=context, timeout=10).read().decode())
+    return str(urllib.request.urlopen(f"https://127.0.0.1:{port}/metrics", context=context, timeout=10).read().decode())
+
+
+def scheduler_times(cluster: Any, port: int) -> dict[str, float]:
+    """kube-scheduler's own account so far, all its profiles together: `attempt`, `PreFilter`, `Filter`
+    and `Score`, each a `sum` (seconds) and a `count` (scheduling attempts; extension points run)."""
+    return read_scheduler_times(scheduler_metrics(cluster, port))
 
 
 def read_scheduler_times(text: str) -> dict[str, float]:
@@ -401,7 +406,7 @@ def run_stream(api: Api, namespace: str, workloads: Sequence[Workload], schedule
     refused: list[Workload] = []
     try:
         for batch in ([workloads] if together else [[w] for w in workloads]):
-            created = _parallel(lambda w: create_workload(api, namespace, w, scheduler), batch)
+            created = parallel(lambda w: create_workload(api, namespace, w, scheduler), batch)
             refused += [w for w, made in zip(batch, created) if not made]
             for w in (w for w, made in zip(batch, created) if made):
                 pods = wait_workload(recorder, w, pending_seconds)
