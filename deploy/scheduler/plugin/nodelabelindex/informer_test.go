@@ -28,10 +28,9 @@ type informerHandle struct {
 
 func (h informerHandle) SharedInformerFactory() informers.SharedInformerFactory { return h.factory }
 
-// onInformer starts the plugin on a real node informer over a fake clientset,
-// as the scheduler starts it: New registers its handlers, then the factory
-// starts.
-func onInformer(t *testing.T, nodes ...*v1.Node) (*NodeLabelIndex, kubernetes.Interface, informers.SharedInformerFactory) {
+// onInformer starts the plugin on a real node informer over a fake clientset
+// holding `nodes`.
+func onInformer(t *testing.T, nodes ...*v1.Node) (*NodeLabelIndex, kubernetes.Interface) {
 	t.Helper()
 	client := fake.NewClientset()
 	for _, n := range nodes {
@@ -39,6 +38,13 @@ func onInformer(t *testing.T, nodes ...*v1.Node) (*NodeLabelIndex, kubernetes.In
 			t.Fatal(err)
 		}
 	}
+	return startOn(t, client), client
+}
+
+// startOn starts the plugin as the scheduler starts it: New registers its
+// handlers on the factory's node informer, then the factory starts.
+func startOn(t *testing.T, client kubernetes.Interface) *NodeLabelIndex {
+	t.Helper()
 	factory := informers.NewSharedInformerFactory(client, 0)
 	p, err := New(context.Background(), nil, informerHandle{factory: factory})
 	if err != nil {
@@ -50,7 +56,7 @@ func onInformer(t *testing.T, nodes ...*v1.Node) (*NodeLabelIndex, kubernetes.In
 	t.Cleanup(func() { cancel(); factory.Shutdown() })
 	factory.Start(ctx.Done())
 	factory.WaitForCacheSync(ctx.Done())
-	return pl, client, factory
+	return pl
 }
 
 // indexed: node -> labels, as the index holds them.
@@ -101,7 +107,7 @@ func holds(got map[string]map[string]string, want []*v1.Node) bool {
 func TestAReplayedAddAfterADeleteLeavesNoDeletedNode(t *testing.T) {
 	h100 := map[string]string{product: "NVIDIA-H100-80GB-HBM3"}
 	a, b := node("a", h100), node("b", h100)
-	pl, client, _ := onInformer(t, a, b)
+	pl, client := onInformer(t, a, b)
 	eventually(t, pl, []*v1.Node{a, b}, "at start")
 	if err := client.CoreV1().Nodes().Delete(context.Background(), "b", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
@@ -165,7 +171,7 @@ func narrowsTo(t *testing.T, pl *NodeLabelIndex, wants *v1.Pod, nodes []fwk.Node
 func TestADisagreementThatLastsIsRepaired(t *testing.T) {
 	h100 := map[string]string{product: "NVIDIA-H100-80GB-HBM3"}
 	a, b := node("a", h100), node("b", map[string]string{product: "NVIDIA-L4"})
-	pl, _, _ := onInformer(t, a, b)
+	pl, _ := onInformer(t, a, b)
 	eventually(t, pl, []*v1.Node{a, b}, "at start")
 	now := time.Unix(0, 0)
 	pl.drift.now = func() time.Time { return now }
