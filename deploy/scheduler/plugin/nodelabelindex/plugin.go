@@ -125,16 +125,23 @@ func (pl *NodeLabelIndex) Name() string { return Name }
 // exactly the nodes of this cycle's snapshot (agreement.go): a node the
 // snapshot holds must never be left out. A disagreement that lasts is
 // repaired (the index rebuilt from the informer's lister), said once in the
-// log and counted in gpu_class_scheduler_index_repairs_total.
+// log and counted in gpu_class_scheduler_index_repairs_total. Each cycle is
+// counted in gpu_class_scheduler_prefilter_cycles_total by its Outcome.
 //
 // With an order, it then keeps only the best of the candidates (order.go's
 // best), unless the Pod's last cycle was given only those and none took it.
 func (pl *NodeLabelIndex) PreFilter(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
+	result, outcome := pl.preFilter(ctx, state, pod, nodes)
+	prefilterCycles.WithLabelValues(string(outcome)).Inc()
+	return result, nil
+}
+
+func (pl *NodeLabelIndex) preFilter(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo) (*fwk.PreFilterResult, Outcome) {
 	pl.parked.forget(pod.UID)
 	gen := pl.index.Generation()
 	candidates, narrowed := pl.index.Candidates(pod)
 	if !narrowed {
-		return nil, nil
+		return nil, Unnarrowed
 	}
 	agrees, rebuilt := pl.agrees(klog.FromContext(ctx), nodes)
 	if rebuilt {
@@ -142,11 +149,14 @@ func (pl *NodeLabelIndex) PreFilter(ctx context.Context, state fwk.CycleState, p
 		candidates, _ = pl.index.Candidates(pod)
 	}
 	if !agrees || candidates.Len() == 0 {
-		return nil, nil
+		return nil, FellBack
 	}
 	state.Write(indexedKey, indexedState{gen: gen})
-	if pl.args.Order == Class || pl.widened.take(pod.UID) {
-		return &fwk.PreFilterResult{NodeNames: candidates}, nil
+	if pl.args.Order == Class {
+		return &fwk.PreFilterResult{NodeNames: candidates}, Narrowed
+	}
+	if pl.widened.take(pod.UID) {
+		return &fwk.PreFilterResult{NodeNames: candidates}, Widened
 	}
 	infos := make([]fwk.NodeInfo, 0, candidates.Len())
 	lister := pl.handle.SnapshotSharedLister().NodeInfos()
@@ -156,14 +166,17 @@ func (pl *NodeLabelIndex) PreFilter(ctx context.Context, state fwk.CycleState, p
 		}
 	}
 	if len(infos) != candidates.Len() {
-		return &fwk.PreFilterResult{NodeNames: candidates}, nil
+		return &fwk.PreFilterResult{NodeNames: candidates}, Widened
 	}
 	names, ok := best(pl.args, pod, infos)
-	if !ok || len(names) == candidates.Len() {
-		return &fwk.PreFilterResult{NodeNames: candidates}, nil
+	if !ok {
+		return &fwk.PreFilterResult{NodeNames: candidates}, Widened
+	}
+	if len(names) == candidates.Len() { // every candidate is among the best
+		return &fwk.PreFilterResult{NodeNames: candidates}, Narrowed
 	}
 	state.Write(narrowedKey, narrowedState{})
-	return &fwk.PreFilterResult{NodeNames: sets.New(names...)}, nil
+	return &fwk.PreFilterResult{NodeNames: sets.New(names...)}, Narrowed
 }
 
 // agrees says whether the index holds exactly the snapshot's nodes, and
