@@ -8,7 +8,10 @@ name their affinity themselves in a namespace that has not opted in, so only the
 
 from __future__ import annotations
 
+import re
+import ssl
 import time
+import urllib.request
 import uuid
 from typing import Any, Iterator
 
@@ -140,3 +143,38 @@ def test_best_nodes_all_refused_by_a_filter_the_order_does_not_know_widen_the_ne
         assert any("its next attempt looks at every node of its types" in m for m in failures), failures
     else:
         assert failures == []
+
+
+def scheduler_metrics(cluster: local_cluster.Cluster) -> dict[str, float]:
+    """gpu-class-scheduler's own /metrics (kube-scheduler's secure port, its certificate self-signed), read as
+    an admin: `name{labels}` -> value for gpu-class's series."""
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    context.load_cert_chain(str(cluster.pki / "admin.crt"), str(cluster.pki / "admin.key"))
+    assert cluster.ports
+    url = f"https://127.0.0.1:{cluster.ports.gpu_scheduler}/metrics"
+    with urllib.request.urlopen(url, context=context, timeout=10) as r:
+        text = r.read().decode()
+    return {m.group(1): float(m.group(2))
+            for m in re.finditer(r"^(gpu_class_scheduler_\w+(?:\{[^}]*\})?) (\S+)$", text, re.MULTILINE)}
+
+
+def test_cycles_are_counted_on_the_schedulers_metrics(cluster: local_cluster.Cluster,
+                                                      core: kubernetes.client.CoreV1Api, plain_namespace: str,
+                                                      small_node: list[str]) -> None:
+    """A Pod whose cycle NodeLabelIndex narrows to its best node counts as `narrowed` on kube-scheduler's own
+    /metrics; every outcome is served, and the index, fed by the scheduler's informer alone, has needed no
+    repair through this module's node adds, deletes and relabels."""
+    narrowed = 'gpu_class_scheduler_prefilter_cycles_total{outcome="narrowed"}'
+    before = scheduler_metrics(cluster)
+    assert {f'gpu_class_scheduler_prefilter_cycles_total{{outcome="{o}"}}'
+            for o in ("narrowed", "widened", "fell_back", "unnarrowed")} <= before.keys(), before
+    pod = wanting("narrowed", local_cluster.STRICT_SCHEDULER, gpus=1)
+    pod["spec"]["affinity"]["nodeAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"] = [
+        {"weight": 100, "preference": {"matchExpressions": [{"key": TYPE_LABEL, "operator": "In", "values": [WANTED]}]}}]
+    core.create_namespaced_pod(plain_namespace, pod)
+    assert wait_bound(core, plain_namespace, "narrowed") == SMALL
+    after = scheduler_metrics(cluster)
+    assert after[narrowed] >= before[narrowed] + 1, (before, after)
+    assert after["gpu_class_scheduler_index_repairs_total"] == 0, after
