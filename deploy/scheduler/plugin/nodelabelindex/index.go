@@ -50,15 +50,16 @@ func NewIndex() *Index {
 }
 
 // Set records the labels of node `name` (added or updated) and returns the
-// index's generation after it, and whether it changed anything. A node whose
-// labels did not change (a status update, a heartbeat) costs one comparison
-// and keeps the cached candidates.
-func (x *Index) Set(name string, labels map[string]string) (gen uint64, changed bool) {
+// index's generation after it, the labels it held before (nil for a node it
+// did not hold) and whether it changed anything. A node whose labels did not
+// change (a status update, a heartbeat) costs one comparison and keeps the
+// cached candidates.
+func (x *Index) Set(name string, labels map[string]string) (gen uint64, was map[string]string, changed bool) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	old, known := x.labels[name]
 	if known && equal(old, labels) {
-		return x.gen, false
+		return x.gen, old, false
 	}
 	x.remove(name, old)
 	kept := make(map[string]string, len(labels))
@@ -80,7 +81,7 @@ func (x *Index) Set(name string, labels map[string]string) (gen uint64, changed 
 	x.labels[name] = kept
 	x.gen++
 	clear(x.cached)
-	return x.gen, true
+	return x.gen, old, true
 }
 
 // Delete forgets node `name`.

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/sets"
@@ -101,17 +102,22 @@ func New(_ context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error
 }
 
 // nodeSeen indexes a node added or updated and, when its labels changed,
-// gives another cycle to the Pods parked before it that it could take.
+// gives another cycle to the Pods parked before it that it could take now
+// and could not as the index held it.
 func (pl *NodeLabelIndex) nodeSeen(obj any) {
 	node, ok := obj.(*v1.Node)
 	if !ok {
 		return
 	}
-	gen, changed := pl.index.Set(node.Name, node.Labels)
+	gen, was, changed := pl.index.Set(node.Name, node.Labels)
 	if !changed {
 		return
 	}
-	if pods := pl.parked.wake(node, gen); len(pods) > 0 {
+	var before *v1.Node
+	if was != nil {
+		before = &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: node.Name, Labels: was}}
+	}
+	if pods := pl.parked.wake(before, node, gen); len(pods) > 0 {
 		pl.activate(klog.Background(), pods)
 	}
 }

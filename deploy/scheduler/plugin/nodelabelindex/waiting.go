@@ -70,8 +70,10 @@ func (p *parked) forget(uid types.UID) {
 }
 
 // wake returns, and forgets, the Pods parked before generation `gen` whose
-// required affinity matches `node`, as the index now holds it.
-func (p *parked) wake(node *v1.Node, gen uint64) map[string]*v1.Pod {
+// required affinity matches `node`, as the index now holds it, and did not
+// match it as the index held it before (`was`, nil for a node new to it): a
+// node that matched was not left out of their cycles.
+func (p *parked) wake(was, node *v1.Node, gen uint64) map[string]*v1.Pod {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	var woken map[string]*v1.Pod
@@ -86,6 +88,11 @@ func (p *parked) wake(node *v1.Node, gen uint64) map[string]*v1.Pod {
 		}
 		if matches, err := q.required.Match(node); err != nil || !matches {
 			continue
+		}
+		if was != nil {
+			if matched, err := q.required.Match(was); err == nil && matched {
+				continue
+			}
 		}
 		if woken == nil {
 			woken = map[string]*v1.Pod{}

@@ -24,16 +24,22 @@ func TestACycleAheadOfTheIndexGetsAnotherOnceTheIndexCatchesUp(t *testing.T) {
 		name string
 		// indexed runs when the index's handler gets the relabel: before the cycle's PostFilter or after it.
 		beforePostFilter bool
+		relabelled       string // "b" when empty
 		relabelledTo     map[string]string
 		woken            bool
 	}{
 		{name: "indexed-after-the-pod-waits", relabelledTo: h100, woken: true},
 		{name: "indexed-while-the-cycle-runs", beforePostFilter: true, relabelledTo: h100, woken: true},
 		{name: "a-node-the-pod-cannot-take", relabelledTo: map[string]string{product: "NVIDIA-A100"}},
+		{name: "a-node-it-could-take-before-changes-another-label", relabelled: "a",
+			relabelledTo: map[string]string{product: "NVIDIA-H100-80GB-HBM3", "zone": "b"}},
 		{name: "a-node-the-pod-cannot-take-while-the-cycle-runs", beforePostFilter: true,
 			relabelledTo: map[string]string{product: "NVIDIA-A100"}, woken: true}, // the index changed under the cycle
 	} {
 		t.Run(c.name, func(t *testing.T) {
+			if c.relabelled == "" {
+				c.relabelled = "b"
+			}
 			var woken []string
 			pl := &NodeLabelIndex{index: NewIndex(), widened: newWidened(), parked: newParked(), drift: &drift{now: time.Now},
 				activate: func(_ klog.Logger, pods map[string]*v1.Pod) {
@@ -45,23 +51,25 @@ func TestACycleAheadOfTheIndexGetsAnotherOnceTheIndexCatchesUp(t *testing.T) {
 			pl.nodeSeen(node("b", l4))
 			wants := pod(nil, []v1.NodeSelectorRequirement{in(product, "NVIDIA-H100-80GB-HBM3")})
 			wants.UID = types.UID("p")
-			// The snapshot has b relabelled already; the index does not.
-			nodes, _ := schedcache.NewSnapshot(nil, []*v1.Node{node("a", h100), node("b", c.relabelledTo)}).NodeInfos().List()
+			// The snapshot has the node relabelled already; the index does not.
+			snapshot := map[string]*v1.Node{"a": node("a", h100), "b": node("b", l4)}
+			snapshot[c.relabelled] = node(c.relabelled, c.relabelledTo)
+			nodes, _ := schedcache.NewSnapshot(nil, []*v1.Node{snapshot["a"], snapshot["b"]}).NodeInfos().List()
 			state := framework.NewCycleState()
 			result, _ := pl.PreFilter(context.Background(), state, wants, nodes)
 			if result == nil || result.NodeNames.Has("b") {
 				t.Fatalf("the cycle is not narrowed to the index as it was: %v", result)
 			}
 			if c.beforePostFilter {
-				pl.nodeSeen(node("b", c.relabelledTo))
+				pl.nodeSeen(snapshot[c.relabelled])
 			}
 			if _, status := pl.PostFilter(context.Background(), state, wants, nil); status.Code() != fwk.Unschedulable {
 				t.Errorf("the Pod goes on to preemption as before: %v", status)
 			}
 			if !c.beforePostFilter {
-				pl.nodeSeen(node("b", c.relabelledTo))
+				pl.nodeSeen(snapshot[c.relabelled])
 			}
-			pl.nodeSeen(node("b", c.relabelledTo)) // an update that changes no label wakes no one
+			pl.nodeSeen(snapshot[c.relabelled]) // an update that changes no label wakes no one
 			if got := len(woken) == 1 && woken[0] == "p"; got != c.woken || len(woken) > 1 {
 				t.Errorf("woken %v, want the Pod woken once: %v", woken, c.woken)
 			}
@@ -89,7 +97,7 @@ func TestParkedPodsAreForgotten(t *testing.T) {
 	late.UID = "late"
 	p.park(late, 1, gen)
 	now = now.Add(widenedFor/2 + time.Second)
-	if got := p.wake(h100, 2); len(got) != 1 || got["late"] == nil {
+	if got := p.wake(nil, h100, 2); len(got) != 1 || got["late"] == nil {
 		t.Errorf("woken %v: only the Pod parked within widenedFor, not forgotten", got)
 	}
 	if len(p.pods) != 0 {
