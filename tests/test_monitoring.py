@@ -78,6 +78,27 @@ def defined_metrics() -> dict[str, tuple[str, ...]]:
     return found
 
 
+SCHEDULER_METRICS = deploy.REPO / "deploy" / "scheduler" / "plugin" / "nodelabelindex" / "metrics.go"
+GO_METRIC = re.compile(r"metrics\.New(Counter|Gauge|Histogram)(Vec)?\(&metrics\.\w+Opts\{(.*?)\}\s*"
+                       r"(?:,\s*\[\]string\{([^}]*)\})?\)", re.DOTALL)
+GO_OUTCOME = re.compile(r"\bOutcome = \"(\w+)\"")
+
+
+def go_metrics(source: str) -> dict[str, tuple[str, ...]]:
+    """Each metric gpu-class-scheduler's plugin defines (component-base's metrics.NewCounter, NewCounterVec, ... with
+    a literal Name, as kube-scheduler's /metrics serves it), with its label names."""
+    found = {}
+    for m in GO_METRIC.finditer(source):
+        name = re.search(r'\bName:\s*"([a-z_]+)"', m.group(3))
+        assert name, f"a metric without a literal Name in {SCHEDULER_METRICS}: {m.group(0)}"
+        found[name.group(1)] = tuple(re.findall(r'"([a-z_]+)"', m.group(4) or ""))
+    return found
+
+
+def scheduler_metrics() -> dict[str, tuple[str, ...]]:
+    return go_metrics(SCHEDULER_METRICS.read_text())
+
+
 def metric_names(expr: str) -> set[str]:
     """The series names a PromQL expression selects (label matchers, ranges, strings and grouping
     clauses removed; an identifier before "(" is a function)."""
@@ -128,8 +149,27 @@ def documented_metrics(text: str) -> dict[str, tuple[str, ...]]:
 
 
 def test_monitoring_page_documents_every_metric_with_its_labels() -> None:
+    defined = defined_metrics() | scheduler_metrics()
     documented = documented_metrics(MONITORING_PAGE.read_text())
-    assert {name: documented.get(name) for name in defined_metrics()} == defined_metrics()
+    assert {name: documented.get(name) for name in defined} == defined
+
+
+def test_go_metrics_reads_names_and_labels() -> None:
+    source = """
+    a = metrics.NewCounterVec(&metrics.CounterOpts{
+        Name: "gpu_class_a_total",
+        Help: "A {b}.",
+    }, []string{"x", "y"})
+    b = metrics.NewGauge(&metrics.GaugeOpts{Name: "gpu_class_b", StabilityLevel: metrics.ALPHA})
+    """
+    assert go_metrics(source) == {"gpu_class_a_total": ("x", "y"), "gpu_class_b": ()}
+    assert scheduler_metrics(), f"no metric read from {SCHEDULER_METRICS}"
+
+
+def test_monitoring_page_names_every_prefilter_outcome() -> None:
+    outcomes = GO_OUTCOME.findall(SCHEDULER_METRICS.read_text())
+    page = MONITORING_PAGE.read_text()
+    assert outcomes and [o for o in outcomes if f"`{o}`" not in page] == []
 
 
 def test_documented_metrics_reads_names_and_labels() -> None:

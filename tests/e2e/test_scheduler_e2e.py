@@ -8,7 +8,11 @@ name their affinity themselves in a namespace that has not opted in, so only the
 
 from __future__ import annotations
 
+import random
+import re
+import ssl
 import time
+import urllib.request
 import uuid
 from typing import Any, Iterator
 
@@ -140,3 +144,89 @@ def test_best_nodes_all_refused_by_a_filter_the_order_does_not_know_widen_the_ne
         assert any("its next attempt looks at every node of its types" in m for m in failures), failures
     else:
         assert failures == []
+
+
+def scheduler_metrics(cluster: local_cluster.Cluster) -> dict[str, float]:
+    """gpu-class-scheduler's own /metrics (kube-scheduler's secure port, its certificate self-signed), read as
+    an admin: `name{labels}` -> value for gpu-class's series."""
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    context.load_cert_chain(str(cluster.pki / "admin.crt"), str(cluster.pki / "admin.key"))
+    assert cluster.ports
+    url = f"https://127.0.0.1:{cluster.ports.gpu_scheduler}/metrics"
+    with urllib.request.urlopen(url, context=context, timeout=10) as r:
+        text = r.read().decode()
+    return {m.group(1): float(m.group(2))
+            for m in re.finditer(r"^(gpu_class_scheduler_\w+(?:\{[^}]*\})?) (\S+)$", text, re.MULTILINE)}
+
+
+def preferring(name: str, gpus: int) -> dict[str, Any]:
+    """A Pod of the wanted type for gpu-class-scheduler that also prefers it, as the webhook writes a class's
+    types: its profile's order ranks the wanted type's nodes with room first."""
+    pod = wanting(name, local_cluster.STRICT_SCHEDULER, gpus=gpus)
+    pod["spec"]["affinity"]["nodeAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"] = [
+        {"weight": 100, "preference": {"matchExpressions": [{"key": TYPE_LABEL, "operator": "In", "values": [WANTED]}]}}]
+    return pod
+
+
+def test_cycles_are_counted_on_the_schedulers_metrics(cluster: local_cluster.Cluster,
+                                                      core: kubernetes.client.CoreV1Api, plain_namespace: str,
+                                                      small_node: list[str]) -> None:
+    """A Pod whose cycle NodeLabelIndex narrows to its best node counts as `narrowed` on kube-scheduler's own
+    /metrics; every outcome is served, and the index, fed by the scheduler's informer alone, has needed no
+    repair through this module's node adds, deletes and relabels."""
+    narrowed = 'gpu_class_scheduler_prefilter_cycles_total{outcome="narrowed"}'
+    before = scheduler_metrics(cluster)
+    assert {f'gpu_class_scheduler_prefilter_cycles_total{{outcome="{o}"}}'
+            for o in ("narrowed", "widened", "fell_back", "unnarrowed")} <= before.keys(), before
+    core.create_namespaced_pod(plain_namespace, preferring("narrowed", gpus=1))
+    assert wait_bound(core, plain_namespace, "narrowed") == SMALL
+    after = scheduler_metrics(cluster)
+    assert after[narrowed] >= before[narrowed] + 1, (before, after)
+    assert after["gpu_class_scheduler_index_repairs_total"] == 0, after
+
+
+def test_narrowing_survives_node_churn(cluster: local_cluster.Cluster, core: kubernetes.client.CoreV1Api,
+                                       plain_namespace: str, small_node: list[str]) -> None:
+    """Nodes of the wanted type and another come, go and change types in bursts while Pods wait for the wanted
+    type (so the scheduler runs their hints on those events and replays them after their cycles): the Pods then
+    bind on the wanted type when it has room, and once the nodes are still every cycle is narrowed again, with
+    no repair of the index."""
+    rng = random.Random(47)
+    churn = [f"e2e-churn-{i}-{SUFFIX}" for i in range(24)]
+    small_node.extend(churn)
+    waiting = [f"waits-{i}" for i in range(4)]
+    for name in waiting:
+        core.create_namespaced_pod(plain_namespace, preferring(name, gpus=2))
+    for name in waiting:
+        unschedulable_message(core, plain_namespace, name)
+    live: set[str] = set()
+    for _ in range(3):
+        for name in churn:
+            if name not in live and rng.random() < 0.6:
+                create_node(core, name, {TYPE_LABEL: rng.choice([WANTED, OTHER])}, gpus=1, taints=())
+                live.add(name)
+        for name in sorted(live):
+            draw = rng.random()
+            if draw < 0.3:
+                core.patch_node(name, {"metadata": {"labels": {TYPE_LABEL: rng.choice([WANTED, OTHER])}}})
+            elif draw < 0.55:
+                delete_nodes(core, [name])
+                live.discard(name)
+    roomy = [f"e2e-churn-roomy-{i}-{SUFFIX}" for i in range(len(waiting))]
+    small_node.extend(roomy)
+    for name in roomy:
+        create_node(core, name, {TYPE_LABEL: WANTED}, gpus=2, taints=())
+    for name in waiting:
+        assert wait_bound(core, plain_namespace, name, seconds=60) in roomy
+    time.sleep(2)  # every node event handled by both of the scheduler's handlers
+    narrowed = 'gpu_class_scheduler_prefilter_cycles_total{outcome="narrowed"}'
+    before = scheduler_metrics(cluster)
+    later = [f"later-{i}" for i in range(3)]
+    for name in later:
+        core.create_namespaced_pod(plain_namespace, preferring(name, gpus=1))
+        wait_bound(core, plain_namespace, name)
+    after = scheduler_metrics(cluster)
+    assert after[narrowed] - before[narrowed] >= len(later), (before, after)
+    assert after["gpu_class_scheduler_index_repairs_total"] == 0, after

@@ -52,7 +52,7 @@ func TestAGroupWithAWaitStartsOnlyWhereAllOfItFits(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			now := created.Add(c.after)
-			pl := &NodeLabelIndex{index: NewIndex(), args: Args{Order: PreferredTypes}, widened: newWidened(),
+			pl := &NodeLabelIndex{index: NewIndex(), args: Args{Order: PreferredTypes}, widened: newWidened(), parked: newParked(), drift: &drift{now: time.Now},
 				wakes: newWakes(func() time.Time { return now }), now: func() time.Time { return now }}
 			var infos []fwk.NodeInfo
 			for _, n := range []gpuNode{h100a, h100b, a100} {

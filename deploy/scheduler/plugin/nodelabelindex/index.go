@@ -7,6 +7,7 @@
 package nodelabelindex
 
 import (
+	"hash/maphash"
 	"sort"
 	"strings"
 	"sync"
@@ -21,13 +22,24 @@ import (
 const maxCached = 1024
 
 // Index maps each label key and value to the nodes that carry it. It is
-// written by the node informer's handlers and read by PreFilter.
+// written by the node informer's handlers alone (and rebuilt from its lister
+// on a repair) and read by PreFilter.
 type Index struct {
 	mu      sync.Mutex
 	labels  map[string]map[string]string           // node -> its labels, as last indexed
 	byLabel map[string]map[string]sets.Set[string] // key -> value -> nodes
 	cached  map[string]sets.Set[string]            // affinity -> candidates, valid for the labels as now
+	names   uint64                                 // namesOf the nodes indexed, kept as they come and go
+	gen     uint64                                 // counts the changes that could change a Pod's candidates
 }
+
+// nameSeed keys namesOf for the life of the process: the index and the
+// snapshot's side are hashed alike, and node names chosen to collide cannot
+// be chosen without it.
+var nameSeed = maphash.MakeSeed()
+
+// nameHash: a node's part of namesOf.
+func nameHash(name string) uint64 { return maphash.String(nameSeed, name) }
 
 func NewIndex() *Index {
 	return &Index{
@@ -37,15 +49,17 @@ func NewIndex() *Index {
 	}
 }
 
-// Set records the labels of node `name` (added or updated). A node whose
-// labels did not change (a status update, a heartbeat) costs one comparison
-// and keeps the cached candidates.
-func (x *Index) Set(name string, labels map[string]string) {
+// Set records the labels of node `name` (added or updated) and returns the
+// index's generation after it, the labels it held before (nil for a node it
+// did not hold) and whether it changed anything. A node whose labels did not
+// change (a status update, a heartbeat) costs one comparison and keeps the
+// cached candidates.
+func (x *Index) Set(name string, labels map[string]string) (gen uint64, was map[string]string, changed bool) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	old, known := x.labels[name]
 	if known && equal(old, labels) {
-		return
+		return x.gen, old, false
 	}
 	x.remove(name, old)
 	kept := make(map[string]string, len(labels))
@@ -61,8 +75,13 @@ func (x *Index) Set(name string, labels map[string]string) {
 		}
 		values[v].Insert(name)
 	}
+	if !known {
+		x.names ^= nameHash(name)
+	}
 	x.labels[name] = kept
+	x.gen++
 	clear(x.cached)
+	return x.gen, old, true
 }
 
 // Delete forgets node `name`.
@@ -72,8 +91,50 @@ func (x *Index) Delete(name string) {
 	if old, known := x.labels[name]; known {
 		x.remove(name, old)
 		delete(x.labels, name)
+		x.names ^= nameHash(name)
+		x.gen++
 		clear(x.cached)
 	}
+}
+
+// Rebuild makes the index hold exactly the nodes `list` returns, whatever it
+// held: the repair when it disagrees with the scheduler's snapshot for longer
+// than events in flight explain. It lists under the index's lock, so that no
+// event the handlers apply meanwhile is overwritten by an older list; events
+// the informer has yet to hand them are applied after it as before, and each
+// node ends as its last event left it.
+func (x *Index) Rebuild(list func() ([]*v1.Node, error)) (int, error) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	nodes, err := list()
+	if err != nil {
+		return 0, err
+	}
+	fresh := NewIndex()
+	for _, n := range nodes {
+		fresh.Set(n.Name, n.Labels)
+	}
+	x.labels, x.byLabel, x.names = fresh.labels, fresh.byLabel, fresh.names
+	x.gen++
+	clear(x.cached)
+	return len(nodes), nil
+}
+
+// Names is namesOf the nodes indexed and their number: equal to the
+// snapshot's, the index holds the snapshot's nodes (maphash's 64 bits, keyed
+// per process: a different set matches with odds of 2^-64).
+func (x *Index) Names() (hash uint64, count int) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.names, len(x.labels)
+}
+
+// Generation changes whenever a Pod's candidates could: a node indexed,
+// relabelled or forgotten.
+func (x *Index) Generation() uint64 {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.gen
 }
 
 func (x *Index) remove(name string, labels map[string]string) {

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/sets"
 	corelisters "k8s.io/client-go/listers/core/v1"
@@ -25,13 +27,19 @@ const Name = "NodeLabelIndex"
 // PostFilter gives a Pod whose best nodes all refused it every candidate in
 // its next cycle.
 type NodeLabelIndex struct {
-	index   *Index
-	args    Args
-	handle  fwk.Handle
-	widened *widened
-	pods    corelisters.PodLister
-	wakes   *wakes
-	now     func() time.Time
+	index    *Index
+	args     Args
+	handle   fwk.Handle
+	widened  *widened
+	parked   *parked
+	drift    *drift
+	snapshot snapshotNames
+	nodes    corelisters.NodeLister // the informer's own store, for a repair
+	pods     corelisters.PodLister
+	wakes    *wakes
+	now      func() time.Time
+	// activate gives Pods another cycle (the handle's Activate).
+	activate func(logger klog.Logger, pods map[string]*v1.Pod)
 }
 
 var (
@@ -48,8 +56,20 @@ type narrowedState struct{}
 
 func (narrowedState) Clone() fwk.StateData { return narrowedState{} }
 
+// indexedKey marks a cycle narrowed by the index (to the best nodes or to the
+// Pod's types), with the index's generation it read.
+const indexedKey fwk.StateKey = Name + "/indexed"
+
+type indexedState struct{ gen uint64 }
+
+func (s indexedState) Clone() fwk.StateData { return s }
+
 // New registers the index's handlers on the scheduler's own node informer,
-// the one its cache is fed from, before the informers start.
+// the one its cache is fed from, before the informers start. Those handlers
+// are the only writers of the index (and a repair, from the same informer's
+// lister): a queueing hint runs on the scheduler's handler, which replays
+// events for Pods in flight after their cycle, so an index written from hints
+// could take back a node deleted since or labels changed since.
 func New(_ context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
 	var args Args
 	if obj != nil {
@@ -60,29 +80,49 @@ func New(_ context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error
 	if err := args.check(); err != nil {
 		return nil, fmt.Errorf("%s: args: %w", Name, err)
 	}
-	index := NewIndex()
-	_, err := h.SharedInformerFactory().Core().V1().Nodes().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { setNode(index, obj) },
-		UpdateFunc: func(_, obj any) { setNode(index, obj) },
+	register()
+	informer := h.SharedInformerFactory().Core().V1().Nodes()
+	pl := &NodeLabelIndex{
+		index: NewIndex(), args: args, handle: h, widened: newWidened(), parked: newParked(),
+		drift: &drift{now: time.Now}, nodes: informer.Lister(),
+		pods: h.SharedInformerFactory().Core().V1().Pods().Lister(), wakes: newWakes(time.Now), now: time.Now,
+		activate: func(logger klog.Logger, pods map[string]*v1.Pod) { h.Activate(logger, pods) },
+	}
+	if _, err := informer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { pl.nodeSeen(obj) },
+		UpdateFunc: func(_, obj any) { pl.nodeSeen(obj) },
 		DeleteFunc: func(obj any) {
 			if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 				obj = tombstone.Obj
 			}
 			if node, ok := obj.(*v1.Node); ok {
-				index.Delete(node.Name)
+				pl.index.Delete(node.Name)
 			}
 		},
-	})
-	if err != nil {
+	}); err != nil {
 		return nil, fmt.Errorf("%s: watching nodes: %w", Name, err)
 	}
-	return &NodeLabelIndex{index: index, args: args, handle: h, widened: newWidened(),
-		pods: h.SharedInformerFactory().Core().V1().Pods().Lister(), wakes: newWakes(time.Now), now: time.Now}, nil
+	return pl, nil
 }
 
-func setNode(index *Index, obj any) {
-	if node, ok := obj.(*v1.Node); ok {
-		index.Set(node.Name, node.Labels)
+// nodeSeen indexes a node added or updated and, when its labels changed,
+// gives another cycle to the Pods parked before it that it could take now
+// and could not as the index held it.
+func (pl *NodeLabelIndex) nodeSeen(obj any) {
+	node, ok := obj.(*v1.Node)
+	if !ok {
+		return
+	}
+	gen, was, changed := pl.index.Set(node.Name, node.Labels)
+	if !changed {
+		return
+	}
+	var before *v1.Node
+	if was != nil {
+		before = &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: node.Name, Labels: was}}
+	}
+	if pods := pl.parked.wake(before, node, gen); len(pods) > 0 {
+		pl.activate(klog.Background(), pods)
 	}
 }
 
@@ -92,25 +132,47 @@ func (pl *NodeLabelIndex) Name() string { return Name }
 // nodeSelector. It narrows nothing when they do not narrow, when no node is a
 // candidate (NodeAffinity's Filter then rejects every node with its own
 // message and requeues on its own events) and when the index does not hold
-// exactly the nodes of this cycle's snapshot: the index and the scheduler's
-// cache are fed by the same informer but by different handlers, so for a
-// moment after a node is added or deleted one can be ahead of the other, and
-// a node the snapshot holds must never be left out.
+// exactly the nodes of this cycle's snapshot (agreement.go): a node the
+// snapshot holds must never be left out. A disagreement that lasts is
+// repaired (the index rebuilt from the informer's lister), said once in the
+// log and counted in gpu_class_scheduler_index_repairs_total. Each cycle is
+// counted in gpu_class_scheduler_prefilter_cycles_total by its Outcome.
 //
 // With an order, it then keeps only the best of the candidates (order.go's
 // best), unless the Pod's last cycle was given only those and none took it.
 //
 // A Pod that waits for its best type (wait.go) is given that type's nodes alone.
 func (pl *NodeLabelIndex) PreFilter(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
+	pl.parked.forget(pod.UID)
 	if result, status, ok := pl.preFilterWait(ctx, state, pod, nodes); ok {
+		prefilterCycles.WithLabelValues(string(Waiting)).Inc()
 		return result, status
 	}
+	result, outcome := pl.preFilter(ctx, state, pod, nodes)
+	prefilterCycles.WithLabelValues(string(outcome)).Inc()
+	return result, nil
+}
+
+func (pl *NodeLabelIndex) preFilter(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo) (*fwk.PreFilterResult, Outcome) {
+	gen := pl.index.Generation()
 	candidates, narrowed := pl.index.Candidates(pod)
-	if !narrowed || candidates.Len() == 0 || pl.index.Len() != len(nodes) {
-		return nil, nil
+	if !narrowed {
+		return nil, Unnarrowed
 	}
-	if pl.args.Order == Class || pl.widened.take(pod.UID) {
-		return &fwk.PreFilterResult{NodeNames: candidates}, nil
+	agrees, rebuilt := pl.agrees(klog.FromContext(ctx), nodes)
+	if rebuilt {
+		gen = pl.index.Generation()
+		candidates, _ = pl.index.Candidates(pod)
+	}
+	if !agrees || candidates.Len() == 0 {
+		return nil, FellBack
+	}
+	state.Write(indexedKey, indexedState{gen: gen})
+	if pl.args.Order == Class {
+		return &fwk.PreFilterResult{NodeNames: candidates}, Narrowed
+	}
+	if pl.widened.take(pod.UID) {
+		return &fwk.PreFilterResult{NodeNames: candidates}, Widened
 	}
 	infos := make([]fwk.NodeInfo, 0, candidates.Len())
 	lister := pl.handle.SnapshotSharedLister().NodeInfos()
@@ -120,14 +182,43 @@ func (pl *NodeLabelIndex) PreFilter(ctx context.Context, state fwk.CycleState, p
 		}
 	}
 	if len(infos) != candidates.Len() {
-		return &fwk.PreFilterResult{NodeNames: candidates}, nil
+		return &fwk.PreFilterResult{NodeNames: candidates}, Widened
 	}
 	names, ok := best(pl.args, pod, infos)
-	if !ok || len(names) == candidates.Len() {
-		return &fwk.PreFilterResult{NodeNames: candidates}, nil
+	if !ok {
+		return &fwk.PreFilterResult{NodeNames: candidates}, Widened
+	}
+	if len(names) == candidates.Len() { // every candidate is among the best
+		return &fwk.PreFilterResult{NodeNames: candidates}, Narrowed
 	}
 	state.Write(narrowedKey, narrowedState{})
-	return &fwk.PreFilterResult{NodeNames: sets.New(names...)}, nil
+	return &fwk.PreFilterResult{NodeNames: sets.New(names...)}, Narrowed
+}
+
+// agrees says whether the index holds exactly the snapshot's nodes, and
+// repairs it (rebuilt) when it has not for longer than events in flight
+// explain.
+func (pl *NodeLabelIndex) agrees(logger klog.Logger, nodes []fwk.NodeInfo) (agrees, rebuilt bool) {
+	hash, count := pl.index.Names()
+	v := pl.drift.observe(hash, uint64(count), pl.snapshot.of(nodes), uint64(len(nodes)))
+	if v.repair {
+		listed, err := pl.index.Rebuild(func() ([]*v1.Node, error) { return pl.nodes.List(labels.Everything()) })
+		if err != nil {
+			logger.Error(err, "NodeLabelIndex: listing nodes to rebuild the index")
+			return false, false
+		}
+		indexRepairs.Inc()
+		if v.say {
+			logger.Info("NodeLabelIndex: the index disagreed with the scheduler's nodes by name; rebuilt it from the node informer",
+				"indexed", count, "snapshot", len(nodes), "listed", listed, "disagreedFor", repairAfter)
+		}
+		// The lister can be ahead of the snapshot (nodes the scheduler's handler has yet to see): agreement
+		// is asked again, and a new disagreement waits repairAfter again.
+		hash, count = pl.index.Names()
+		v = pl.drift.observe(hash, uint64(count), pl.snapshot.of(nodes), uint64(len(nodes)))
+		return v.agrees, true
+	}
+	return v.agrees, false
 }
 
 // PostFilter: a Pod that none of its best nodes took (a Filter best does not
@@ -141,11 +232,17 @@ func (pl *NodeLabelIndex) PostFilter(ctx context.Context, state fwk.CycleState, 
 	if w, err := state.Read(waitingKey); err == nil {
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, w.(waitingState).message)
 	}
+	logger := klog.FromContext(ctx)
+	if read, err := state.Read(indexedKey); err == nil {
+		if pl.parked.park(pod, read.(indexedState).gen, pl.index.Generation) {
+			pl.activate(logger, map[string]*v1.Pod{string(pod.UID): pod})
+		}
+	}
 	if _, err := state.Read(narrowedKey); err != nil {
 		return nil, fwk.NewStatus(fwk.Unschedulable)
 	}
 	pl.widened.add(pod.UID)
-	pl.handle.Activate(klog.FromContext(ctx), map[string]*v1.Pod{string(pod.UID): pod})
+	pl.activate(logger, map[string]*v1.Pod{string(pod.UID): pod})
 	return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable,
 		"none of the best nodes of the Pod's types took it; its next attempt looks at every node of its types")
 }
@@ -167,18 +264,14 @@ func (pl *NodeLabelIndex) EventsToRegister(_ context.Context) ([]fwk.ClusterEven
 }
 
 // nodeNowMatches queues the Pod when the node matches its required affinity
-// and nodeSelector and did not before (or is new). It indexes the node first:
-// the hint runs in the scheduler's own handler of the event, before the Pod
-// goes back to the queue, while the index's handler of the same event may
-// not have run yet, and the Pod's next cycle would then leave the very node
-// that brought it back out. (A node added is safe either way: the index then
-// holds one node less than the snapshot, and PreFilter narrows nothing.)
+// and nodeSelector and did not before (or is new). It reads the event and
+// writes nothing: the index's own handler indexes the node, and a cycle that
+// runs before it does is given another once it has (parked).
 func (pl *NodeLabelIndex) nodeNowMatches(_ klog.Logger, pod *v1.Pod, oldObj, newObj any) (fwk.QueueingHint, error) {
 	was, now, err := util.As[*v1.Node](oldObj, newObj)
 	if err != nil {
 		return fwk.Queue, err
 	}
-	pl.index.Set(now.Name, now.Labels)
 	required := nodeaffinity.GetRequiredNodeAffinity(pod)
 	if matches, err := required.Match(now); err != nil || !matches {
 		return fwk.QueueSkip, err

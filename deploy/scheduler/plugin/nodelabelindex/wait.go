@@ -172,7 +172,7 @@ func (pl *NodeLabelIndex) wake(logger klog.Logger, pod *v1.Pod) {
 		note += ": " + strings.Join(types, ", ")
 	}
 	pl.handle.EventRecorder().Eventf(current, nil, v1.EventTypeNormal, MaxWaitSpentReason, "Scheduling", note)
-	pl.handle.Activate(logger, map[string]*v1.Pod{string(current.UID): current})
+	pl.activate(logger, map[string]*v1.Pod{string(current.UID): current})
 }
 
 // wakes: one timer per waiting Pod, at the end of its budget.

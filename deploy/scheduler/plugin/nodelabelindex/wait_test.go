@@ -94,7 +94,7 @@ func TestPreFilterKeepsAWaitingPodToItsBestType(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			now := created.Add(c.after)
-			pl := &NodeLabelIndex{index: NewIndex(), args: Args{Order: PreferredTypes}, widened: newWidened(),
+			pl := &NodeLabelIndex{index: NewIndex(), args: Args{Order: PreferredTypes}, widened: newWidened(), parked: newParked(), drift: &drift{now: time.Now},
 				wakes: newWakes(func() time.Time { return now }), now: func() time.Time { return now }}
 			infos := make([]fwk.NodeInfo, 0, len(c.nodes))
 			for _, n := range c.nodes {
