@@ -97,9 +97,9 @@ def make_run(arm: str, round_: int, *, waiting: int, quiet: int, others_ms: tupl
     run.others_seconds = [ms / 1000 for ms in others_ms]
     run.others_types = {"L40S": len(others_ms)}
     woken = {"unschedulable": event_attempts} if event_attempts else {}
-    run.events = [EventCost("lesser-node-added", Cost(4.0, woken, {"NodeAdd": event_attempts} if event_attempts else {}),
-                            0),
-                  EventCost("best-pod-deleted", Cost(4.0, {"scheduled": 1} if waiting else {}, {}), 1 if waiting else 0)]
+    queued = {"NodeAdd": event_attempts} if event_attempts else {}
+    run.events = [EventCost("lesser-node-added", Cost(4.0, woken, queued), 0),
+                  EventCost("best-pod-deleted", Cost(4.0, {"scheduled": 1} if waiting else {}, {}), int(waiting > 0))]
     run.still_waiting = waiting - 1 if waiting else 0
     return run
 
