@@ -42,6 +42,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from webhook.core.published import PUBLISHED_CONFIGMAP
+
 Obj = dict[str, Any]
 
 REPO = Path(__file__).resolve().parent.parent
@@ -979,7 +981,7 @@ def test_install_provides_the_tls_secrets(renders: Renders, rel: str, secret: st
 
 
 @pytest.mark.parametrize("rel", WITH_WEBHOOK)
-def test_rbac_is_read_only(renders: Renders, rel: str) -> None:
+def test_rbac_reads_the_cluster_and_writes_only_its_published_configmap(renders: Renders, rel: str) -> None:
     objects = objects_of(renders, rel)
     deployment = webhook_deployment(objects)
     pod_spec = deployment["spec"]["template"]["spec"]
@@ -1009,7 +1011,27 @@ def test_rbac_is_read_only(renders: Renders, rel: str) -> None:
         b["roleRef"] for b in all_of(objects, "ClusterRoleBinding") + all_of(objects, "RoleBinding")
         if subject in (b.get("subjects") or [])
     ]
-    assert bound == [{"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": CLUSTER_ROLE}]
+    assert bound == [{"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": CLUSTER_ROLE},
+                     {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "gpu-class-publish"}]
+    publish = one_of(objects, "Role", "gpu-class-publish", SYSTEM_NAMESPACE)
+    # create cannot be limited to a name; get and update (never delete, patch or list) are, to the one ConfigMap
+    assert publish["rules"] == [
+        {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"]},
+        {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": [PUBLISHED_CONFIGMAP], "verbs": ["get", "update"]}]
+
+
+@pytest.mark.parametrize("rel", WITH_WEBHOOK)
+def test_everyone_signed_in_may_read_the_published_configmap_and_nothing_else(renders: Renders, rel: str) -> None:
+    """What `kubectl gpu-class explain` reads of the install with a tenant's rights (core/published.py)."""
+    objects = objects_of(renders, rel)
+    everyone = {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "system:authenticated"}
+    bound = [(b["roleRef"], b["metadata"].get("namespace")) for b in
+             all_of(objects, "ClusterRoleBinding") + all_of(objects, "RoleBinding") if everyone in (b.get("subjects") or [])]
+    assert bound == [({"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "gpu-class-public-reader"},
+                      SYSTEM_NAMESPACE)]
+    reader = one_of(objects, "Role", "gpu-class-public-reader", SYSTEM_NAMESPACE)
+    assert reader["rules"] == [{"apiGroups": [""], "resources": ["configmaps"], "resourceNames": [PUBLISHED_CONFIGMAP],
+                                "verbs": ["get"]}]
 
 
 @pytest.mark.parametrize("rel", WITH_WEBHOOK)

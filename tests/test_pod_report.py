@@ -130,3 +130,38 @@ def test_explain_says_whether_the_upgrader_would_move_it(annotations: dict[str, 
     report = build_pod_report(pod, snapshot_of(NODES, {"a100-a": 2, **used}), CATALOG)
     assert report["upgrade"] is not None and says in report["upgrade"]
     assert says in render_pod_text(report)
+
+
+def scheduler_refused(pod: dict[str, Any], message: str) -> dict[str, Any]:
+    pod["status"]["conditions"] = [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                                    "message": message}]
+    return pod
+
+
+@pytest.mark.parametrize("pod, nodes, says, absent", [
+    pytest.param(existing_pod(node="h100-a", phase="Running"), [], [
+        "your rights do not list the cluster's nodes and Pods",
+        "scheduled on h100-a (its GPU type is not shown: your rights do not get nodes)"],
+        ["preferred type", "choice", "none of its types"], id="bound-node-not-readable"),
+    pytest.param(existing_pod(node="h100-a", phase="Running"), [NODES[0]], [
+        "scheduled on h100-a: H100 (", "H100 is its preferred type"], ["not shown"], id="bound-node-readable"),
+    pytest.param(existing_pod(node="a100-a", phase="Running"), [NODES[1]], [
+        "A100 is its 2nd choice; it preferred H100"], ["not shown"], id="second-choice-node-readable"),
+    pytest.param(scheduler_refused(existing_pod(), "0/5000 nodes are available: 3 Insufficient nvidia.com/gpu."), [], [
+        "default-scheduler says: 0/5000 nodes are available: 3 Insufficient nvidia.com/gpu."],
+        ["NODES-WITH-ROOM", "no node of its types has room"], id="pending-with-the-scheduler-s-word"),
+])
+def test_a_tenant_s_view_holds_what_the_pod_and_its_node_say(pod: dict[str, Any], nodes: list[dict[str, Any]],
+                                                              says: list[str], absent: list[str]) -> None:
+    report = build_pod_report(pod, snapshot_of(nodes), CATALOG, view="namespace")
+    text = render_pod_text(report)
+    assert report["view"] == "namespace" and report["room"] is None and report["upgrade"] is None
+    assert can_run_now(report)  # nothing says it cannot: its rights do not show the room
+    assert [s for s in says if s not in text] == [] and [a for a in absent if a in text] == []
+
+
+def test_the_scheduler_s_word_is_kept_for_a_pending_pod_only() -> None:
+    bound = scheduler_refused(existing_pod(node="h100-a", phase="Running"), "an old word")
+    assert build_pod_report(bound, snapshot_of(NODES), CATALOG)["schedulerSays"] is None
+    pending = scheduler_refused(existing_pod(), "0/5 nodes are available")
+    assert build_pod_report(pending, snapshot_of(NODES), CATALOG)["schedulerSays"] == "0/5 nodes are available"

@@ -73,6 +73,10 @@ def build_parser(prog: str = "gpuclass") -> argparse.ArgumentParser:
                    help="a strict scheduler of the catalog that runs the stock kube-scheduler binary (the "
                         "stock-scheduler install option): it keeps the type order, not gpu-class.io/max-wait, which "
                         "the webhook then drops with a warning (repeatable)")
+    s.add_argument("--publish-namespace", metavar="NAMESPACE", default=None,
+                   help="write the ConfigMap gpu-class-public there, the catalog and scheduler names gpuclass explain "
+                        "reads of this install (default: the Pod's own namespace when run in a Pod, else nowhere; "
+                        "'' for nowhere)")
 
     c = sub.add_parser("certs", help="write a CA, a serving certificate (ca.crt, tls.crt, tls.key) and the "
                                      "scheduler's client certificate for the extender (client.crt, client.key)")
@@ -98,6 +102,9 @@ def build_parser(prog: str = "gpuclass") -> argparse.ArgumentParser:
                    help="namespace of the Pod (default: its metadata.namespace, else the context's, else default)")
     e.add_argument("-o", "--output", choices=("text", "json"), default="text")
     _add_scheduler_arg(e)
+    e.add_argument("--install-namespace", default=None, metavar="NAMESPACE",
+                   help="where gpu-class runs: pod/NAME is judged with the catalog and scheduler names its webhook "
+                        "published there, unless --config or --scheduler-name is given (default gpu-class-system)")
 
     r = sub.add_parser("review", help="print an AdmissionReview for a Pod, as the API server would send it")
     r.add_argument("pod", metavar="POD.yaml")
@@ -217,12 +224,26 @@ def cmd_serve(args: argparse.Namespace) -> int:
             stock_schedulers=tuple(args.stock_scheduler),
             nodes_files=tuple(args.nodes),
             kubeconfig=args.kubeconfig,
+            publish_namespace=_publish_namespace(args.publish_namespace),
             workers=args.workers,
             threads=args.threads,
             log_level=args.log_level,
         )
     )
     return 0
+
+
+def _publish_namespace(given: str | None) -> str | None:
+    """--publish-namespace, else the namespace of the Pod this runs in, else None."""
+    from .cluster.query import SERVICE_ACCOUNT_NAMESPACE
+
+    if given is not None:
+        return given or None
+    try:
+        with open(SERVICE_ACCOUNT_NAMESPACE, encoding="utf-8") as fh:
+            return fh.read().strip() or None
+    except OSError:
+        return None
 
 
 def write_certs(out: str, dns: list[str], ips: list[str], days: int = 365) -> None:
@@ -379,7 +400,7 @@ def _explain_file_pod(args: argparse.Namespace, pod: dict[str, Any], namespace: 
 
 def _explain_existing(args: argparse.Namespace, name: str, catalog: Catalog) -> int:
     from .cluster.loading import InputError
-    from .cluster.query import read_pod, read_snapshot
+    from .cluster.query import Refused, read_pod, read_snapshot
     from .core.pod_report import build_pod_report, can_run_now, render_pod_json, render_pod_text
 
     if args.nodes:
@@ -387,9 +408,44 @@ def _explain_existing(args: argparse.Namespace, name: str, catalog: Catalog) -> 
     connection = _connect(args)
     namespace = args.namespace or connection.namespace or "default"
     pod = read_pod(connection.api, namespace, name)
-    report = build_pod_report(pod, read_snapshot(connection.api, catalog), catalog, time.time())
+    if args.catalog_file is None and args.scheduler_name is None:
+        catalog = _installed_catalog(connection, args.install_namespace, catalog)
+    try:
+        report = build_pod_report(pod, read_snapshot(connection.api, catalog), catalog, time.time())
+    except Refused:  # a tenant: what its namespace's rights show, and the Pod's node where it may get it
+        node = (pod.get("spec") or {}).get("nodeName")
+        report = build_pod_report(pod, _one_node(connection, catalog, node), catalog, time.time(), view="namespace")
     print(render_pod_json(report) if args.output == "json" else render_pod_text(report))
     return 0 if can_run_now(report) else 1
+
+
+def _installed_catalog(connection: Connection, install_namespace: str | None, builtin: Catalog) -> Catalog:
+    """The catalog and scheduler names the install's webhook runs with; the built-in ones, said so, if unreadable."""
+    from .cluster.query import ClusterError, read_published
+    from .core.catalog import CatalogError
+    from .core.published import INSTALL_NAMESPACE, PUBLISHED_CONFIGMAP, catalog_of
+
+    install_namespace = install_namespace or INSTALL_NAMESPACE
+    try:
+        return catalog_of(read_published(connection.api, install_namespace), f"{install_namespace}/{PUBLISHED_CONFIGMAP}")
+    except (ClusterError, CatalogError) as exc:
+        print(f"gpuclass: {exc}; judging with the built-in catalog (give --config and --scheduler-name for yours)",
+              file=sys.stderr)
+        return builtin
+
+
+def _one_node(connection: Connection, catalog: Catalog, node: str | None) -> Snapshot:
+    """The inventory of the Pod's node alone; empty where there is none or the user may not get it."""
+    from .cluster.query import ClusterError, read_node
+    from .core.inventory import Reduced, fixed_snapshot
+
+    empty = fixed_snapshot(catalog, Reduced((), (), (), (), ()))
+    if not node:
+        return empty
+    try:
+        return read_node(connection.api, catalog, node)
+    except ClusterError:
+        return empty
 
 
 def cmd_catalog(args: argparse.Namespace) -> int:

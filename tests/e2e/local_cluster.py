@@ -857,6 +857,7 @@ def start_webhook(cluster: Cluster, extra_args: Sequence[str] = ()) -> None:
         f"--bind=127.0.0.1:{cluster.ports.webhook}",
         f"--extender-bind=127.0.0.1:{cluster.ports.extender}", f"--client-ca-file={webhook_dir / 'ca.crt'}",
         f"--stock-scheduler={STOCK_SCHEDULER}",  # the profiles on the stock binary, as that install option says
+        f"--publish-namespace={WEBHOOK_NAMESPACE}",  # as in a Pod there: what gpuclass explain reads of the install
         *extra_args,
     ])
     ctx = ssl.create_default_context(cafile=str(webhook_dir / "ca.crt"))

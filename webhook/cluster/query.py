@@ -20,7 +20,8 @@ import urllib3
 from kubernetes.client.exceptions import ApiException
 
 from ..core.catalog import Catalog
-from ..core.inventory import Snapshot
+from ..core.inventory import Snapshot, fixed_snapshot, reduce_objects
+from ..core.published import PUBLISHED_CONFIGMAP
 from .loading import InputError
 from .watch import SERVICE_ACCOUNT_TOKEN, LiveInventory, check_kube_config
 
@@ -30,6 +31,10 @@ REQUEST_TIMEOUT_SECONDS = 30
 
 class ClusterError(InputError):
     """The cluster cannot be reached or used; the message is one line that says why."""
+
+
+class Refused(ClusterError):
+    """The API server refused the read (403): the user's rights do not reach it."""
 
 
 def _in_cluster() -> bool:
@@ -133,7 +138,7 @@ def _reporting(api: kubernetes.client.CoreV1Api, doing: str) -> Iterator[None]:
     except ApiException as exc:
         if exc.status is None or exc.status == 0:  # the client's own errors carry no HTTP status
             raise ClusterError(f"{doing} at {_host(api)}: {_one_line(str(exc.reason))}") from None
-        raise ClusterError(f"{doing} at {_host(api)}: the API server answered {_one_line(_api_message(exc))}") from None
+        raise (Refused if exc.status == 403 else ClusterError)(f"{doing} at {_host(api)}: the API server answered {_one_line(_api_message(exc))}") from None
     except (urllib3.exceptions.HTTPError, OSError) as exc:
         cause = _root_cause(exc)
         reason = getattr(cause, "strerror", None) or str(cause)
@@ -161,3 +166,27 @@ def read_pod(api: kubernetes.client.CoreV1Api, namespace: str, name: str) -> dic
             raise
         pod: dict[str, Any] = json.loads(response.data)
         return pod
+
+
+def read_published(api: kubernetes.client.CoreV1Api, namespace: str) -> dict[str, Any]:
+    """The data of the install's published settings (core/published.py), which every signed-in user may read."""
+    where = f"{namespace}/{PUBLISHED_CONFIGMAP}"
+    with _reporting(api, f"reading configmap {where}"):
+        try:
+            response: Any = api.read_namespaced_config_map(PUBLISHED_CONFIGMAP, namespace, _preload_content=False,
+                                                           _request_timeout=REQUEST_TIMEOUT_SECONDS)
+        except ApiException as exc:
+            if exc.status == 404:
+                raise ClusterError(f"configmap {where} not found at {_host(api)}: no gpu-class webhook runs in "
+                                   f"{namespace} (give --install-namespace)") from None
+            raise
+        data = json.loads(response.data).get("data")
+        return data if isinstance(data, dict) else {}
+
+
+def read_node(api: kubernetes.client.CoreV1Api, catalog: Catalog, name: str) -> Snapshot:
+    """An inventory of the one node `name`, no Pods: what a user who may get that node but not list every Pod sees."""
+    with _reporting(api, f"reading node {name}"):
+        response: Any = api.read_node(name, _preload_content=False, _request_timeout=REQUEST_TIMEOUT_SECONDS)
+        node = json.loads(response.data)
+    return fixed_snapshot(catalog, reduce_objects(catalog, [{"kind": "Node", **node}]))

@@ -29,6 +29,7 @@ __all__ = [
     "check_live_config",
     "read_file_snapshot",
     "start_live_inventory",
+    "start_publishing",
 ]
 
 
@@ -87,3 +88,13 @@ def start_live_inventory(
     from . import watch  # the kubernetes client only where it is used
 
     return watch.start_live_inventory(catalog, kubeconfig=kubeconfig, observer=observer, after_list=after_list)
+
+
+def start_publishing(kubeconfig: str | None, namespace: str, data: dict[str, str]) -> None:
+    """Write the install's published settings (core/published.py) in `namespace`, on a thread of their own."""
+    import kubernetes  # the kubernetes client only where it is used
+
+    from . import publish, watch
+
+    api = kubernetes.client.CoreV1Api(kubernetes.client.ApiClient(watch.check_kube_config(kubeconfig)))
+    publish.start_publishing(api, namespace, data)

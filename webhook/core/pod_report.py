@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from typing import Any, Mapping, Sequence, TypedDict
+from typing import Any, Literal, Mapping, Sequence, TypedDict
 
 from .catalog import Catalog, parse_wait
 from .explain import scheduler_guarantee
@@ -53,7 +53,14 @@ PodReport = TypedDict("PodReport", {
     "problem": "str | None",
     "upgrade": "str | None",  # for a bound Pod: whether the upgrader would move it (upgrade.py)
     "wait": "str | None",  # for a Pod with gpu-class.io/max-wait: what gpu-class-scheduler does with its wait
+    # "cluster": judged on every node and Pod; "namespace": the reader may not list them (a tenant), so the
+    # report holds what the Pod says and its node where the reader may get it, and no room or upgrade outlook
+    "view": "View",
+    "nodeSeen": bool,  # the Pod's node was in the inventory read (False where the reader may not get it)
+    "schedulerSays": "str | None",  # for a Pod not bound: the scheduler's last word (its PodScheduled condition)
 })
+
+View = Literal["cluster", "namespace"]
 
 
 class GroupRoom(TypedDict):
@@ -109,8 +116,16 @@ def _duration(seconds: float) -> str:
     return text
 
 
+def _scheduler_says(pod: Mapping[str, Any]) -> str | None:
+    for condition in (pod.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
+            return str(condition.get("message") or condition.get("reason") or "") or None
+    return None
+
+
 def build_pod_report(pod: Mapping[str, Any], snapshot: Snapshot, catalog: Catalog,
-                     now_seconds: float | None = None) -> PodReport:
+                     now_seconds: float | None = None, view: View = "cluster") -> PodReport:
+    """What gpu-class did for `pod`; with view "namespace", `snapshot` holds at most the Pod's node."""
     metadata = pod.get("metadata") or {}
     annotations = metadata.get("annotations") or {}
     spec = pod.get("spec") or {}
@@ -136,6 +151,9 @@ def build_pod_report(pod: Mapping[str, Any], snapshot: Snapshot, catalog: Catalo
         "problem": None,
         "upgrade": None,
         "wait": None,
+        "view": view,
+        "nodeSeen": bool(node) and node in snapshot.nodes,
+        "schedulerSays": None if node else _scheduler_says(pod),
     }
     try:
         needs = read_pod(pod, catalog)
@@ -155,13 +173,16 @@ def build_pod_report(pod: Mapping[str, Any], snapshot: Snapshot, catalog: Catalo
         report["nodeDevices"] = None if offer is None else "dra" if offer.dra else "device-plugin"
     if node and needs is not None and needs.types:
         report["onPreferredType"] = info is not None and info.type_name == needs.types[0]
+    if node and view == "namespace" and not report["nodeSeen"]:
+        report["onPreferredType"] = None  # its node's type is not known here
     group = pod_group(pod)
-    runs = None if group is None else runs_on(snapshot, group, needs.resource if needs is not None else None)
+    whole = view == "cluster"
+    runs = None if group is None or not whole else runs_on(snapshot, group, needs.resource if needs is not None else None)
     if group is not None:
         report["group"] = {"name": group[1], "runsOn": None if runs is None else runs.as_json()}
-    if node is None and needs is not None:
+    if node is None and needs is not None and whole:
         report["room"] = _room(needs, snapshot, runs)
-    outlook = upgrade_outlook(pod, snapshot, catalog) if report["phase"] not in TERMINAL_PHASES else None
+    outlook = upgrade_outlook(pod, snapshot, catalog) if report["phase"] not in TERMINAL_PHASES and whole else None
     report["upgrade"] = None if outlook is None else outlook.describe()
     if now_seconds is not None and report["phase"] not in TERMINAL_PHASES:
         report["wait"] = wait_outlook(pod, report["types"], report["nodeType"], now_seconds)
@@ -200,10 +221,15 @@ def render_pod_text(report: PodReport) -> str:
     else:
         lines.append("gpu-class did not place this Pod: it has no gpu-class.io/types (created before the webhook "
                      "ran, in a namespace not opted in, or without a class)")
+    if report["view"] == "namespace":
+        lines.append("your rights do not list the cluster's nodes and Pods: shown is what the Pod and its node say, "
+                     "not which types have room now nor whether the upgrader would move it")
     node = report["node"]
     if node is not None:
         finished = " and finished" if report["phase"] in TERMINAL_PHASES else ""
-        if report["nodeType"] is None:
+        if not report["nodeSeen"] and report["view"] == "namespace":
+            lines.append(f"scheduled{finished} on {node} (its GPU type is not shown: your rights do not get nodes)")
+        elif report["nodeType"] is None:
             where = "a node of no catalog type" if report["nodeProduct"] else "a node with no GPU product label"
             lines.append(f"scheduled{finished} on {node}, {where}")
         elif report["nodeDevices"] == "dra":
@@ -213,11 +239,15 @@ def render_pod_text(report: PodReport) -> str:
             lines.append(f"scheduled{finished} on {node}: {report['nodeType']} ({report['nodeProduct']})")
         if report["onPreferredType"]:
             lines.append(f"{report['nodeType']} is its preferred type")
+        elif report["onPreferredType"] is None:
+            pass
         elif types and report["nodeType"] in types:
             rank = _ordinal(types.index(str(report["nodeType"])) + 1)
             lines.append(f"{report['nodeType']} is its {rank} choice; it preferred {types[0]}")
         elif types:
             lines.append(f"that is none of its types; it preferred {types[0]}")
+    if report["schedulerSays"]:
+        lines.append(f"{report['scheduler']} says: {report['schedulerSays']}")
     if report["upgrade"]:
         lines.append(report["upgrade"])
     if report["wait"]:

@@ -23,8 +23,10 @@ from gunicorn.app.base import BaseApplication
 
 from ..cluster.source import (
     InputError, InventorySource, StaticInventory, check_live_config, read_file_snapshot, start_live_inventory,
+    start_publishing,
 )
-from ..core.catalog import Catalog, load_catalog_file, load_default_catalog
+from ..core.catalog import Catalog, default_catalog_text, load_catalog_text
+from ..core.published import published_data
 from ..core.inventory import Snapshot
 from . import logs
 from .app import create_app
@@ -35,8 +37,19 @@ from .tls import CertReloader
 log = logging.getLogger("gpu_class.server")
 
 
-def load_catalog(config: ServeConfig) -> Catalog:
-    catalog = load_catalog_file(config.catalog_file) if config.catalog_file else load_default_catalog()
+def read_catalog_text(config: ServeConfig) -> str:
+    if not config.catalog_file:
+        return default_catalog_text()
+    try:
+        with open(config.catalog_file, encoding="utf-8") as fh:
+            return fh.read()
+    except OSError as exc:
+        raise InputError(f"cannot read catalog {config.catalog_file}: {exc.strerror}") from None
+
+
+def load_catalog(config: ServeConfig, text: str | None = None) -> Catalog:
+    source = config.catalog_file or "the built-in catalog"
+    catalog = load_catalog_text(read_catalog_text(config) if text is None else text, source)
     if config.scheduler_name is not None:
         # The install that runs the strict scheduler says so; the catalog stays the user's.
         catalog = dataclasses.replace(catalog, scheduler_name=config.scheduler_name)
@@ -51,6 +64,7 @@ class Loaded:
 
     catalog: Catalog
     snapshot: Snapshot | None  # None: each worker watches the cluster
+    catalog_text: str  # as read, for the install's published settings
 
 
 def _port(address: str, flag: str) -> int:
@@ -85,6 +99,8 @@ def make_inventory(config: ServeConfig, loaded: Loaded) -> InventorySource:
     if loaded.snapshot is not None:
         observer.published(loaded.snapshot)
         return StaticInventory(loaded.snapshot)
+    if config.publish_namespace:
+        start_publishing(config.kubeconfig, config.publish_namespace, published_data(loaded.catalog_text, loaded.catalog))
     return start_live_inventory(loaded.catalog, kubeconfig=config.kubeconfig, observer=observer,
                                 after_list=keep_listed_from_gc)
 
@@ -101,7 +117,8 @@ def build_app(config: ServeConfig, loaded: Loaded | None = None) -> Flask:
 
 def check_config(config: ServeConfig) -> Loaded:
     """Fail at start, in the master, with a message that says what to fix."""
-    catalog = load_catalog(config)
+    text = read_catalog_text(config)
+    catalog = load_catalog(config, text)
     snapshot = None
     if config.nodes_files:
         snapshot = read_file_snapshot(config.nodes_files, catalog)
@@ -112,7 +129,7 @@ def check_config(config: ServeConfig) -> Loaded:
     except (OSError, ssl.SSLError) as exc:
         raise InputError(f"cannot use --cert-file {config.cert_file} / --key-file {config.key_file}: {exc}") from None
     check_extender_listener(config)
-    return Loaded(catalog, snapshot)
+    return Loaded(catalog, snapshot, text)
 
 
 class WebhookServer(BaseApplication):  # type: ignore[misc]
