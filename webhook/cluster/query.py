@@ -10,10 +10,11 @@ line tool that answers a typo in a context name with a traceback is not one peop
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import kubernetes
 import urllib3
@@ -153,40 +154,36 @@ def read_snapshot(api: kubernetes.client.CoreV1Api, catalog: Catalog) -> Snapsho
         return LiveInventory(catalog, api, watch_pods=True).read_once()
 
 
-def read_pod(api: kubernetes.client.CoreV1Api, namespace: str, name: str) -> dict[str, Any]:
-    """The Pod as the API server holds it, as plain JSON."""
-    with _reporting(api, f"reading pod {namespace}/{name}"):
+def _read_object(api: kubernetes.client.CoreV1Api, kind: str, key: str, read: Callable[..., Any],
+                 missing: str = "") -> dict[str, Any]:
+    """One object as the API server holds it, as plain JSON; a 404 says `kind key not found` and `missing`."""
+    with _reporting(api, f"reading {kind} {key}"):
         try:
             # the raw response (its .data), as the watch reads: no generated model objects
-            response: Any = api.read_namespaced_pod(name, namespace, _preload_content=False,
-                                                    _request_timeout=REQUEST_TIMEOUT_SECONDS)
+            response: Any = read(_preload_content=False, _request_timeout=REQUEST_TIMEOUT_SECONDS)
         except ApiException as exc:
             if exc.status == 404:
-                raise ClusterError(f"pod {namespace}/{name} not found at {_host(api)}") from None
+                raise ClusterError(f"{kind} {key} not found at {_host(api)}{missing}") from None
             raise
-        pod: dict[str, Any] = json.loads(response.data)
-        return pod
+        obj: dict[str, Any] = json.loads(response.data)
+        return obj
+
+
+def read_pod(api: kubernetes.client.CoreV1Api, namespace: str, name: str) -> dict[str, Any]:
+    """The Pod as the API server holds it, as plain JSON."""
+    return _read_object(api, "pod", f"{namespace}/{name}", functools.partial(api.read_namespaced_pod, name, namespace))
 
 
 def read_published(api: kubernetes.client.CoreV1Api, namespace: str) -> dict[str, Any]:
     """The data of the install's published settings (core/published.py), which every signed-in user may read."""
-    where = f"{namespace}/{PUBLISHED_CONFIGMAP}"
-    with _reporting(api, f"reading configmap {where}"):
-        try:
-            response: Any = api.read_namespaced_config_map(PUBLISHED_CONFIGMAP, namespace, _preload_content=False,
-                                                           _request_timeout=REQUEST_TIMEOUT_SECONDS)
-        except ApiException as exc:
-            if exc.status == 404:
-                raise ClusterError(f"configmap {where} not found at {_host(api)}: no gpu-class webhook runs in "
-                                   f"{namespace} (give --install-namespace)") from None
-            raise
-        data = json.loads(response.data).get("data")
-        return data if isinstance(data, dict) else {}
+    configmap = _read_object(api, "configmap", f"{namespace}/{PUBLISHED_CONFIGMAP}",
+                             functools.partial(api.read_namespaced_config_map, PUBLISHED_CONFIGMAP, namespace),
+                             f": no gpu-class webhook runs in {namespace} (give --install-namespace)")
+    data = configmap.get("data")
+    return data if isinstance(data, dict) else {}
 
 
 def read_node(api: kubernetes.client.CoreV1Api, catalog: Catalog, name: str) -> Snapshot:
     """An inventory of the one node `name`, no Pods: what a user who may get that node but not list every Pod sees."""
-    with _reporting(api, f"reading node {name}"):
-        response: Any = api.read_node(name, _preload_content=False, _request_timeout=REQUEST_TIMEOUT_SECONDS)
-        node = json.loads(response.data)
+    node = _read_object(api, "node", name, functools.partial(api.read_node, name))
     return fixed_snapshot(catalog, reduce_objects(catalog, [{"kind": "Node", **node}]))
