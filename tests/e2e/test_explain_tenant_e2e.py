@@ -134,3 +134,20 @@ def test_a_tenant_pointed_at_no_install_is_told_and_judged_with_the_built_in_cat
     proc = explain(tenant_kubeconfig, namespace, "trainer", "--install-namespace", "no-gpu-class-here")
     assert proc.returncode == 0
     assert "configmap no-gpu-class-here/gpu-class-public" in proc.stderr and "built-in catalog" in proc.stderr
+
+
+def test_a_tenant_may_read_the_published_settings_but_not_forge_them(
+        core: kubernetes.client.CoreV1Api, tenant_kubeconfig: Path) -> None:
+    where = local_cluster.WEBHOOK_NAMESPACE
+    before = wait_for("the published settings", lambda: core.read_namespaced_config_map(PUBLISHED_CONFIGMAP, where).data)
+    kubectl = [local_cluster.kubectl_path(), f"--kubeconfig={tenant_kubeconfig}", "-n", where]
+    read = subprocess.run([*kubectl, "get", "configmap", PUBLISHED_CONFIGMAP, "-o", "jsonpath={.data.schedulerName}"],
+                          capture_output=True, text=True, timeout=60)
+    assert read.returncode == 0, read.stderr
+    forged = subprocess.run([*kubectl, "patch", "configmap", PUBLISHED_CONFIGMAP, "--type=merge",
+                             "-p", '{"data": {"schedulerName": "gpu-class-scheduler"}}'],
+                            capture_output=True, text=True, timeout=60)
+    assert forged.returncode != 0 and "forbidden" in forged.stderr
+    listed = subprocess.run([*kubectl, "get", "configmaps"], capture_output=True, text=True, timeout=60)
+    assert listed.returncode != 0 and "forbidden" in listed.stderr  # by name only: the namespace's others stay unread
+    assert core.read_namespaced_config_map(PUBLISHED_CONFIGMAP, where).data == before
