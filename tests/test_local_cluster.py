@@ -4,6 +4,7 @@ components here; tests/e2e/test_local_cluster_e2e.py makes a real `up` fail."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import time
@@ -103,3 +104,33 @@ def test_markers_of_another_cluster_are_not_ours(tmp_path: Path) -> None:
         assert local_cluster._alive(pid)
     finally:
         local_cluster.down(theirs, grace_seconds=0.5)
+
+
+@pytest.mark.parametrize("argv, flags, expected", [
+    pytest.param(["apiserver", "--a=1"], {"--runtime-config": "resource.k8s.io/v1=false"},
+                 ["apiserver", "--a=1", "--runtime-config=resource.k8s.io/v1=false"], id="added"),
+    pytest.param(["apiserver", "--authorization-mode=Node,RBAC", "--a=1"], {"--authorization-mode": "RBAC"},
+                 ["apiserver", "--a=1", "--authorization-mode=RBAC"], id="replaced"),
+    pytest.param(["apiserver", "--runtime-config=resource.k8s.io/v1=false", "--a=1"], {"--runtime-config": None},
+                 ["apiserver", "--a=1"], id="removed"),
+    pytest.param(["apiserver", "--a=1"], {"--runtime-config": None}, ["apiserver", "--a=1"], id="absent-stays-absent"),
+    pytest.param(["apiserver", "--a=1", "--ab=2"], {"--a": "3"}, ["apiserver", "--ab=2", "--a=3"],
+                 id="by-whole-name-not-prefix"),
+])
+def test_a_component_restarts_with_its_flags_changed(argv: list[str], flags: dict[str, str | None],
+                                                      expected: list[str]) -> None:
+    assert local_cluster.with_flags(argv, flags) == expected
+
+
+def test_the_flags_a_component_ran_with_are_read_back_to_restore_them(tmp_path: Path) -> None:
+    (tmp_path / "run").mkdir()
+    argv = ["kube-apiserver", "--authorization-mode=Node,RBAC", "--secure-port=6443"]
+    changed = local_cluster.with_flags(argv, {"--authorization-mode": "RBAC",
+                                              "--runtime-config": "resource.k8s.io/v1=false"})
+    (tmp_path / "run" / "kube-apiserver.argv").write_text(json.dumps(changed))
+    cluster = local_cluster.Cluster(tmp_path)
+    assert cluster.flags("kube-apiserver", ["--authorization-mode", "--runtime-config", "--absent"]) == {
+        "--authorization-mode": "RBAC", "--runtime-config": "resource.k8s.io/v1=false", "--absent": None}
+    # what a test saves before it changes them puts the argv back as it was
+    before = {"--authorization-mode": "Node,RBAC", "--runtime-config": None}
+    assert sorted(local_cluster.with_flags(changed, before)) == sorted(argv)

@@ -374,6 +374,12 @@ class Cluster:
         self.pidfile(name).write_text(f"{proc.pid} {_start_time(proc.pid)}\n")
         (self.dir / "run" / f"{name}.argv").write_text(json.dumps(list(argv)))
 
+    def flags(self, name: str, names: Iterable[str]) -> dict[str, str | None]:
+        """The values of the flags `names` that `name` was last started with (None: not given), e.g. to restore."""
+        argv = json.loads((self.dir / "run" / f"{name}.argv").read_text())
+        given = dict(a.split("=", 1) for a in argv if a.startswith("--") and "=" in a)
+        return {flag: given.get(flag) for flag in names}
+
     def pid(self, name: str) -> int | None:
         try:
             return int(self.pidfile(name).read_text().split()[0])
@@ -402,8 +408,10 @@ class Cluster:
             _reap(pid)
         self.pidfile(name).unlink(missing_ok=True)
 
-    def restart(self, name: str, while_stopped: Callable[[], object] | None = None) -> None:
-        argv = json.loads((self.dir / "run" / f"{name}.argv").read_text())
+    def restart(self, name: str, while_stopped: Callable[[], object] | None = None,
+                flags: Mapping[str, str | None] | None = None) -> None:
+        """Stop `name` and start it again with the arguments it ran with, `flags` changed (with_flags)."""
+        argv = with_flags(json.loads((self.dir / "run" / f"{name}.argv").read_text()), flags or {})
         self.stop(name)
         if while_stopped:
             while_stopped()
@@ -460,15 +468,28 @@ class Cluster:
         call("/v3/kv/compaction", {"revision": revision, "physical": True})
         return revision
 
-    def restart_apiserver(self, while_stopped: Callable[[], object] | None = None) -> None:
-        """Restart the API server (calling `while_stopped` while it is down), then what exited because
-        of it, as a kubelet restarts static Pods.
+    def restart_apiserver(self, while_stopped: Callable[[], object] | None = None,
+                          flags: Mapping[str, str | None] | None = None,
+                          while_starting: Callable[[], object] | None = None) -> None:
+        """Restart the API server (calling `while_stopped` while it is down, with `flags` changed: an API server
+        reconfigured), then what exited because of it, as a kubelet restarts static Pods. Changed flags stay
+        for later restarts until changed back. `while_starting` is called as soon as the new process is started,
+        before it is ready: a test that times what the API server serves from the moment it serves it.
 
         kube-scheduler with leader election exits when it cannot renew its lease ("leaderelection
         lost"): those are the strict schedulers, whose deploy/scheduler configuration elects a leader.
         """
-        self.restart("kube-apiserver", while_stopped)
-        self.wait_ready("kube-apiserver", self.apiserver_ready)
+        self.restart("kube-apiserver", while_stopped, flags)
+        try:
+            if while_starting:
+                while_starting()
+        finally:
+            self.wait_ready("kube-apiserver", self.apiserver_ready)
+            self.revive_after_apiserver()
+
+    def revive_after_apiserver(self) -> None:
+        """The components that exited because the API server was away, started again (and the strict scheduler's
+        lease held again)."""
         deadline = time.monotonic() + 12  # a lease is lost within its renew deadline (10 s)
         while time.monotonic() < deadline:
             if STRICT_SCHEDULER in self.revive():
@@ -501,6 +522,13 @@ class Cluster:
         if check and proc.returncode != 0:
             raise ClusterError(f"kubectl {' '.join(args)} failed: {proc.stderr.strip()}")
         return proc
+
+
+def with_flags(argv: Sequence[str], flags: Mapping[str, str | None]) -> list[str]:
+    """`argv` with each `--name=value` flag of `flags` set to its value (appended where absent), or removed
+    where its value is None."""
+    kept = [a for a in argv if a.split("=", 1)[0] not in flags]
+    return kept + [f"{name}={value}" for name, value in flags.items() if value is not None]
 
 
 def marked_processes(directory: Path) -> list[int]:
