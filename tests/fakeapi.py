@@ -90,6 +90,14 @@ class Resource:
 DRA_API = "resource.k8s.io/v1"
 KARPENTER_API = "karpenter.sh/v1"
 CRD_API = "apiextensions.k8s.io/v1"  # always served, as on every API server
+APIREGISTRATION_API = "apiregistration.k8s.io/v1"  # likewise
+# what kube-apiserver's aggregator registers for resource.k8s.io/v1 while it serves it
+DRA_API_SERVICE_NAME = "v1.resource.k8s.io"
+DRA_API_SERVICE: JsonObj = {"apiVersion": APIREGISTRATION_API, "kind": "APIService", "metadata": {
+    "name": DRA_API_SERVICE_NAME, "labels": {"kube-aggregator.kubernetes.io/automanaged": "onstart"}},
+    "spec": {"group": "resource.k8s.io", "version": "v1", "groupPriorityMinimum": 15900, "versionPriority": 15},
+    "status": {"conditions": [{"type": "Available", "status": "True", "reason": "Local",
+                               "message": "Local APIServices are always available"}]}}
 RESOURCES: dict[str, Resource] = {r.plural: r for r in (
     Resource("Node", "nodes", False, frozenset({"metadata.name", "spec.unschedulable"}),
              frozenset({"spec.unschedulable"})),
@@ -106,6 +114,7 @@ RESOURCES: dict[str, Resource] = {r.plural: r for r in (
     Resource("NodePool", "nodepools", False, frozenset({"metadata.name"}), api_version=KARPENTER_API),
     Resource("CustomResourceDefinition", "customresourcedefinitions", False, frozenset({"metadata.name"}),
              api_version=CRD_API),
+    Resource("APIService", "apiservices", False, frozenset({"metadata.name"}), api_version=APIREGISTRATION_API),
 )}
 _BY_KIND = {r.kind.lower(): r for r in RESOURCES.values()}
 _REASONS = {400: "BadRequest", 401: "Unauthorized", 403: "Forbidden", 404: "NotFound",
@@ -328,7 +337,7 @@ class FakeApiServer:
     def __init__(self, *, bookmark_interval_seconds: float = 1.0, port: int = 0, serve_dra: bool = False,
                  serve_karpenter: bool = False) -> None:
         self.bookmark_interval_seconds = bookmark_interval_seconds
-        self.serve_dra = serve_dra  # False: resource.k8s.io is 404, as on a server without DRA
+        self._serve_dra = False
         self.serve_karpenter = serve_karpenter  # False: karpenter.sh is 404, as on a server without Karpenter
         self.server_errors: list[str] = []  # unexpected handler exceptions; tests assert none
         self._port = port
@@ -346,6 +355,25 @@ class FakeApiServer:
         self._conns: dict[socket.socket, threading.Thread] = {}
         self._httpd: _HTTPServer | None = None
         self._serve_thread: threading.Thread | None = None
+        self.serve_dra = serve_dra
+
+    @property
+    def serve_dra(self) -> bool:
+        """False: resource.k8s.io is 404, as on a server without DRA."""
+        return self._serve_dra
+
+    @serve_dra.setter
+    def serve_dra(self, served: bool) -> None:
+        """Serve resource.k8s.io/v1, then register its APIService, as kube-apiserver started with it does (a
+        moment later); or not, and delete the APIService, as one started without it does."""
+        with self._cond:
+            self._serve_dra = served
+            res = RESOURCES["apiservices"]
+            key = _key(res, None, DRA_API_SERVICE_NAME)
+            if served and key not in self._objects:
+                self._create(res, copy.deepcopy(DRA_API_SERVICE))
+            elif key in self._objects and not served:
+                self._delete(res, key)
 
     # ------------------------------------------------------------ lifecycle
 
@@ -584,7 +612,7 @@ class FakeApiServer:
         try:
             if rule is not None:
                 raise ApiError(rule.code, f"injected failure ({rule.code})")
-            served = {"v1", CRD_API, *([DRA_API] if self.serve_dra else []),
+            served = {"v1", CRD_API, APIREGISTRATION_API, *([DRA_API] if self.serve_dra else []),
                       *([KARPENTER_API] if self.serve_karpenter else [])}
             res, namespace, name = _route(url.path, served=frozenset(served))
             query = Query(res, namespace, parse_label_selector(params.get("labelSelector", "")),

@@ -102,8 +102,9 @@ def test_inventory_reads_the_cluster_once_and_never_watches(api: FakeApiServer, 
                                        *(f"/apis/resource.k8s.io/v1/{r}" for r in ("resourceslices", "deviceclasses",
                                                                                     "resourceclaims")),
                                        "/apis/karpenter.sh/v1/nodepools",
-                                       # Karpenter's CRD, by name: what wakes the NodePools reflector in a watch
-                                       "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"}
+                                       # the heralds, by name: what wakes NodePools and DRA in a watch
+                                       "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+                                       "/apis/apiregistration.k8s.io/v1/apiservices"}
     pods_call = next(r for r in calls if r.path == "/api/v1/pods")
     assert pods_call.query["fieldSelector"] == "status.phase!=Succeeded,status.phase!=Failed"  # as the watch lists
     assert capsys.readouterr().out.startswith("TYPE ")

@@ -42,6 +42,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from webhook.cluster.watch import HERALDS
 from webhook.core.published import PUBLISHED_CONFIGMAP
 
 Obj = dict[str, Any]
@@ -1001,9 +1002,11 @@ def test_rbac_reads_the_cluster_and_writes_only_its_published_configmap(renders:
     assert granted == {("", r, v) for r in ("nodes", "namespaces", "pods") for v in reads} | {
         ("resource.k8s.io", r, v) for r in ("resourceslices", "deviceclasses", "resourceclaims") for v in reads} | {
         ("karpenter.sh", "nodepools", v) for v in reads} | {
-        ("apiextensions.k8s.io", "customresourcedefinitions", v) for v in reads}
-    # every rule reads whole kinds, but for the CRDs: Karpenter's alone, watched by name
-    assert [r.get("resourceNames") for r in role["rules"] if "resourceNames" in r] == [["nodepools.karpenter.sh"]]
+        (h.api.split("/")[0], h.resource, v) for h in HERALDS for v in reads}
+    # every rule reads whole kinds, but for the heralds (Karpenter's CRD, DRA's APIService): each alone, by the name
+    # the webhook watches it by
+    assert [(r["apiGroups"], r["resources"], r["resourceNames"]) for r in role["rules"] if "resourceNames" in r] == [
+        ([h.api.split("/")[0]], [h.resource], [h.name]) for h in HERALDS]
     assert all("nonResourceURLs" not in r for r in role["rules"])
 
     subject = {"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": SYSTEM_NAMESPACE}

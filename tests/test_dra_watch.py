@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import re
 import time
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import kubernetes
 import pytest
@@ -294,3 +294,105 @@ def test_a_passing_403_after_the_first_list_keeps_dra_on(dra_api: FakeApiServer)
         eventually(lambda: types_for(inv) == ("H100", "A100-80GB"), timeout_seconds=30, what="watching again")
     finally:
         inv.stop()
+
+
+# --- DRA served after the start: heard from its APIService ---------------------------------------------
+
+def restart_serving_dra(api: FakeApiServer) -> None:
+    """An API server upgraded or reconfigured: down for a few seconds (every watch refused), back serving DRA."""
+    api.set_available(False)
+    time.sleep(3)
+    api.serve_dra = True
+    api.set_available(True)
+
+
+def serve_dra(api: FakeApiServer) -> None:
+    api.serve_dra = True
+
+
+@pytest.mark.parametrize("turn_on", [
+    pytest.param(serve_dra, id="served-while-up"),
+    pytest.param(restart_serving_dra, id="served-by-the-api-server-restarted"),
+])
+def test_dra_served_after_the_start_is_read_in_seconds_not_at_the_next_minute(
+        caplog: pytest.LogCaptureFixture, turn_on: Callable[[FakeApiServer], None]) -> None:
+    caplog.set_level(logging.INFO, logger="gpu_class.watch")
+    with FakeApiServer(bookmark_interval_seconds=0.2) as api:
+        api.create(make_namespace("ml"))
+        for obj in nvidia_device_classes():  # in the store: what an API server serving DRA will answer with
+            api.create(obj)
+        api.create(make_bare_node("dra-1"))
+        api.create(make_slice("dra-1", nvidia_gpus(4)))
+        reading = Reading()
+        inv = start(api, watch_pods=True, observer=reading)
+        try:
+            assert inv.snapshot().dra.off is not None and types_for(inv) == ()
+            # the API server's own figure: a second or so from serving the API to registering its APIService
+            turn_on(api)
+            served = time.monotonic()
+            eventually(lambda: types_for(inv) == ("H100",), timeout_seconds=watch.OFF_RECHECK_SECONDS,
+                       what="the slice read once DRA is served")
+            took = time.monotonic() - served
+            assert took < 2.0, f"{took:.1f} s"  # the herald's watch back within its second, then one list
+            assert inv.snapshot().dra.off is None
+            eventually(lambda: all(reading.said[r][-1] for r in ("deviceclasses", "resourceslices", "resourceclaims")),
+                       what="the gauge told")
+            messages = [r.getMessage() for r in caplog.records]
+            assert ("apiservices v1.resource.k8s.io is Available: resource.k8s.io/v1 is served, reading "
+                    "deviceclasses, resourceslices, resourceclaims now") in messages
+            assert "DRA is on: reading ResourceSlices and DeviceClasses" in messages
+        finally:
+            inv.stop()
+
+
+def test_the_apiservice_heard_while_a_list_finds_dra_not_yet_served_lists_again_at_once(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """The list answered 404 a moment before the API was served, and the APIService came before the reflector
+    had turned the resource off: it lists again at once rather than waiting the minute."""
+    with FakeApiServer(bookmark_interval_seconds=0.2) as api:
+        api.create(make_namespace("ml"))
+        inv = LiveInventory(CATALOG, kubernetes.client.CoreV1Api(api.api_client()))
+        (slices,) = [r for r in inv.reflectors if r.name == "resourceslices"]
+        real_list, lists = slices.list_call, []
+
+        def served_during_the_first_list(**kwargs: Any) -> Any:
+            if kwargs.get("watch"):
+                return real_list(**kwargs)
+            lists.append(time.monotonic())
+            try:
+                return real_list(**kwargs)
+            finally:
+                if len(lists) == 1:
+                    api.serve_dra = True
+                    eventually(slices.recheck.is_set, what="the APIService heard, the slices' list not yet done")
+
+        slices.list_call = served_during_the_first_list
+        inv.start()
+        try:
+            eventually(lambda: len(lists) == 2 and inv.readiness()[0], timeout_seconds=5.0,
+                       what="the slices listed again")
+            assert lists[1] - lists[0] < 5.0
+            eventually(lambda: "off" not in inv.readiness()[1]["watches"]["resourceslices"], what="slices read")
+        finally:
+            inv.stop()
+
+
+def test_not_allowed_to_watch_the_apiservice_dra_is_asked_for_every_minute(
+        caplog: pytest.LogCaptureFixture, quick_recheck: None) -> None:
+    caplog.set_level(logging.INFO, logger="gpu_class.watch")
+    with FakeApiServer(bookmark_interval_seconds=0.2) as api:
+        api.create(make_namespace("ml"))
+        api.fail_next(10**6, status=403, path_prefix="/apis/apiregistration.k8s.io/v1/apiservices")
+        reading = Reading()
+        inv = start(api, observer=reading)
+        try:
+            assert inv.readiness()[0]  # off is an answer: ready without it
+            api.serve_dra = True
+            eventually(lambda: inv.snapshot().dra.off is None, what="DRA read at the (shortened) minute")
+            assert set(reading.said["apiservices"]) == {False}
+            (line,) = [r.getMessage() for r in caplog.records if "is not watched" in r.getMessage()]
+            assert line.startswith("apiservices v1.resource.k8s.io is not watched (not allowed to list "
+                                   "apiservices.apiregistration.k8s.io (HTTP 403 Forbidden)"), line
+            assert "): resource.k8s.io/v1, while off, is asked for again every " in line, line
+        finally:
+            inv.stop()

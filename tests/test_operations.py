@@ -153,14 +153,15 @@ def test_watch_restart_series_are_exported_at_zero(tmp_path: Path) -> None:
             restarts = series(scrape(server), "gpu_class_watch_restarts_total")
             assert restarts == {(resource, reason): 0.0
                                 for resource in ("nodes", "namespaces", "pods", "deviceclasses", "resourceslices",
-                                                 "resourceclaims", "nodepools", "customresourcedefinitions")
+                                                 "resourceclaims", "nodepools", "customresourcedefinitions",
+                                                 "apiservices")
                                 for reason in ("timeout", "expired", "error")}
-            # this fake serves neither DRA nor Karpenter (but CRDs, as every API server): read, and not read,
-            # by every worker
+            # this fake serves neither DRA nor Karpenter (but CRDs and APIServices, as every API server, their
+            # heralds): read, and not read, by every worker
             read = series(scrape(server), "gpu_class_inventory_resource_read")
             assert read == {("nodes",): 1, ("namespaces",): 1, ("pods",): 1, ("deviceclasses",): 0,
                             ("resourceslices",): 0, ("resourceclaims",): 0, ("nodepools",): 0,
-                            ("customresourcedefinitions",): 1}, read
+                            ("customresourcedefinitions",): 1, ("apiservices",): 1}, read
             api.drop_watches()
             deadline = time.monotonic() + 10
             while sum(series(scrape(server), "gpu_class_watch_restarts_total").values()) < 3:
@@ -228,7 +229,7 @@ def test_binds_are_counted_once_across_workers_and_worker_deaths(tmp_path: Path)
                     api.delete("Pod", name, "ml")
                 if round_ < 2:  # a new worker has listed everything before the next round's Pods exist
                     before = watches(api)
-                    assert len(before) == 8, before  # every resource the worker reads, Karpenter's CRD too
+                    assert len(before) == 9, before  # every resource the worker reads, the heralds too
                     os.kill(originals[round_], signal.SIGKILL)
                     deadline = time.monotonic() + 30
                     while any(watches(api)[path] <= n for path, n in before.items()):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import gc
 import json
+import threading
 import time
 import weakref
 from pathlib import Path
@@ -382,9 +383,9 @@ def test_a_pod_the_view_holds_is_forgotten_when_its_gpus_leave_its_line(api: Fak
 
 @pytest.mark.parametrize("order", [
     pytest.param(("nodes", "namespaces", "pods", "deviceclasses", "resourceslices", "resourceclaims", "nodepools",
-                  "customresourcedefinitions"), id="nodes-first"),
-    pytest.param(("customresourcedefinitions", "nodepools", "resourceclaims", "pods", "resourceslices", "namespaces",
-                  "deviceclasses", "nodes"), id="pods-first"),
+                  "customresourcedefinitions", "apiservices"), id="nodes-first"),
+    pytest.param(("apiservices", "customresourcedefinitions", "nodepools", "resourceclaims", "pods", "resourceslices",
+                  "namespaces", "deviceclasses", "nodes"), id="pods-first"),
 ])
 def test_synced_once_every_first_list_is_in_whatever_the_reflectors_flags_say(api: FakeApiServer,
                                                                               order: tuple[str, ...]) -> None:
@@ -392,10 +393,8 @@ def test_synced_once_every_first_list_is_in_whatever_the_reflectors_flags_say(ap
     others unfinished. The snapshot counts the lists it has taken in instead (here the flags never move)."""
     core = kubernetes.client.CoreV1Api(api.api_client())
     inv = LiveInventory(CATALOG, core, watch_pods=True)  # not started: the replaces are called by hand
-    replace = {"nodes": inv._replace_nodes, "namespaces": inv._replace_namespaces, "pods": inv._replace_pods,
-               "deviceclasses": inv._replace_classes, "resourceslices": inv._replace_slices,
-               "resourceclaims": inv._replace_claims, "nodepools": inv._replace_pools,
-               "customresourcedefinitions": inv._replace_crds}
+    replace = {r.name: r.replace for r in inv.reflectors}
+    assert sorted(replace) == sorted(order)  # every reflector, each once
     for name in order:
         assert inv.snapshot().synced is False, f"synced before {name} was listed"
         replace[name]([])
@@ -621,8 +620,9 @@ def test_served_by_gunicorn_workers_from_a_live_watch(api: FakeApiServer, tmp_pa
     config.write_text(TEST_CATALOG_YAML)
     with running_server(tmp_path, ["--kubeconfig", str(kubeconfig), "--config", str(config)], workers=2) as server:
         eventually(lambda: server.get("/readyz")[0] == 200, timeout_seconds=20, what="readyz")
-        # two workers, each with its own node, namespace and pod watches, the three DRA ones and NodePools'
-        assert api.wait_for_watches(14, timeout_seconds=20)
+        # two workers, each with its own node, namespace and pod watches, the three DRA ones, NodePools' and the
+        # two heralds'
+        assert api.wait_for_watches(18, timeout_seconds=20)
         review = make_review(make_pod({"gpu-class.io/class": "high"}))
         calls_before = len(api.request_log)
         for _ in range(10):
@@ -644,3 +644,107 @@ def test_served_by_gunicorn_workers_from_a_live_watch(api: FakeApiServer, tmp_pa
 def types_annotation(body: dict[str, Any]) -> str | None:
     patch = json.loads(base64.b64decode(body["response"].get("patch", "") or "W10="))
     return next((op["value"] for op in patch if op["path"] == "/metadata/annotations/gpu-class.io~1types"), None)
+
+
+# --- heralds: an object watched by name that says an optional API is served ----------------------------
+
+def _conditions(*pairs: tuple[str, str]) -> dict[str, Any]:
+    return {"conditions": [{"type": t, "status": s} for t, s in pairs]}
+
+
+@pytest.mark.parametrize("herald, obj, served", [
+    pytest.param(watch.DRA_API_SERVICE, {"metadata": {"name": "v1.resource.k8s.io"},
+                                         "status": _conditions(("Available", "True"))}, True, id="apiservice-available"),
+    pytest.param(watch.DRA_API_SERVICE, {"metadata": {"name": "v1.resource.k8s.io"},
+                                         "status": _conditions(("Available", "False"))}, False,
+                 id="apiservice-not-available"),
+    pytest.param(watch.DRA_API_SERVICE, {"metadata": {"name": "v1.resource.k8s.io"}}, False,
+                 id="apiservice-no-status-yet"),
+    pytest.param(watch.DRA_API_SERVICE, {"metadata": {"name": "v1beta1.resource.k8s.io"},
+                                         "status": _conditions(("Available", "True"))}, False,
+                 id="another-version-of-the-group"),
+    pytest.param(watch.DRA_API_SERVICE, {"metadata": {"name": "v1.resource.k8s.io"},
+                                         "status": _conditions(("Established", "True"))}, False,
+                 id="apiservice-with-the-crds-condition"),
+    pytest.param(watch.DRA_API_SERVICE, {"metadata": {"name": "v1.resource.k8s.io"},
+                                         "status": {"conditions": ["Available", None]}}, False,
+                 id="conditions-that-are-not-objects"),
+    pytest.param(watch.NODEPOOL_CRD, {"metadata": {"name": "nodepools.karpenter.sh"},
+                                      "status": _conditions(("NamesAccepted", "True"), ("Established", "True"))}, True,
+                 id="crd-established"),
+    pytest.param(watch.NODEPOOL_CRD, {"metadata": {"name": "nodepools.karpenter.sh"},
+                                      "status": _conditions(("NamesAccepted", "True"), ("Established", "False"))},
+                 False, id="crd-names-accepted-only"),
+    pytest.param(watch.NODEPOOL_CRD, {"metadata": {"name": "nodeclaims.karpenter.sh"},
+                                      "status": _conditions(("Established", "True"))}, False, id="another-crd"),
+])
+def test_a_herald_says_its_api_is_served_by_its_name_and_condition(herald: watch.Herald, obj: dict[str, Any],
+                                                                   served: bool) -> None:
+    assert watch.says_served(herald, obj) is served
+
+
+def test_each_herald_heralds_the_api_its_resources_are_read_from() -> None:
+    """The APIService kube-apiserver registers is named version.group of the group version it serves."""
+    version_group = watch.DRA_GROUP.split("/")[1] + "." + watch.DRA_GROUP.split("/")[0]
+    assert (watch.DRA_API_SERVICE.name, watch.DRA_API_SERVICE.serves) == (version_group, watch.DRA_GROUP)
+
+
+class _Stop(threading.Event):
+    """A stop event whose waits return at once, recorded, and that is set after `waits` of them."""
+
+    def __init__(self, waits: int) -> None:
+        super().__init__()
+        self.waits: list[float | None] = []
+        self.limit = waits
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.waits.append(timeout)
+        if len(self.waits) >= self.limit:
+            self.set()
+        return self.is_set()
+
+
+@pytest.mark.parametrize("name, waits", [
+    pytest.param("apiservices", [0.5, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0], id="dra-herald"),
+    pytest.param("customresourcedefinitions", [0.5, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0], id="karpenter-herald"),
+    pytest.param("nodes", [0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 30.0], id="an-ordinary-watch"),
+])
+def test_a_herald_retries_within_a_second_while_other_watches_back_off(
+        api: FakeApiServer, monkeypatch: pytest.MonkeyPatch, name: str, waits: list[float]) -> None:
+    """An API server restarting refuses every connection for seconds: a herald is back the second it is."""
+    monkeypatch.setattr("webhook.cluster.watch.random.uniform", lambda low, high: high)  # each wait's longest
+    inv = LiveInventory(CATALOG, kubernetes.client.CoreV1Api(api.api_client()))  # not started: run() by hand
+    (reflector,) = [r for r in inv.reflectors if r.name == name]
+
+    def refused(**kwargs: Any) -> Any:
+        raise ConnectionRefusedError("the API server is restarting")
+
+    reflector.list_call, reflector.stop_event = refused, _Stop(len(waits))
+    reflector.run()
+    assert reflector.stop_event.waits == waits
+
+
+def test_an_off_resource_whose_recheck_failed_is_woken_from_its_backoff_by_its_herald() -> None:
+    """Its minute's list came while the API server was restarting: the herald heard next does not wait out
+    the backoff (up to BACKOFF_SECONDS[1]) that failure began."""
+    stop, lists = threading.Event(), []
+
+    def list_call(**kwargs: Any) -> Any:
+        lists.append(time.monotonic())
+        raise ConnectionRefusedError("the API server is restarting")
+
+    reflector = watch.Reflector("resourceslices", list_call, lambda obj: obj, lambda items: None,
+                                lambda kind, obj: None, stop, on_off=lambda name, reason: None, off="not served",
+                                _backoff=watch.BACKOFF_SECONDS[1])
+    thread = threading.Thread(target=reflector.run, daemon=True)
+    thread.start()
+    try:
+        eventually(lambda: len(lists) == 1, what="the failed recheck")
+        time.sleep(0.2)
+        reflector.recheck.set()  # the herald
+        eventually(lambda: len(lists) == 2, timeout_seconds=2.0, what="a list at once")
+        assert lists[1] - lists[0] < 1.0
+    finally:
+        stop.set()
+        reflector.recheck.set()
+        thread.join(timeout=5)

@@ -24,9 +24,9 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
-from webhook.cluster.watch import LiveInventory, _events
+from webhook.cluster.watch import HERALDS, LiveInventory, _events
 from webhook.core.catalog import Catalog, load_default_catalog
 from webhook.core.inventory import Snapshot, UnboundGpuPod
 from webhook.core.planner import plan
@@ -78,9 +78,11 @@ def run_round(catalog: Catalog, fleet: list[dict[str, Any]], binds: int, *, judg
     observer.watching(tuple(r.name for r in inventory.reflectors), ())
     inventory._replace_nodes([i for i in map(inventory._reduce_node, fleet) if i is not None])
     inventory._replace_namespaces([])
-    for replace in (inventory._replace_slices, inventory._replace_classes, inventory._replace_claims,
-                    inventory._replace_pools, inventory._replace_crds):
-        replace([])  # a device-plugin fleet: DRA, NodePools and Karpenter's CRD read, and empty
+    heralds = [r.replace for r in inventory.reflectors if r.name in {h.resource for h in HERALDS}]
+    replaces: list[Callable[[list[Any]], None]] = [inventory._replace_slices, inventory._replace_classes,
+                                                   inventory._replace_claims, inventory._replace_pools, *heralds]
+    for replace in replaces:
+        replace([])  # a device-plugin fleet: DRA, NodePools and their heralds read, and empty
     names = [n["metadata"]["name"] for n in fleet]
     bound = [make_cluster_pod(i, names[i], 1) for i in range(len(names))]
     inventory._replace_pods([v for v in map(inventory._reduce_pod, bound) if v is not None])

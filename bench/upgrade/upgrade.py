@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from webhook.cluster.upgrader import may_move
-from webhook.cluster.watch import LiveInventory
+from webhook.cluster.watch import HERALDS, LiveInventory
 from webhook.core.catalog import Catalog, load_default_catalog
 from webhook.core.upgrade import History, Owner, UpgradeSettings, decide_moves, read_pod_state
 
@@ -91,8 +91,10 @@ def build(catalog: Catalog, nodes: int, room: bool) -> Inputs:
     inventory = LiveInventory(catalog, api=api)
     inventory._replace_nodes([i for i in map(inventory._reduce_node, gpu_nodes + cpu_nodes) if i is not None])
     inventory._replace_namespaces([])
-    for replace in (inventory._replace_slices, inventory._replace_classes, inventory._replace_claims,
-                    inventory._replace_pools, inventory._replace_crds):
+    heralds = [r.replace for r in inventory.reflectors if r.name in {h.resource for h in HERALDS}]
+    replaces: list[Callable[[list[Any]], None]] = [inventory._replace_slices, inventory._replace_classes,
+                                                   inventory._replace_claims, inventory._replace_pools, *heralds]
+    for replace in replaces:
         replace([])
     inventory._replace_pods([v for v in map(inventory._reduce_pod, pods) if v is not None])
     all_nodes = gpu_nodes + cpu_nodes

@@ -25,8 +25,9 @@ What real API servers do, and what the reflector does about it:
   serving meanwhile from the last known inventory;
 - a resource it does not serve (404: no resource.k8s.io/v1) or will not let us list from the start
   (403: no RBAC for it): for the DRA resources and NodePools only, that resource is off (empty) and logged once,
-  and is tried again every minute (NodePools at once when Karpenter's CRD, watched by name, becomes
-  established); Nodes, Namespaces and Pods work as they always have. A 403 after
+  and is tried again every minute, or at once when its herald, watched by name, says the API is served
+  (HERALDS: Karpenter's CRD established, DRA's APIService available); Nodes, Namespaces and Pods work as they
+  always have. A 403 after
   a successful list is retried as an error: an API server that restarts refuses until its RBAC
   cache is warm, and the devices last seen are better than none.
 """
@@ -79,13 +80,46 @@ LAG_REPORT_SECONDS = 1.0  # how often the lag gauge is written
 # watch over both, so the event that binds a Pod moves it from one to the other at once.
 UNFINISHED_PODS = "status.phase!=Succeeded,status.phase!=Failed"
 OFF_RECHECK_SECONDS = 60  # a resource that is not served or not allowed: how long until we ask again
-# Karpenter's CRD: watched by name, so NodePools are read the moment it is installed, not a minute later
-NODEPOOL_CRD = "nodepools.karpenter.sh"
-CRD_API = "apiextensions.k8s.io/v1"
 DRA_GROUP = "resource.k8s.io/v1"
+# A herald's watch is one small object: it retries a broken connection within a second, so that an API
+# server back from a restart (an upgrade that brings an API) is heard at once, not after the other
+# watches' backoff, which grows to BACKOFF_SECONDS[1] over a restart's failed attempts
+HERALD_BACKOFF_SECONDS = 1.0
 SERVICE_ACCOUNT_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
 RestartReason = Literal["timeout", "expired", "error"]
 RESTART_REASONS: tuple[RestartReason, ...] = get_args(RestartReason)
+
+
+@dataclass(frozen=True)
+class Herald:
+    """An object, watched by name, whose condition says that an optional API is now served: when it does,
+    the reflectors of that API that are off list at once rather than at their next minute."""
+
+    resource: str  # the herald's plural, as the reflector (and the metrics) name it
+    api: str  # its group/version
+    name: str
+    condition: str  # the status condition that is True once the API is served
+    serves: str  # the group/version of the optional API it heralds
+
+
+# Karpenter's CRD: NodePools are read the moment Karpenter is installed, not a minute later.
+NODEPOOL_CRD = Herald("customresourcedefinitions", "apiextensions.k8s.io/v1", "nodepools.karpenter.sh",
+                      "Established", NODEPOOL_API)
+# DRA's APIService: kube-apiserver's aggregator registers one (no service, Available with reason Local) for each
+# built-in group version it serves, within a second of serving it and before /readyz passes, and deletes it when
+# it starts without that version (kube-aggregator's autoregister, "onstart"). So an API server upgraded or
+# restarted with resource.k8s.io/v1 served is read at once, not a minute later.
+DRA_API_SERVICE = Herald("apiservices", "apiregistration.k8s.io/v1", "v1.resource.k8s.io", "Available", DRA_GROUP)
+HERALDS = (NODEPOOL_CRD, DRA_API_SERVICE)
+
+
+def says_served(herald: Herald, obj: Mapping[str, Any]) -> bool:
+    """Whether `obj` is the herald and says its API is served (its condition True)."""
+    if (obj.get("metadata") or {}).get("name") != herald.name:
+        return False
+    conditions = (obj.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == herald.condition and c.get("status") == "True"
+               for c in conditions if isinstance(c, dict))
 
 
 class PodView(NamedTuple):
@@ -199,8 +233,10 @@ class Reflector:
     off: str | None = None  # why the resource is off; None: it is read
     after_list: Callable[[], None] | None = None  # once a full list is in the state
     group: str = DRA_GROUP  # an optional resource's API group and version, for what on_off is told
-    # set to ask an off resource again now rather than after OFF_RECHECK_SECONDS (its CRD appeared; stop)
+    # set to list an off resource now rather than after OFF_RECHECK_SECONDS or its backoff (its herald says it
+    # is served; stop). Each list clears it first: one asked for while a list is under way lists again.
     recheck: threading.Event = field(default_factory=threading.Event)
+    max_backoff_seconds: float = BACKOFF_SECONDS[1]
     # a look at each raw watch line before it is decoded: the resourceVersion of an event that need not be
     # (only kept to resume from), None to decode it
     skip: Callable[[bytes], str | None] | None = None
@@ -214,7 +250,6 @@ class Reflector:
                     self._list()
                 if self.off is not None:
                     self.recheck.wait(OFF_RECHECK_SECONDS)
-                    self.recheck.clear()
                     continue
                 self._watch()
                 self._backoff = BACKOFF_SECONDS[0]
@@ -234,8 +269,10 @@ class Reflector:
                     self.resource_version = None  # the API went away: the list says it is off
                 log.warning("%s watch failed, retrying in %.1fs: %s", self.name, self._backoff, _brief(exc))
                 self._restarted("error")
-                self.stop_event.wait(self._backoff * random.uniform(0.5, 1.0))
-                self._backoff = min(self._backoff * 2, BACKOFF_SECONDS[1])
+                # an off resource's herald may end the wait (a recheck that failed while the API server restarted)
+                (self.recheck if self.off is not None else self.stop_event).wait(
+                    self._backoff * random.uniform(0.5, 1.0))
+                self._backoff = min(self._backoff * 2, self.max_backoff_seconds)
 
     def _restarted(self, reason: RestartReason) -> None:
         self.restarts += 1
@@ -246,6 +283,7 @@ class Reflector:
         self.observer.contacted(self.name)
 
     def _list(self) -> None:
+        self.recheck.clear()  # what asked for a list before this one is answered by it
         items: list[Any] = []
         token: str | None = None
         while True:
@@ -389,14 +427,6 @@ def _parse(data: bytes) -> Any:
         return json.loads(data.decode("utf-8", errors="replace"))
 
 
-def _established_crd(obj: dict[str, Any]) -> str | None:
-    """The CRD's name once the API server serves its resource (condition Established), else None."""
-    conditions = (obj.get("status") or {}).get("conditions") or []
-    if any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions if isinstance(c, dict)):
-        return str((obj.get("metadata") or {}).get("name") or "")
-    return None
-
-
 def _brief(exc: BaseException) -> str:
     if isinstance(exc, ApiException):
         return f"HTTP {exc.status} {exc.reason}"
@@ -452,7 +482,7 @@ class LiveInventory:
         self._logged_problems: frozenset[DeviceProblem] = frozenset()
         self._logged_label_types: Mapping[str, GpuType] = {}
         resource = kubernetes.client.ResourceV1Api(api.api_client)
-        self.reflectors += [
+        dra = [
             self._reflector("deviceclasses", resource.list_device_class, device_class_from_object,
                             self._replace_classes, self._apply_class, optional=True),
             self._reflector("resourceslices", resource.list_resource_slice, self._reduce_slice,
@@ -460,25 +490,30 @@ class LiveInventory:
         ]
         if self.watch_pods:
             # devices taken, where Pods' requests are not what counts (DRA nodes)
-            self.reflectors.append(self._reflector(
+            dra.append(self._reflector(
                 "resourceclaims", resource.list_resource_claim_for_all_namespaces, claim_from_object,
                 self._replace_claims, self._apply_claim, optional=True))
+        self.reflectors += dra
         # Karpenter's NodePools: GPU nodes that can appear (pools.py). Off, and said so once, where
         # Karpenter is not installed or we may not read them
         self.state.node_pools = {}
         group, version = NODEPOOL_API.split("/")
         list_pools = functools.partial(kubernetes.client.CustomObjectsApi(api.api_client).list_cluster_custom_object,
                                        group, version, "nodepools")
-        self.pools_reflector = Reflector("nodepools", list_pools, self._reduce_pools, self._replace_pools,
-                                         self._apply_pools, self.stop_event, observer=self.observer,
-                                         on_off=self._pools_turned, after_list=self.after_list, group=NODEPOOL_API)
-        # ...and Karpenter's CRD, by name: installed after gpu-class started, its NodePools are read at once
-        list_crd = functools.partial(kubernetes.client.ApiextensionsV1Api(api.api_client).list_custom_resource_definition,
-                                     field_selector=f"metadata.name={NODEPOOL_CRD}")
-        self.reflectors += [self.pools_reflector, Reflector(
-            "customresourcedefinitions", list_crd, _established_crd, self._replace_crds, self._apply_crd,
-            self.stop_event, observer=self.observer, on_off=self._crds_turned, after_list=self.after_list,
-            group=CRD_API)]
+        pools = Reflector("nodepools", list_pools, self._reduce_pools, self._replace_pools, self._apply_pools,
+                          self.stop_event, observer=self.observer, on_off=self._pools_turned,
+                          after_list=self.after_list, group=NODEPOOL_API)
+        self.reflectors.append(pools)
+        # The heralds, by name: Karpenter installed, or DRA served, after gpu-class started is read at once
+        by_name = {herald: f"metadata.name={herald.name}" for herald in HERALDS}
+        self.reflectors += [
+            self._herald_reflector(NODEPOOL_CRD, functools.partial(
+                kubernetes.client.ApiextensionsV1Api(api.api_client).list_custom_resource_definition,
+                field_selector=by_name[NODEPOOL_CRD]), [pools]),
+            self._herald_reflector(DRA_API_SERVICE, functools.partial(
+                kubernetes.client.ApiregistrationV1Api(api.api_client).list_api_service,
+                field_selector=by_name[DRA_API_SERVICE]), dra),
+        ]
         self._threads: list[threading.Thread] = []
         self._changes: deque[Change] = deque()
         self._queued = threading.Condition()  # guards _changes
@@ -492,6 +527,42 @@ class LiveInventory:
                    optional: bool = False) -> Reflector:
         return Reflector(name, list_call, reduce, replace, apply, self.stop_event, observer=self.observer,
                          on_off=self._turned if optional else None, after_list=self.after_list)
+
+    def _herald_reflector(self, herald: Herald, list_call: Callable[..., Any], heralded: list[Reflector]) -> Reflector:
+        """The watch of `herald`: when it says its API is served, `heralded` are listed at once."""
+        def reduce(obj: dict[str, Any]) -> bool | None:
+            return True if says_served(herald, obj) else None
+
+        def replace(served: list[bool]) -> None:
+            self._submit(lambda: self._mark_synced(herald.resource), wait=True)
+            if served:
+                self._heard(herald, heralded)
+
+        def apply(kind: str, obj: dict[str, Any]) -> None:
+            if kind != "DELETED" and says_served(herald, obj):
+                self._heard(herald, heralded)
+
+        def turned(name: str, reason: str | None) -> None:
+            """Not allowed to watch the herald: its API is still asked for every OFF_RECHECK_SECONDS."""
+            self._submit(lambda: self._mark_synced(name), wait=True)
+            if self._logging and reason is not None:
+                log.info("%s %s is not watched (%s): %s, while off, is asked for again every %d s", herald.resource,
+                         herald.name, reason, herald.serves, OFF_RECHECK_SECONDS)
+
+        return Reflector(herald.resource, list_call, reduce, replace, apply, self.stop_event, observer=self.observer,
+                         on_off=turned, after_list=self.after_list, group=herald.api,
+                         max_backoff_seconds=HERALD_BACKOFF_SECONDS)
+
+    def _heard(self, herald: Herald, heralded: list[Reflector]) -> None:
+        """`herald` says its API is served: its resources that are off are listed now."""
+        off = [r.name for r in heralded if r.off is not None]
+        if off and self._logging:
+            log.info("%s %s is %s: %s is served, reading %s now", herald.resource, herald.name, herald.condition,
+                     herald.serves, ", ".join(off))
+        for r in heralded:
+            # every one, not only those off: one whose list is under way, about to find the API not served,
+            # lists again at once
+            r.recheck.set()
 
     def start(self) -> LiveInventory:
         self._logging = True
@@ -799,29 +870,6 @@ class LiveInventory:
         name, pools = self._reduce_pools(obj)
         held = () if kind == "DELETED" else pools
         self._submit(lambda: self.state.set_pools(name, held))
-
-    def _replace_crds(self, established: list[str]) -> None:
-        self._submit(lambda: self._mark_synced("customresourcedefinitions"), wait=True)
-        if established:
-            self._crd_established()
-
-    def _apply_crd(self, kind: str, obj: dict[str, Any]) -> None:
-        if kind != "DELETED" and _established_crd(obj) is not None:
-            self._crd_established()
-
-    def _crd_established(self) -> None:
-        """Karpenter's CRD is served: NodePools, if off, are asked for now."""
-        if self.pools_reflector.off is not None:
-            if self._logging:
-                log.info("%s is established: reading NodePools now", NODEPOOL_CRD)
-            self.pools_reflector.recheck.set()
-
-    def _crds_turned(self, name: str, reason: str | None) -> None:
-        """Not allowed to watch CRDs: NodePools are still asked for every OFF_RECHECK_SECONDS."""
-        self._submit(lambda: self._mark_synced(name), wait=True)
-        if self._logging and reason is not None:
-            log.info("Karpenter's CRD is not watched (%s): NodePools are asked for again every %d s", reason,
-                     OFF_RECHECK_SECONDS)
 
     def _pools_turned(self, name: str, reason: str | None) -> None:
         """NodePools went off (not served: no Karpenter; not allowed) or came back."""
