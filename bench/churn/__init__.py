@@ -1,0 +1,1 @@
+"""`python -m bench churn`: NodeLabelIndex's narrowing and the placement of class Pods through bursts of node changes."""
