@@ -8,13 +8,15 @@ from functools import cache
 import pytest
 
 from bench.churn.churn_model import (
-    BEST_PRODUCT, CHANGE_KINDS, CHANGE_TITLE, MIX, Change, Counters, Phase, Products, Setting, Spent, add_spent, apply_changes,
-    best_type_changes, burst_counts, count_changes, fleet_products, holds, judge_narrowing, make_pods,
+    BEST_PRODUCT, CHANGE_KINDS, CHANGE_TITLE, MIX, Change, Counters, Phase, Products, Setting, Spent, add_spent,
+    apply_changes, best_type_changes, burst_counts, count_changes, fleet_products, holds, judge_narrowing, make_pods,
     placement_percent, plan_burst, read_counters, render, spent_between,
 )
 from bench.placement.placement_model import NodeSpec, Verdicts, make_fleet
 from webhook.core.catalog import load_default_catalog
 
+PREFILTER = ('scheduler_framework_extension_point_duration_seconds_{}'
+             '{{extension_point="PreFilter",profile="{}",status="Success"}}')
 METRICS = "\n".join([
     "# HELP gpu_class_scheduler_prefilter_cycles_total [ALPHA] Scheduling cycles NodeLabelIndex's PreFilter ran.",
     "# TYPE gpu_class_scheduler_prefilter_cycles_total counter",
@@ -25,9 +27,9 @@ METRICS = "\n".join([
     'gpu_class_scheduler_prefilter_cycles_total{outcome="widened"} 3',
     "# TYPE gpu_class_scheduler_index_repairs_total counter",
     "gpu_class_scheduler_index_repairs_total 1",
-    'scheduler_framework_extension_point_duration_seconds_sum{extension_point="PreFilter",profile="a",status="Success"} 0.5',
-    'scheduler_framework_extension_point_duration_seconds_count{extension_point="PreFilter",profile="a",status="Success"} 100',
-    'scheduler_framework_extension_point_duration_seconds_count{extension_point="PreFilter",profile="b",status="Success"} 32',
+    PREFILTER.format("sum", "a") + " 0.5",
+    PREFILTER.format("count", "a") + " 100",
+    PREFILTER.format("count", "b") + " 32",
     'scheduler_framework_extension_point_duration_seconds_sum{extension_point="Filter",profile="a",status="Success"} 9',
 ])
 
@@ -236,25 +238,28 @@ SETTING = Setting("python -m bench churn --nodes 500", "Commit abc1234, 2026-12-
 
 def test_render() -> None:
     start = make_phase("start", after={"narrowed": 20}, last={"narrowed": 1})
-    text = render([start, GOOD], SETTING)
+    text = render([[start, GOOD], [start]], SETTING)
     lines = text.splitlines()
     assert lines[0] == "## Narrowing through node churn (`python -m bench churn`)"
     assert lines[2].startswith("Commit abc1234, 2026-12-05 15:00 UTC. Command: `python -m bench churn --nodes 500`;")
+    assert "2 runs, each from a fresh fleet of 500 nodes" in lines[2]
     assert "100 node changes in bursts of 100, each a shuffled mix of 3 deletes, 3 adds" in lines[2]
-    assert ("| start | - | - | 5,000 (3) | - | - | - | - | 20 / 0 / 0 | 0 | 1.00 | 20/20 (100%) | 0 | narrowing |"
-            in lines)
-    assert ("| burst 1 | 100 / 0 / 0 / 0 / 0 | 0 | 5,000 (3) | 0.0 | 0.0 | 18 / 0 / 2 | 20 of 20 (12) | 20 / 0 / 0 | 0 "
+    quiet = "| - | - | 5,000 (3) | - | - | - | 20 / 0 / 0 | 0 | 1.00 | 20/20 (100%) | 0 | narrowing |"
+    assert f"| 1 | start {quiet}" in lines and f"| 2 | start {quiet}" in lines
+    assert ("| 1 | burst 1 | 100 / 0 / 0 / 0 / 0 | 0 | 5,000 (3) | 0.0 | 18 / 0 / 2 | 20 of 20 (12) | 20 / 0 / 0 | 0 "
             "| 1.00 | 20/20 (100%) | 0 | narrowing |") in lines
-    assert ("All phases: 100 node changes; cycles fell_back 2, narrowed 58; 0 repairs; placement 40/40; "
-            "PreFilter 1.00 ms per cycle.") in lines
+    assert ("Run 1: 100 node changes; cycles fell_back 2, narrowed 58; 0 repairs; placement 40/40; "
+            "PreFilter 1.00 ms per cycle after the bursts.") in lines
+    assert ("Run 2: 0 node changes; cycles narrowed 20; 0 repairs; placement 20/20; PreFilter 1.00 ms per cycle "
+            "after the bursts.") in lines
     assert lines[-1].startswith("Holds: after every burst PreFilter still narrows")
 
 
 def test_render_says_what_does_not_hold() -> None:
     bad = make_phase("burst 2", after={"fell_back": 20}, last={"fell_back": 1}, changes=150)
-    text = render([GOOD, bad], SETTING)
-    assert text.splitlines()[-1] == "Does not hold: burst 2: fell back (the last Pod's cycles: fell_back 1)."
-    assert "| burst 2 | 150 / 0 / 0 / 0 / 0 |" in text and text.count("| fell back |") == 1
+    text = render([[GOOD], [GOOD, bad]], SETTING)
+    assert text.splitlines()[-1] == "Does not hold: run 2, burst 2: fell back (the last Pod's cycles: fell_back 1)."
+    assert "| 2 | burst 2 | 150 / 0 / 0 / 0 / 0 |" in text and text.count("| fell back |") == 1
 
 
 def test_every_kind_is_titled_and_mixed() -> None:

@@ -229,7 +229,8 @@ class Spent:
 def spent_between(before: Counters, after: Counters) -> Spent:
     cycles = {o: round(after.cycles.get(o, 0.0) - before.cycles.get(o, 0.0)) for o in OUTCOMES}
     return Spent({o: n for o, n in cycles.items() if n}, round(after.repairs - before.repairs),
-                 after.prefilter_seconds - before.prefilter_seconds, round(after.prefilter_runs - before.prefilter_runs))
+                 after.prefilter_seconds - before.prefilter_seconds,
+                 round(after.prefilter_runs - before.prefilter_runs))
 
 
 def add_spent(spent: Sequence[Spent]) -> Spent:
@@ -282,7 +283,6 @@ class Phase:
     nodes: int = 0  # fleet nodes after it
     best_nodes: int = 0  # of them, of the best type
     write_seconds: float = 0.0  # the burst's writes, first to last answer
-    seen_seconds: float = 0.0  # the barrier after it: until the scheduler and the webhook had seen all of it
     during: Spent | None = None  # the burst's window: its writes and the Pods created meanwhile
     during_pods: int = 0
     during_bound: int = 0
@@ -347,54 +347,59 @@ class Setting:
     wall_seconds: float
 
 
-def render(phases: Sequence[Phase], s: Setting) -> str:
-    changes = sum(sum(p.changes.values()) for p in phases)
-    failures = holds(phases)
-    total = add_spent([x for p in phases for x in (p.during, p.after) if x is not None])
+def render(runs: Sequence[Sequence[Phase]], s: Setting) -> str:
+    """The report of one or more runs, each from a fresh fleet."""
+    changes = sum(sum(p.changes.values()) for p in runs[0]) if runs else 0
+    failures = [f"run {i}, {f}" for i, phases in enumerate(runs, 1) for f in holds(phases)]
     lines = [
         "## Narrowing through node churn (`python -m bench churn`)",
         "",
-        f"{s.stamp}. Command: `{s.command}`; Kubernetes {s.kube_version}, gpu-class-scheduler, {s.nodes:,} nodes "
-        f"(bench/placement/placement_model.py's fleet: the best type of class `{CLASS}`, {s.best_type}, "
-        f"{s.best_nodes} nodes), {s.wall_seconds:.0f} s wall. Then {changes:,} node changes in bursts of "
+        f"{s.stamp}. Command: `{s.command}`; Kubernetes {s.kube_version}, gpu-class-scheduler, {len(runs)} "
+        f"run{'s' if len(runs) != 1 else ''}, each from a fresh fleet of {s.nodes:,} nodes "
+        f"(bench/placement/placement_model.py's: the best type of class `{CLASS}`, {s.best_type}, "
+        f"{s.best_nodes} nodes), {s.wall_seconds:.0f} s wall. In each run, {changes:,} node changes in bursts of "
         f"{', '.join(str(b) for b in s.bursts)}, each a shuffled mix of "
         + ", ".join(f"{MIX[k]} {CHANGE_TITLE[k]}" for k in CHANGE_KINDS) + " in ten, written 8 at a time "
         "(bench/churn/churn_model.py: the best type churned in every burst). While each burst is written, "
         f"{s.during} class-`{CLASS}` Pods are created one after another (in brackets: those bound before the last "
-        "write was answered); once gpu-class-scheduler and the webhook have "
-        f"seen the whole burst (a barrier), {s.pods} more, one after another, the last once the others are bound. "
+        "write was answered); once gpu-class-scheduler and the webhook have seen the whole burst (a barrier), "
+        f"{s.pods} more, one after another, the last once the others are bound; `end`: the same after "
+        "a quiet pause. The Pods stay bound, so the best type fills and its room moves as nodes come and go. "
         "Cycles: gpu-class-scheduler's `gpu_class_scheduler_prefilter_cycles_total` over the window, narrowed / "
-        "widened / fell back (every node of the cluster); repairs: its `gpu_class_scheduler_index_repairs_total`. "
-        "PreFilter: its extension point's mean ms per cycle (every PreFilter plugin). Placement: the Pods after the "
-        "burst bound on the best type with room at their bind, as bench/placement/placement_model.py judges them "
-        "(the Pods created during a burst are counted, not judged: the nodes change under them). Narrowing: "
-        "narrowing (no cycle fell back), recovered (some did, the last Pod's narrowed), fell back (the last Pod's "
-        "did: for good, as far as the phase shows).",
+        "widened / fell back (every node of the cluster); repairs: its `gpu_class_scheduler_index_repairs_total` "
+        "over the burst and the stream after it. PreFilter: its extension point's mean ms per cycle in the stream "
+        "after the burst (every PreFilter plugin). Placement: the Pods after the burst bound on the best type with "
+        "room at their bind, as bench/placement/placement_model.py judges them (the Pods created during a burst are "
+        "counted, not judged: the nodes change under them). Narrowing: narrowing (no cycle of the stream fell "
+        "back), recovered (some did, the last Pod's narrowed), fell back (the last Pod's did: for good, as far as "
+        "the phase shows).",
         "",
-        "| phase | changes (delete / add / move / out / in) | best-type changes | nodes after (best type) "
-        "| written s | barrier s | during: cycles n / w / fb | Pods during: bound (while written) | after: cycles n / w / fb "
+        "| run | phase | changes (delete / add / move / out / in) | best-type changes | nodes after (best type) "
+        "| written s | during: cycles n / w / fb | Pods during: bound (while written) | after: cycles n / w / fb "
         "| repairs | PreFilter ms | placement | refused | narrowing |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for p in phases:
-        kinds = " / ".join(str(p.changes.get(k, 0)) for k in CHANGE_KINDS) if p.changes else "-"
-        repairs = (p.during.repairs if p.during else 0) + p.after.repairs
-        during = (f"{p.during_bound} of {p.during_pods} ({p.during_in_flight})" if p.during_pods else "-")
-        seconds = (f"{p.write_seconds:.1f}", f"{p.seen_seconds:.1f}") if p.changes else ("-", "-")
-        lines.append(
-            f"| {p.name} | {kinds} | {p.best_changes if p.changes else '-'} | {p.nodes:,} ({p.best_nodes}) "
-            f"| {seconds[0]} | {seconds[1]} | {_cycles(p.during)} | {during} | {_cycles(p.after)} | {repairs} "
-            f"| {_ms(p.after)} | {p.verdicts.right}/{p.verdicts.placed + p.verdicts.wrongly_pending} "
-            f"({_pct(p.placement)}) | {p.verdicts.refused} | {p.narrowing} |")
-    placed = sum(p.verdicts.placed + p.verdicts.wrongly_pending for p in phases)
-    right = sum(p.verdicts.right for p in phases)
-    lines += [
-        "",
-        f"All phases: {changes:,} node changes; cycles {_by(dict(total.cycles))}; {total.repairs} repairs; "
-        f"placement {right}/{placed}; PreFilter {_ms(total)} ms per cycle.",
-        "",
-        ("Holds: after every burst PreFilter still narrows (no cycle fell back for good) and every judged Pod was "
-         "bound on the best type with room." if not failures else
-         "Does not hold: " + "; ".join(failures) + "."),
-    ]
+    for i, phases in enumerate(runs, 1):
+        for p in phases:
+            kinds = " / ".join(str(p.changes.get(k, 0)) for k in CHANGE_KINDS) if p.changes else "-"
+            repairs = (p.during.repairs if p.during else 0) + p.after.repairs
+            during = f"{p.during_bound} of {p.during_pods} ({p.during_in_flight})" if p.during_pods else "-"
+            lines.append(
+                f"| {i} | {p.name} | {kinds} | {p.best_changes if p.changes else '-'} | {p.nodes:,} ({p.best_nodes}) "
+                f"| {f'{p.write_seconds:.1f}' if p.changes else '-'} | {_cycles(p.during)} | {during} "
+                f"| {_cycles(p.after)} | {repairs} | {_ms(p.after)} "
+                f"| {p.verdicts.right}/{p.verdicts.placed + p.verdicts.wrongly_pending} ({_pct(p.placement)}) "
+                f"| {p.verdicts.refused} | {p.narrowing} |")
+    lines.append("")
+    for i, phases in enumerate(runs, 1):
+        total = add_spent([x for p in phases for x in (p.during, p.after) if x is not None])
+        after = add_spent([p.after for p in phases])
+        placed = sum(p.verdicts.placed + p.verdicts.wrongly_pending for p in phases)
+        right = sum(p.verdicts.right for p in phases)
+        lines.append(f"Run {i}: {sum(sum(p.changes.values()) for p in phases):,} node changes; cycles "
+                     f"{_by(dict(total.cycles))}; {total.repairs} repairs; placement {right}/{placed}; PreFilter "
+                     f"{_ms(after)} ms per cycle after the bursts.")
+    lines += ["", ("Holds: after every burst PreFilter still narrows (no cycle fell back for good) and every judged "
+                   "Pod was bound on the best type with room." if not failures else
+                   "Does not hold: " + "; ".join(failures) + ".")]
     return "\n".join(lines) + "\n"
