@@ -78,20 +78,21 @@ def test_add_spent() -> None:
 
 # --- the verdicts --------------------------------------------------------------------------
 
-@pytest.mark.parametrize(("stream", "last", "expected"), [
-    pytest.param({"narrowed": 20}, {"narrowed": 1}, "narrowing", id="all-narrowed"),
-    pytest.param({"narrowed": 19, "widened": 2}, {"narrowed": 1, "widened": 1}, "narrowing",
+@pytest.mark.parametrize(("stream", "last", "expected", "repairs"), [
+    pytest.param({"narrowed": 20}, {"narrowed": 1}, "narrowing", 0, id="all-narrowed"),
+    pytest.param({"narrowed": 19, "widened": 2}, {"narrowed": 1, "widened": 1}, "narrowing", 0,
                  id="widened-after-best-refused"),
-    pytest.param({"narrowed": 15, "fell_back": 5}, {"narrowed": 1}, "recovered", id="fell-back-then-repaired"),
-    pytest.param({"narrowed": 19, "unnarrowed": 1}, {"narrowed": 1}, "recovered", id="one-unnarrowed"),
-    pytest.param({"narrowed": 1, "fell_back": 19}, {"fell_back": 1}, "fell back", id="fell-back-to-the-end"),
-    pytest.param({"narrowed": 19, "fell_back": 1}, {"narrowed": 1, "fell_back": 1}, "fell back",
+    pytest.param({"narrowed": 15, "fell_back": 5}, {"narrowed": 1}, "recovered", 0, id="fell-back-then-repaired"),
+    pytest.param({"narrowed": 19, "unnarrowed": 1}, {"narrowed": 1}, "recovered", 0, id="one-unnarrowed"),
+    pytest.param({"narrowed": 1, "fell_back": 19}, {"fell_back": 1}, "fell back", 0, id="fell-back-to-the-end"),
+    pytest.param({"narrowed": 19, "fell_back": 1}, {"narrowed": 1, "fell_back": 1}, "fell back", 0,
                  id="last-pod-fell-back-once"),
-    pytest.param({"unnarrowed": 20}, {"unnarrowed": 1}, "not narrowed", id="never-narrowed"),
-    pytest.param({"narrowed": 19}, {}, "not narrowed", id="last-pod-not-counted"),
+    pytest.param({"unnarrowed": 20}, {"unnarrowed": 1}, "not narrowed", 0, id="never-narrowed"),
+    pytest.param({"narrowed": 19}, {}, "not narrowed", 0, id="last-pod-not-counted"),
+    pytest.param({"narrowed": 20}, {"narrowed": 1}, "recovered", 1, id="repaired-in-the-first-cycle"),
 ])
-def test_judge_narrowing(stream: dict[str, int], last: dict[str, int], expected: str) -> None:
-    assert judge_narrowing(Spent(stream, 0), Spent(last, 0)) == expected
+def test_judge_narrowing(stream: dict[str, int], last: dict[str, int], expected: str, repairs: int) -> None:
+    assert judge_narrowing(Spent(stream, repairs), Spent(last, 0)) == expected
 
 
 @pytest.mark.parametrize(("verdicts", "expected"), [

@@ -252,9 +252,10 @@ def judge_narrowing(stream: Spent, last: Spent) -> Narrowing:
     """Whether PreFilter still narrows once the scheduler has seen a burst: `stream`, the cycles of the
     stream after it, `last`, those of the stream's last Pod alone (created after the others were bound).
 
-    narrowing: every cycle of the stream kept to the class (narrowed or widened), and the last Pod's
-    was narrowed. recovered: some cycles fell back (the index disagreed with the snapshot) but the
-    last Pod's narrowed again, after a repair or once the events in flight were applied. fell back:
+    narrowing: every cycle of the stream kept to the class (narrowed or widened), no repair, and the
+    last Pod's was narrowed. recovered: some cycles fell back (the index disagreed with the snapshot)
+    or the index was repaired, but the last Pod's narrowed: a repair in the stream's first cycle
+    narrows that very cycle, so only the repair tells of the drift. fell back:
     the last Pod's cycle went to every node of the cluster: as far as this phase shows, for good. not
     narrowed: the last Pod had no narrowed cycle at all (unnarrowed, or no cycle counted).
     """
@@ -262,7 +263,7 @@ def judge_narrowing(stream: Spent, last: Spent) -> Narrowing:
         return "fell back"
     if not last.of("narrowed"):
         return "not narrowed"
-    if stream.of("fell_back") or stream.of("unnarrowed"):
+    if stream.of("fell_back") or stream.of("unnarrowed") or stream.repairs:
         return "recovered"
     return "narrowing"
 
@@ -371,8 +372,8 @@ def render(runs: Sequence[Sequence[Phase]], s: Setting) -> str:
         "after the burst (every PreFilter plugin). Placement: the Pods after the burst bound on the best type with "
         "room at their bind, as bench/placement/placement_model.py judges them (the Pods created during a burst are "
         "counted, not judged: the nodes change under them). Narrowing: narrowing (no cycle of the stream fell "
-        "back), recovered (some did, the last Pod's narrowed), fell back (the last Pod's did: for good, as far as "
-        "the phase shows).",
+        "back, no repair), recovered (some did, or the index was repaired; the last Pod's narrowed), fell back (the "
+        "last Pod's did: for good, as far as the phase shows).",
         "",
         "| run | phase | changes (delete / add / move / out / in) | best-type changes | nodes after (best type) "
         "| written s | during: cycles n / w / fb | Pods during: bound (while written) | after: cycles n / w / fb "
