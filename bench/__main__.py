@@ -8,8 +8,9 @@ the live inventory through a burst of node changes (bench/live_burst/live_burst.
 times the Pod watch per event of each kind, every line decoded against the raw line checked first
 (bench/pod_events/pod_events.py); `python -m bench upgrade` times one pass of the upgrader in-process
 (bench/upgrade/upgrade.py); `python -m bench wait` counts what Pods waiting for their best type cost
-gpu-class-scheduler on the real control plane (bench/wait/wait.py). One subpackage per command,
-what they share in bench/common (bench/README.md, "Files").
+gpu-class-scheduler on the real control plane (bench/wait/wait.py); `python -m bench churn` checks that
+gpu-class-scheduler still narrows, and places right, through bursts of node changes (bench/churn/churn.py). One
+subpackage per command, what they share in bench/common (bench/README.md, "Files").
 """
 
 import sys
@@ -50,6 +51,10 @@ if sys.argv[1:2] == ["wait"]:
     from bench.wait.wait import main as wait_main
 
     sys.exit(wait_main(sys.argv[2:]))
+if sys.argv[1:2] == ["churn"]:
+    from bench.churn.churn import main as churn_main
+
+    sys.exit(churn_main(sys.argv[2:]))
 if sys.argv[1:2] == ["dra"]:
     from bench.dra.dra import main as dra_main
 

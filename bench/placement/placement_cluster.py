@@ -14,13 +14,11 @@ import concurrent.futures
 import contextlib
 import http.client
 import json
-import re
 import ssl
 import threading
 import time
 import urllib.request
 import uuid
-from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence, TypeVar
 
@@ -30,12 +28,14 @@ from kubernetes.watch.watch import iter_resp_lines
 
 from webhook.core.catalog import Catalog
 
+from bench.common.scrape import read_scheduler_times
 from bench.placement.placement_model import GPU, POD_MEMORY_MIB, NodeSpec, NodeState, Outcome, Workload
 
 # The client's models are typed; the API takes the plain dict bodies we send, and answers are
 # read as the JSON they are.
 Api = Any
 
+PRODUCT_LABEL = "nvidia.com/gpu.product"  # GFD's, as the fleet's nodes carry it
 GPU_TAINT = {"key": GPU, "value": "present", "effect": "NoSchedule"}
 T = TypeVar("T")
 THREADS = 8  # concurrent API calls when writing the fleet: the API server on 2 cores is saturated by then
@@ -85,23 +85,26 @@ def _create_node(core: Api, name: str, labels: Mapping[str, str], taints: Sequen
     core.patch_node(name, {"spec": {"taints": list(taints)}}, _preload_content=False)
 
 
+def create_node(core: Api, n: NodeSpec, fill_namespace: str) -> None:
+    """The node, and a CPU-only Pod bound to it if it is partly filled."""
+    labels = {"topology.kubernetes.io/zone": f"zone-{sum(map(ord, n.name)) % 3}",
+              **({PRODUCT_LABEL: n.product} if n.product else {})}
+    allocatable = {"cpu": f"{n.cpu_millis}m", "memory": f"{n.memory_mib}Mi", "pods": "110",
+                   **({GPU: str(n.gpus)} if n.gpus else {})}
+    _create_node(core, n.name, labels, [GPU_TAINT] if n.tainted else [], allocatable)
+    if n.filled_cpu_millis:
+        core.create_namespaced_pod(fill_namespace, {
+            "metadata": {"name": f"fill-{n.name}"},
+            "spec": {"nodeName": n.name, "tolerations": [{"operator": "Exists"}],
+                     "containers": [{"name": "cpu", "image": "registry.example/batch:1",
+                                     "resources": {"requests": {"cpu": f"{n.filled_cpu_millis}m",
+                                                                "memory": "1Gi"}}}]}},
+            _preload_content=False)
+
+
 def create_nodes(core: Api, nodes: Sequence[NodeSpec], fill_namespace: str) -> None:
     """The nodes, and a CPU-only Pod bound to each that is partly filled."""
-    def create(n: NodeSpec) -> None:
-        labels = {"topology.kubernetes.io/zone": f"zone-{sum(map(ord, n.name)) % 3}",
-                  **({"nvidia.com/gpu.product": n.product} if n.product else {})}
-        allocatable = {"cpu": f"{n.cpu_millis}m", "memory": f"{n.memory_mib}Mi", "pods": "110",
-                       **({GPU: str(n.gpus)} if n.gpus else {})}
-        _create_node(core, n.name, labels, [GPU_TAINT] if n.tainted else [], allocatable)
-        if n.filled_cpu_millis:
-            core.create_namespaced_pod(fill_namespace, {
-                "metadata": {"name": f"fill-{n.name}"},
-                "spec": {"nodeName": n.name, "tolerations": [{"operator": "Exists"}],
-                         "containers": [{"name": "cpu", "image": "registry.example/batch:1",
-                                         "resources": {"requests": {"cpu": f"{n.filled_cpu_millis}m",
-                                                                    "memory": "1Gi"}}}]}},
-                _preload_content=False)
-    parallel(create, nodes)
+    parallel(lambda n: create_node(core, n, fill_namespace), nodes)
 
 
 def delete_nodes(core: Api, names: Iterable[str]) -> None:
@@ -231,21 +234,8 @@ def scheduler_metrics(cluster: Any, port: int) -> str:
 
 
 def scheduler_times(cluster: Any, port: int) -> dict[str, float]:
-    """kube-scheduler's own account so far, all its profiles together: `attempt`, `PreFilter`, `Filter`
-    and `Score`, each a `sum` (seconds) and a `count` (scheduling attempts; extension points run)."""
+    """kube-scheduler's own account so far (bench/common/scrape.py's read_scheduler_times)."""
     return read_scheduler_times(scheduler_metrics(cluster, port))
-
-
-def read_scheduler_times(text: str) -> dict[str, float]:
-    """scheduler_times from the text of kube-scheduler's /metrics."""
-    times: dict[str, float] = defaultdict(float)
-    for m in re.finditer(r"^scheduler_(scheduling_attempt|framework_extension_point)_duration_seconds_(sum|count)"
-                         r"\{(.*)\} (\S+)$", text, re.M):
-        point = re.search(r'extension_point="(\w+)"', m.group(3))
-        key = "attempt" if m.group(1) == "scheduling_attempt" else point.group(1) if point else ""
-        if key in ("attempt", "PreFilter", "Filter", "Score"):
-            times[f"{key} {m.group(2)}"] += float(m.group(4))
-    return times
 
 
 # --- streams -----------------------------------------------------------------------------

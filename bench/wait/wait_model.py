@@ -8,11 +8,11 @@ times of the other Pods, as one watch saw them.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Literal, Mapping, Sequence
 
 from bench.common.percentiles import median, percentile
+from bench.common.scrape import read_counter
 
 Arm = Literal["none", "waiting"]
 ARMS: tuple[Arm, ...] = ("none", "waiting")
@@ -43,17 +43,6 @@ def arm_order(rounds: int) -> list[tuple[Arm, int]]:
         arms = ARMS if r % 2 == 0 else tuple(reversed(ARMS))
         order += [(a, r) for a in arms]
     return order
-
-
-def read_counter(text: str, metric: str, label: str) -> dict[str, float]:
-    """A counter of Prometheus text by one of its labels, summed over the others (the profiles of one
-    scheduler process, the queues)."""
-    totals: dict[str, float] = {}
-    for m in re.finditer(rf"^{re.escape(metric)}\{{(.*)\}} (\S+)$", text, re.M):
-        value = re.search(rf'(?:^|,){re.escape(label)}="([^"]*)"', m.group(1))
-        if value:
-            totals[value.group(1)] = totals.get(value.group(1), 0.0) + float(m.group(2))
-    return totals
 
 
 @dataclass(frozen=True)
