@@ -8,7 +8,8 @@ the live inventory through a burst of node changes (bench/live_burst/live_burst.
 times the Pod watch per event of each kind, every line decoded against the raw line checked first
 (bench/pod_events/pod_events.py); `python -m bench upgrade` times one pass of the upgrader in-process
 (bench/upgrade/upgrade.py); `python -m bench wait` counts what Pods waiting for their best type cost
-gpu-class-scheduler on the real control plane (bench/wait/wait.py). One subpackage per command,
+gpu-class-scheduler on the real control plane (bench/wait/wait.py); `python -m bench single` times single Pods one
+after another where the class is most of the nodes, per scheduling path (bench/single/single.py). One subpackage per command,
 what they share in bench/common (bench/README.md, "Files").
 """
 
@@ -50,6 +51,10 @@ if sys.argv[1:2] == ["wait"]:
     from bench.wait.wait import main as wait_main
 
     sys.exit(wait_main(sys.argv[2:]))
+if sys.argv[1:2] == ["single"]:
+    from bench.single.single import main as single_main
+
+    sys.exit(single_main(sys.argv[2:]))
 if sys.argv[1:2] == ["dra"]:
     from bench.dra.dra import main as dra_main
 
