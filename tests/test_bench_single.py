@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from bench.single.single_model import (
-    BEST, CPU, NEXT, Arm, Setting, Spent, Summary, arm_order, layout_counts, make_layout, p50_verdicts,
-    prefilter_flat, read_outcomes, render, spent_between, summarize,
+    BEST, CPU, NEXT, Arm, PodTimes, Setting, Spent, Summary, arm_order, layout_counts, make_arm, make_layout,
+    p50_verdicts, prefilter_flat, read_outcomes, render, spent_between, summarize,
 )
 
 
@@ -97,7 +97,29 @@ def spent(attempts: int, prefilter_ms: float, filter_ms: float = 0.0, outcomes: 
 
 
 def arm(size: int, path: str, round_: int, ms: tuple[float, ...], on_best: int, s: Spent, pending: int = 0) -> Arm:
-    return Arm(size, path, round_, tuple(x / 1000 for x in ms), on_best, pending, 0, s)  # type: ignore[arg-type]
+    """The watch saw each Pod ADDED 5 ms after its create call."""
+    return Arm(size, path, round_, tuple(x / 1000 for x in ms), tuple((x - 5) / 1000 for x in ms),  # type: ignore[arg-type]
+               on_best, pending, 0, s)
+
+
+NOTHING = Spent(0, {}, {})
+
+
+@pytest.mark.parametrize(("pods", "seconds", "watch", "on_best", "pending", "refused"), [
+    pytest.param([PodTimes(1.0, 1.005, 1.020, "sg-0-h100")], (0.020,), (0.015,), 1, 0, 0, id="bound-on-best"),
+    pytest.param([PodTimes(1.0, 1.005, 1.030, "sg-4-a100")], (0.030,), (0.025,), 0, 0, 0, id="bound-on-next"),
+    pytest.param([PodTimes(1.0, 1.005, None, None)], (), (), 0, 1, 0, id="pending"),
+    pytest.param([PodTimes(1.0, None, None, None, refused=True)], (), (), 0, 0, 1, id="refused-not-pending"),
+    pytest.param([PodTimes(1.0, None, 1.010, "sg-0-h100")], (0.010,), (), 1, 0, 0, id="added-unseen-still-timed"),
+    pytest.param([PodTimes(1.0, 1.019, 1.019, "sg-1-h100"), PodTimes(2.0, 2.002, 2.012, "sg-1-h100")],
+                 (0.019, 0.012), (0.0, 0.010), 2, 0, 0, id="added-read-late"),
+])
+def test_make_arm(pods: list[PodTimes], seconds: tuple[float, ...], watch: tuple[float, ...], on_best: int,
+                  pending: int, refused: int) -> None:
+    a = make_arm(5000, "profiles", 1, pods, {"sg-0-h100", "sg-1-h100", "sg-2-h100"}, NOTHING)
+    assert [round(x, 6) for x in a.seconds_to_bind] == list(seconds)
+    assert [round(x, 6) for x in a.watch_seconds] == list(watch)
+    assert (a.on_best, a.pending, a.refused, a.size, a.path, a.round) == (on_best, pending, refused, 5000, "profiles", 1)
 
 
 ARMS = [
@@ -121,6 +143,7 @@ def test_summarize() -> None:
     # nearest rank over both rounds' eight Pods: the 4th and the 8th (of 10..80 / 5..75)
     assert (d.bound, ms(d.p50_ms), ms(d.p90_ms), tuple(map(ms, d.round_p50_ms))) == (8, 40, 80, (20, 60))
     assert (ms(g.p50_ms), tuple(map(ms, g.round_p50_ms))) == (35, (15, 55))
+    assert (ms(d.watch_p50_ms), ms(g.watch_p50_ms)) == (35, 30)  # from ADDED, over both rounds
     assert (d.on_best, d.best_share, g.best_share) == (3, 3 / 8, 1.0)
     assert d.ms_per_cycle == pytest.approx({"PreFilter": 0.1, "Filter": 10.0, "Score": 0.0, "attempt": 20.2})
     assert (g.attempts, g.outcomes) == (8, {"narrowed": 8})
@@ -129,7 +152,7 @@ def test_summarize() -> None:
 
 
 def summary(size: int, path: str, p50_ms: float, prefilter_ms: float, bound: int = 20) -> Summary:
-    return Summary(size, path, bound, 0, 0, 0, p50_ms, p50_ms, (p50_ms,),  # type: ignore[arg-type]
+    return Summary(size, path, bound, 0, 0, 0, p50_ms, p50_ms, (p50_ms,), p50_ms,  # type: ignore[arg-type]
                    {"PreFilter": prefilter_ms, "Filter": 0.0, "Score": 0.0, "attempt": 0.0}, bound, {})
 
 
@@ -197,11 +220,11 @@ def test_render() -> None:
                                "grown from one size to the next): 1,000 nodes: 3 H100, 664 A100-80GB, 333 CPU-only "
                                "(60 s, fleet 20 s); 5,000 nodes: 3 H100, 3,333 A100-80GB, 1,664 CPU-only (200 s, "
                                "fleet 90 s);")
-    assert ("| 1,000 | default scheduler | 8 | 3 (38%) | 40.0 | 80.0 | 20.0 / 60.0 | 8 | 0.10 | 10.00 | 0.00 | 20.20 "
+    assert ("| 1,000 | default scheduler | 8 | 3 (38%) | 40.0 | 80.0 | 20.0 / 60.0 | 35.0 | 8 | 0.10 | 10.00 | 0.00 | 20.20 "
             "| - |") in lines
-    assert ("| 1,000 | gpu-class-scheduler | 8 | 8 (100%) | 35.0 | 75.0 | 15.0 / 55.0 | 8 | 1.00 | 0.50 | 0.00 "
+    assert ("| 1,000 | gpu-class-scheduler | 8 | 8 (100%) | 35.0 | 75.0 | 15.0 / 55.0 | 30.0 | 8 | 1.00 | 0.50 | 0.00 "
             "| 3.00 | narrowed 8 |") in lines
-    assert "| 5,000 | default scheduler | 4, 1 Pending | 1 (25%) | 20.0 | 20.0 | 20.0 | 5 | 0.10 | 20.00 | 0.00 " \
+    assert "| 5,000 | default scheduler | 4, 1 Pending | 1 (25%) | 20.0 | 20.0 | 20.0 | 15.0 | 5 | 0.10 | 20.00 | 0.00 " \
            "| 40.20 | - |" in lines
     assert lines[-1] == ("Issue 47's bar: 1,000 nodes: profiles p50 at or below default's: yes (35.0 ms against 40.0 ms); "
                          "5,000 nodes: profiles p50 at or below default's: no (30.0 ms against 20.0 ms); profiles "
