@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from bench.single.single_model import (
-    BEST, CPU, NEXT, Arm, PodTimes, Setting, Spent, Summary, arm_order, layout_counts, make_arm, make_layout,
+    BEST, CPU, NEXT, Arm, PodTimes, Setting, Spent, Summary, arm_order, command_line, layout_counts, make_arm, make_layout,
     p50_verdicts, prefilter_flat, read_outcomes, render, spent_between, summarize,
 )
 
@@ -206,7 +206,8 @@ def test_prefilter_flat_not_measured(summaries: list[Summary]) -> None:
     assert prefilter_flat(summaries).holds is None
 
 
-SETTING = Setting("python -m bench single --sizes 1000,5000", "Commit abc1234, 2026-12-05 15:00 UTC", "v1.37.2",
+SETTING = Setting("python -m bench single --sizes 1000,5000 --note 'Measured on main.'",
+                  "python -m bench single --sizes 1000,5000", "Commit abc1234, 2026-12-05 15:00 UTC", "v1.37.2",
                   "before the change", "Measured on main.", 4, 2, {1000: (60.0, 20.0), 5000: (200.0, 90.0)}, 260.0)
 
 
@@ -216,7 +217,7 @@ def test_render() -> None:
                         "(`python -m bench single --sizes 1000,5000`)")
     assert lines[2] == "Measured on main."
     assert lines[4].startswith("Commit abc1234, 2026-12-05 15:00 UTC. Command: `python -m bench single --sizes "
-                               "1000,5000`; Kubernetes v1.37.2; 260 s wall. Nodes (bench/single/single_model.py, "
+                               "1000,5000 --note 'Measured on main.'`; Kubernetes v1.37.2; 260 s wall. Nodes (bench/single/single_model.py, "
                                "grown from one size to the next): 1,000 nodes: 3 H100, 664 A100-80GB, 333 CPU-only "
                                "(60 s, fleet 20 s); 5,000 nodes: 3 H100, 3,333 A100-80GB, 1,664 CPU-only (200 s, "
                                "fleet 90 s);")
@@ -233,9 +234,23 @@ def test_render() -> None:
 
 
 def test_render_without_label_or_note() -> None:
-    lines = render(ARMS[:1], Setting("python -m bench single", "Commit abc1234", "v1.37.2", "", "", 4, 1,
+    lines = render(ARMS[:1], Setting("python -m bench single", "python -m bench single", "Commit abc1234", "v1.37.2", "", "", 4, 1,
                                      {1000: (60.0, 20.0)}, 60.0)).splitlines()
     assert lines[0] == "## Single Pods one after another, the class most of the nodes (`python -m bench single`)"
     assert lines[2].startswith("Commit abc1234. Command:")
     assert lines[-1].endswith("profiles PreFilter mean per cycle within 1.5x across the sizes: not measured (fewer "
                               "than two sizes measured).")
+
+
+@pytest.mark.parametrize(("argv", "full", "measuring"), [
+    pytest.param([], "python -m bench single", "python -m bench single", id="defaults"),
+    pytest.param(["--sizes", "1000,5000", "--note", "Measured on main's 6757fc3.", "--label", "before it"],
+                 "python -m bench single --sizes 1000,5000 --note 'Measured on main'\"'\"'s 6757fc3.' --label 'before it'",
+                 "python -m bench single --sizes 1000,5000", id="report-options-left-out-of-the-heading"),
+    pytest.param(["--section=single-before", "--paths", "default,profiles,extender", "--output", "/tmp/r.md"],
+                 "python -m bench single --section=single-before --paths default,profiles,extender --output /tmp/r.md",
+                 "python -m bench single --paths default,profiles,extender", id="equals-form"),
+])
+def test_command_line(argv: list[str], full: str, measuring: str) -> None:
+    assert command_line(argv) == full
+    assert command_line(argv, measuring_only=True) == measuring

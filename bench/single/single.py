@@ -37,8 +37,8 @@ from bench.placement.placement_cluster import (
 )
 from bench.placement.placement_model import NodeSpec, Workload
 from bench.single.single_model import (
-    BEST, PATHS, Arm, Path_, PodTimes, Setting, Spent, arm_order, make_arm, make_layout, read_outcomes, render,
-    spent_between,
+    BEST, PATHS, Arm, Path_, PodTimes, Setting, Spent, arm_order, command_line, make_arm, make_layout, read_outcomes,
+    render, spent_between,
 )
 
 sys.path.insert(0, str(REPO_ROOT / "tests" / "e2e"))
@@ -174,8 +174,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.monotonic()
     with local_cluster.running(args.cluster_dir) as cluster:
         arms, size_seconds = run_sizes(cluster, sizes, paths, args.pods, args.rounds, log)
-    command = "python -m bench single" + (" " + " ".join(argv) if argv else "")
-    text = render(arms, Setting(command, f"{measured_at()}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
+    argv = list(sys.argv[1:] if argv is None else argv)
+    text = render(arms, Setting(command_line(argv), command_line(argv, measuring_only=True), f"{measured_at()}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
                                 local_cluster.kube_version(), args.label, args.note, args.pods, args.rounds,
                                 size_seconds, time.monotonic() - started))
     print(text)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import re
+import shlex
 from dataclasses import dataclass
 from typing import AbstractSet as Set, Literal, Mapping, Sequence
 
@@ -245,10 +246,30 @@ PATH_TITLE: Mapping[Path_, str] = {"default": "default scheduler", "profiles": "
                                    "extender": "gpu-class-extender"}
 
 
+# Options that say where and under what heading the report goes, not what is measured.
+REPORT_OPTIONS = ("--section", "--label", "--note", "--output")
+
+
+def command_line(argv: Sequence[str], *, measuring_only: bool = False) -> str:
+    """`python -m bench single ...` as a shell takes it; `measuring_only`: without REPORT_OPTIONS (for
+    the heading, which the note would otherwise fill)."""
+    kept: list[str] = []
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif measuring_only and arg in REPORT_OPTIONS:
+            skip = True
+        elif not (measuring_only and arg.startswith(tuple(f"{o}=" for o in REPORT_OPTIONS))):
+            kept.append(arg)
+    return shlex.join(["python", "-m", "bench", "single", *kept])
+
+
 @dataclass(frozen=True)
 class Setting:
     """What the report says the run was."""
-    command: str
+    command: str  # as run (command_line)
+    measuring: str  # what it measured, for the heading (command_line, measuring_only)
     stamp: str  # `Commit abc1234, 2026-12-05 15:00 UTC`
     kube_version: str
     label: str  # said in the heading (`before ...`); "" for none
@@ -271,7 +292,7 @@ def render(arms: Sequence[Arm], s: Setting) -> str:
     summaries = summarize(arms)
     sizes = sorted({a.size for a in arms})
     label = f", {s.label}" if s.label else ""
-    lines = [f"## Single Pods one after another, the class most of the nodes{label} (`{s.command}`)", ""]
+    lines = [f"## Single Pods one after another, the class most of the nodes{label} (`{s.measuring}`)", ""]
     if s.note:
         lines += [s.note, ""]
     layouts = "; ".join(f"{size:,} nodes: " + ", ".join(f"{n:,} {k}" for k, n in layout_counts(make_layout(size)).items())
