@@ -9,8 +9,9 @@ times the Pod watch per event of each kind, every line decoded against the raw l
 (bench/pod_events/pod_events.py); `python -m bench upgrade` times one pass of the upgrader in-process
 (bench/upgrade/upgrade.py); `python -m bench wait` counts what Pods waiting for their best type cost
 gpu-class-scheduler on the real control plane (bench/wait/wait.py); `python -m bench churn` checks that
-gpu-class-scheduler still narrows, and places right, through bursts of node changes (bench/churn/churn.py). One
-subpackage per command, what they share in bench/common (bench/README.md, "Files").
+gpu-class-scheduler still narrows, and places right, through bursts of node changes (bench/churn/churn.py);
+`python -m bench single` times single Pods one after another where the class is most of the nodes, per scheduling
+path (bench/single/single.py). One subpackage per command, what they share in bench/common (bench/README.md, "Files").
 """
 
 import sys
@@ -55,6 +56,10 @@ if sys.argv[1:2] == ["churn"]:
     from bench.churn.churn import main as churn_main
 
     sys.exit(churn_main(sys.argv[2:]))
+if sys.argv[1:2] == ["single"]:
+    from bench.single.single import main as single_main
+
+    sys.exit(single_main(sys.argv[2:]))
 if sys.argv[1:2] == ["dra"]:
     from bench.dra.dra import main as dra_main
 

@@ -132,7 +132,7 @@ def run_sizes(cluster: local_cluster.Cluster, sizes: Sequence[int], streams: Map
             barrier(api, cluster, barrier_node, [SCHEDULER[p] for p in paths], fill_ns)
             run = SizeRun(size, fleet_seconds=time.monotonic() - started)
             log(f"placement: {size} nodes made in {run.fleet_seconds:.0f} s")
-            before = {p: scheduler_times(cluster, _scheduler_port(cluster, p)) for p in paths}
+            before = {p: scheduler_times(cluster, scheduler_port(cluster, p)) for p in paths}
             for s, (strategy, workloads) in enumerate(streams.items()):
                 for path in _turn(paths, s):
                     outcomes, start = _on_path(api, catalog, f"pl-{strategy[:4]}-{path[:3]}", workloads, path,
@@ -144,7 +144,7 @@ def run_sizes(cluster: local_cluster.Cluster, sizes: Sequence[int], streams: Map
                                                     if strategy == "balanced" else None))
                     log(f"placement: {size} nodes, {strategy}, {path}: " + _brief(merge(list(verdicts.values()))))
             for p in paths:
-                after = scheduler_times(cluster, _scheduler_port(cluster, p))
+                after = scheduler_times(cluster, scheduler_port(cluster, p))
                 spent = {k: v - before[p].get(k, 0.0) for k, v in after.items()}
                 if spent.get("attempt count"):
                     run.scheduler_ms[p] = {k: 1000 * spent.get(f"{k} sum", 0.0) / spent["attempt count"]
@@ -167,7 +167,8 @@ def run_sizes(cluster: local_cluster.Cluster, sizes: Sequence[int], streams: Map
     return runs
 
 
-def _scheduler_port(cluster: local_cluster.Cluster, path: Path_) -> int:
+def scheduler_port(cluster: local_cluster.Cluster, path: Path_) -> int:
+    """Where the path's kube-scheduler serves its /metrics."""
     assert cluster.ports is not None
     return int({"default": cluster.ports.scheduler, "profiles": cluster.ports.gpu_scheduler,
                 "extender": cluster.ports.extender_scheduler, "stock": cluster.ports.stock_scheduler}[path])
