@@ -28,7 +28,7 @@ func BenchmarkAgreement(b *testing.B) {
 		nodes, infos := namedNodes(count)
 		pl := &NodeLabelIndex{index: NewIndex(), drift: &drift{now: time.Now}}
 		for _, n := range nodes {
-			pl.index.Set(n.Name, n.Labels)
+			pl.index.SetNode(n)
 		}
 		b.Run(fmt.Sprintf("each-cycle-%d", count), func(b *testing.B) {
 			pl.agrees(klog.Background(), infos) // the list's first cycle hashes it

@@ -27,8 +27,10 @@ const maxCached = 1024
 type Index struct {
 	mu      sync.Mutex
 	labels  map[string]map[string]string           // node -> its labels, as last indexed
+	devices map[string]string                      // node -> devicesKey of what it counts, as last indexed
 	byLabel map[string]map[string]sets.Set[string] // key -> value -> nodes
 	cached  map[string]sets.Set[string]            // affinity -> candidates, valid for the labels as now
+	groups  map[string][]Group                     // affinity and keys -> Groups, valid for the labels and devices as now
 	names   uint64                                 // namesOf the nodes indexed, kept as they come and go
 	gen     uint64                                 // counts the changes that could change a Pod's candidates
 }
@@ -44,21 +46,34 @@ func nameHash(name string) uint64 { return maphash.String(nameSeed, name) }
 func NewIndex() *Index {
 	return &Index{
 		labels:  map[string]map[string]string{},
+		devices: map[string]string{},
 		byLabel: map[string]map[string]sets.Set[string]{},
 		cached:  map[string]sets.Set[string]{},
+		groups:  map[string][]Group{},
 	}
 }
 
-// Set records the labels of node `name` (added or updated) and returns the
-// index's generation after it, the labels it held before (nil for a node it
-// did not hold) and whether it changed anything. A node whose labels did not
-// change (a status update, a heartbeat) costs one comparison and keeps the
-// cached candidates.
-func (x *Index) Set(name string, labels map[string]string) (gen uint64, was map[string]string, changed bool) {
+// SetNode indexes a node added or updated: Set with its labels and the
+// devices its allocatable counts.
+func (x *Index) SetNode(node *v1.Node) (gen uint64, was map[string]string, changed bool) {
+	return x.Set(node.Name, node.Labels, devicesKey(node.Status.Allocatable))
+}
+
+// Set records the labels of node `name` (added or updated), and devicesKey
+// of what it counts, and returns the index's generation after it, the labels
+// it held before (nil for a node it did not hold) and whether it changed
+// anything. A node whose labels and devices did not change (a status update,
+// a heartbeat) costs two comparisons and keeps the cached candidates.
+func (x *Index) Set(name string, labels map[string]string, devices string) (gen uint64, was map[string]string, changed bool) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	old, known := x.labels[name]
 	if known && equal(old, labels) {
+		if x.devices[name] != devices {
+			x.devices[name] = devices
+			x.forgetCached()
+			return x.gen, old, true
+		}
 		return x.gen, old, false
 	}
 	x.remove(name, old)
@@ -78,10 +93,16 @@ func (x *Index) Set(name string, labels map[string]string) (gen uint64, was map[
 	if !known {
 		x.names ^= nameHash(name)
 	}
-	x.labels[name] = kept
+	x.labels[name], x.devices[name] = kept, devices
 	x.gen++
-	clear(x.cached)
+	x.forgetCached()
 	return x.gen, old, true
+}
+
+// forgetCached drops what was worked out from the labels and devices as they were.
+func (x *Index) forgetCached() {
+	clear(x.cached)
+	clear(x.groups)
 }
 
 // Delete forgets node `name`.
@@ -91,9 +112,10 @@ func (x *Index) Delete(name string) {
 	if old, known := x.labels[name]; known {
 		x.remove(name, old)
 		delete(x.labels, name)
+		delete(x.devices, name)
 		x.names ^= nameHash(name)
 		x.gen++
-		clear(x.cached)
+		x.forgetCached()
 	}
 }
 
@@ -112,11 +134,11 @@ func (x *Index) Rebuild(list func() ([]*v1.Node, error)) (int, error) {
 	}
 	fresh := NewIndex()
 	for _, n := range nodes {
-		fresh.Set(n.Name, n.Labels)
+		fresh.SetNode(n)
 	}
-	x.labels, x.byLabel, x.names = fresh.labels, fresh.byLabel, fresh.names
+	x.labels, x.devices, x.byLabel, x.names = fresh.labels, fresh.devices, fresh.byLabel, fresh.names
 	x.gen++
-	clear(x.cached)
+	x.forgetCached()
 	return len(nodes), nil
 }
 
@@ -167,22 +189,121 @@ func (x *Index) Len() int {
 // nodeSelector entry allows is enough, since NodeAffinity's Filter checks
 // every expression of each candidate anyway.
 func (x *Index) Candidates(pod *v1.Pod) (sets.Set[string], bool) {
-	terms := requiredTerms(pod)
-	if len(terms) == 0 && len(pod.Spec.NodeSelector) == 0 {
+	terms, key, ok := affinityOf(pod)
+	if !ok {
 		return nil, false
 	}
-	key := affinityKey(terms, pod.Spec.NodeSelector)
 	x.mu.Lock()
 	defer x.mu.Unlock()
+	return x.candidatesOf(key, terms, pod.Spec.NodeSelector)
+}
+
+// affinityOf: the Pod's required terms and their affinityKey; ok false when
+// it has neither terms nor a nodeSelector (nothing to narrow by).
+func affinityOf(pod *v1.Pod) (terms []v1.NodeSelectorTerm, key string, ok bool) {
+	terms = requiredTerms(pod)
+	if len(terms) == 0 && len(pod.Spec.NodeSelector) == 0 {
+		return nil, "", false
+	}
+	return terms, affinityKey(terms, pod.Spec.NodeSelector), true
+}
+
+// candidatesOf is Candidates under the lock, for the affinity `key` identifies.
+func (x *Index) candidatesOf(key string, terms []v1.NodeSelectorTerm, selector map[string]string) (sets.Set[string], bool) {
 	if found, ok := x.cached[key]; ok {
 		return found, found != nil
 	}
-	found := x.candidates(terms, pod.Spec.NodeSelector)
+	found := x.candidates(terms, selector)
 	if len(x.cached) >= maxCached {
 		clear(x.cached)
 	}
 	x.cached[key] = found
 	return found, found != nil
+}
+
+// Group is the Pod's candidates that share the values of some label keys
+// (Labels holds those of them a node carries) and what they count.
+type Group struct {
+	Labels  map[string]string
+	Devices sets.Set[string] // the devices the nodes' allocatable counts (devicesKey)
+	Nodes   []string
+}
+
+// Groups partitions the Pod's candidates (Candidates) by the values of
+// `keys` and the devices each node counts, so that what depends only on
+// those (a preferred affinity's score, a required affinity's match) is
+// worked out once a group, not once a node; ok false as Candidates says.
+// The groups are shared with later calls, until a node's labels or devices
+// change: the caller must not change them.
+func (x *Index) Groups(pod *v1.Pod, keys []string) ([]Group, bool) {
+	terms, key, ok := affinityOf(pod)
+	if !ok {
+		return nil, false
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	byKeys := key + "@" + strings.Join(keys, "\x00")
+	if found, ok := x.groups[byKeys]; ok {
+		return found, true
+	}
+	candidates, ok := x.candidatesOf(key, terms, pod.Spec.NodeSelector)
+	if !ok {
+		return nil, false
+	}
+	found := x.groupsOf(candidates, keys)
+	if len(x.groups) >= maxCached {
+		clear(x.groups)
+	}
+	x.groups[byKeys] = found
+	return found, true
+}
+
+func (x *Index) groupsOf(candidates sets.Set[string], keys []string) []Group {
+	at := map[string]int{} // the values of keys and the devices -> the group's place in found
+	var found []Group
+	var id strings.Builder
+	for name := range candidates {
+		labels, devices := x.labels[name], x.devices[name]
+		id.Reset()
+		for _, k := range keys {
+			if v, has := labels[k]; has {
+				id.WriteString("=" + v)
+			}
+			id.WriteByte(0) // a label value holds no NUL
+		}
+		id.WriteString(devices)
+		i, seen := at[id.String()]
+		if !seen {
+			g := Group{Labels: map[string]string{}, Devices: sets.New[string]()}
+			for _, k := range keys {
+				if v, has := labels[k]; has {
+					g.Labels[k] = v
+				}
+			}
+			if devices != "" {
+				g.Devices.Insert(strings.Split(devices, "\x00")...)
+			}
+			i = len(found)
+			at[id.String()] = i
+			found = append(found, g)
+		}
+		found[i].Nodes = append(found[i].Nodes, name)
+	}
+	return found
+}
+
+// devicesKey names the extended resources (devices, hugepages) an
+// allocatable counts, sorted: what decides whether a node counts the devices
+// a Pod asks for (order.go's demand).
+func devicesKey(allocatable v1.ResourceList) string {
+	var names []string
+	for name := range allocatable {
+		if !isBaseResource(name) {
+			names = append(names, string(name))
+		}
+	}
+	sort.Strings(names)
+	return strings.Join(names, "\x00")
 }
 
 // candidates is Candidates under the lock; nil means not narrowed.

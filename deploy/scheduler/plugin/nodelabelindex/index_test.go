@@ -79,7 +79,7 @@ func TestCandidates(t *testing.T) {
 			x := NewIndex()
 			nodes := fleet()
 			for _, n := range nodes {
-				x.Set(n.Name, n.Labels)
+				x.SetNode(n)
 			}
 			got, narrowed := x.Candidates(c.pod)
 			if narrowed != c.narrowed {
@@ -109,15 +109,15 @@ func TestEventsKeepTheIndexExact(t *testing.T) {
 		want   []string
 		len    int
 	}{
-		{name: "added", events: func(x *Index) { x.Set("h100-9", map[string]string{product: "NVIDIA-H100-80GB-HBM3"}) },
+		{name: "added", events: func(x *Index) { x.Set("h100-9", map[string]string{product: "NVIDIA-H100-80GB-HBM3"}, "") },
 			want: []string{"h100-0", "h100-1", "h100-9"}, len: 44},
 		{name: "deleted", events: func(x *Index) { x.Delete("h100-0") }, want: []string{"h100-1"}, len: 42},
-		{name: "relabelled-away", events: func(x *Index) { x.Set("h100-1", map[string]string{product: "NVIDIA-L4"}) },
+		{name: "relabelled-away", events: func(x *Index) { x.Set("h100-1", map[string]string{product: "NVIDIA-L4"}, "") },
 			want: []string{"h100-0"}, len: 43},
-		{name: "relabelled-in", events: func(x *Index) { x.Set("l4-3", map[string]string{product: "NVIDIA-H100-80GB-HBM3"}) },
+		{name: "relabelled-in", events: func(x *Index) { x.Set("l4-3", map[string]string{product: "NVIDIA-H100-80GB-HBM3"}, "") },
 			want: []string{"h100-0", "h100-1", "l4-3"}, len: 43},
 		{name: "status-update-same-labels", events: func(x *Index) {
-			x.Set("h100-0", map[string]string{product: "NVIDIA-H100-80GB-HBM3", "zone": "a"})
+			x.Set("h100-0", map[string]string{product: "NVIDIA-H100-80GB-HBM3", "zone": "a"}, "")
 		}, want: []string{"h100-0", "h100-1"}, len: 43},
 		{name: "deleting-an-unknown-node", events: func(x *Index) { x.Delete("nowhere") },
 			want: []string{"h100-0", "h100-1"}, len: 43},
@@ -125,7 +125,7 @@ func TestEventsKeepTheIndexExact(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			x := NewIndex()
 			for _, n := range fleet() {
-				x.Set(n.Name, n.Labels)
+				x.SetNode(n)
 			}
 			// A cached answer from before the events must not outlive them.
 			if got, _ := x.Candidates(h100); got.Len() != 2 {
@@ -146,7 +146,7 @@ func TestEventsKeepTheIndexExact(t *testing.T) {
 func TestLabelsAreCopied(t *testing.T) {
 	x := NewIndex()
 	labels := map[string]string{product: "NVIDIA-L4"}
-	x.Set("l4", labels)
+	x.Set("l4", labels, "")
 	labels[product] = "NVIDIA-H100-80GB-HBM3" // the caller's map changes after the event
 	x.Delete("l4")
 	// The index forgets the node under the labels it indexed, not under what the caller's map holds now.

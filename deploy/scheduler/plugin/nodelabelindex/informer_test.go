@@ -182,7 +182,7 @@ func TestADisagreementThatLastsIsRepaired(t *testing.T) {
 	}
 	repairs := counterValue(t, "gpu_class_scheduler_index_repairs_total", nil)
 
-	pl.index.Set("ghost", h100)
+	pl.index.Set("ghost", h100, "")
 	if narrowsTo(t, pl, wants, nodes, "a", "ghost") || narrowsTo(t, pl, wants, nodes, "a") {
 		t.Error("a cycle narrowed from an index that disagrees with its snapshot")
 	}

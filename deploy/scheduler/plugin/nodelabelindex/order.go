@@ -1,12 +1,15 @@
 package nodelabelindex
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 
 	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
+	"k8s.io/apimachinery/pkg/util/sets"
 	resourcehelper "k8s.io/component-helpers/resource"
 	v1helper "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
@@ -120,20 +123,16 @@ func orderable(pod *v1.Pod) bool {
 // refused by a Filter this does not know of, the Pod's next cycle looks at
 // all of its candidates (the plugin's PostFilter).
 //
-// Each node is scored first, from its labels or its device counts alone, and
+// It ranks by the share of devices (MostFree, MostUsed; PreferredTypes is
+// bestOfTypes). Each node is scored first, from its device counts alone, and
 // checked for room only when it scores at least the best found so far with
-// room: a cycle checks a handful of nodes, not every node of the Pod's types.
+// room.
 func best(args Args, pod *v1.Pod, infos []fwk.NodeInfo) (names []string, ok bool) {
-	if args.Order == Class || !orderable(pod) {
+	if (args.Order != MostFree && args.Order != MostUsed) || !orderable(pod) {
 		return nil, false
 	}
 	need := demandOf(pod, args.Resources)
-	var preferred *preferences
-	if args.Order == PreferredTypes {
-		if preferred, ok = preferencesOf(pod); !ok {
-			return nil, false
-		}
-	} else if len(need.shares) == 0 {
+	if len(need.shares) == 0 {
 		return nil, false
 	}
 	required := nodeaffinity.GetRequiredNodeAffinity(pod)
@@ -147,13 +146,8 @@ func best(args Args, pod *v1.Pod, infos []fwk.NodeInfo) (names []string, ok bool
 			}
 			continue
 		}
-		var score int64
-		if preferred != nil {
-			score = preferred.score(node)
-		} else {
-			score = need.shareScore(args.Order, info)
-		}
-		if score < top || (score == top && preferred == nil && args.Nodes > 0 && len(names) >= args.Nodes) {
+		score := need.shareScore(args.Order, info)
+		if score < top || (score == top && args.Nodes > 0 && len(names) >= args.Nodes) {
 			continue
 		}
 		if matches, err := required.Match(node); err != nil || !matches {
@@ -171,6 +165,132 @@ func best(args Args, pod *v1.Pod, infos []fwk.NodeInfo) (names []string, ok bool
 		return nil, false
 	}
 	return append(names, uncounted...), true
+}
+
+// bestOfTypes is best for the order PreferredTypes, read from the index's
+// groups of the Pod's candidates: a node's score and whether its labels meet
+// the Pod's required affinity depend only on the values of the label keys
+// those name, and whether it counts the Pod's devices only on its devices,
+// so each is worked out once a group. The groups are then walked from the
+// best score down, and a node's room checked only in the first level where
+// some node has it: a cycle reads the nodes of the best type with room (and
+// of any better type found full), not every node of the Pod's types.
+//
+// The groups come from the index and the room from the cycle's snapshot
+// (nodeInfo); a node read whose snapshot labels or devices say other than
+// its group (the two handlers a moment apart), or that the snapshot does not
+// hold, makes it not tell (ok false).
+func bestOfTypes(pod *v1.Pod, index *Index, nodeInfo func(string) (fwk.NodeInfo, error)) (names []string, ok bool) {
+	if !orderable(pod) {
+		return nil, false
+	}
+	preferred, ok := preferencesOf(pod)
+	if !ok {
+		return nil, false
+	}
+	required := nodeaffinity.GetRequiredNodeAffinity(pod)
+	keys, byGroup := requiredKeys(pod)
+	for _, k := range preferred.keys {
+		if !slices.Contains(keys, k) {
+			keys = append(keys, k)
+		}
+	}
+	groups, ok := index.Groups(pod, keys)
+	if !ok {
+		return nil, false
+	}
+	need := demandOf(pod, nil)
+	type level struct {
+		score  int64
+		groups []*Group
+	}
+	var levels []level
+	var uncounted []string
+	for i := range groups {
+		g := &groups[i]
+		labelled := &v1.Node{ObjectMeta: metav1.ObjectMeta{Labels: g.Labels}}
+		if byGroup {
+			if matches, err := required.Match(labelled); err != nil || !matches {
+				continue // NodeAffinity's Filter refuses them (the index keeps every node of an `In`)
+			}
+		}
+		if !need.countedBy(g.Devices) {
+			uncounted = append(uncounted, matching(required, byGroup, g)...)
+			continue
+		}
+		score := preferred.score(labelled)
+		at := slices.IndexFunc(levels, func(l level) bool { return l.score == score })
+		if at < 0 {
+			at = len(levels)
+			levels = append(levels, level{score: score})
+		}
+		levels[at].groups = append(levels[at].groups, g)
+	}
+	slices.SortFunc(levels, func(a, b level) int { return cmp.Compare(b.score, a.score) })
+	for _, l := range levels {
+		for _, g := range l.groups {
+			for _, name := range matching(required, byGroup, g) {
+				info, err := nodeInfo(name)
+				if err != nil || info.Node() == nil || !need.counted(info) || !sameLabels(info.Node().Labels, g.Labels, keys) {
+					return nil, false
+				}
+				if need.fits(pod, info) {
+					names = append(names, name)
+				}
+			}
+		}
+		if len(names) > 0 {
+			return append(names, uncounted...), true
+		}
+	}
+	return nil, false
+}
+
+// matching: the group's nodes that the required affinity admits, when it
+// names nodes (byGroup false: the whole group, the match being the group's).
+func matching(required nodeaffinity.RequiredNodeAffinity, byGroup bool, g *Group) []string {
+	if byGroup {
+		return g.Nodes
+	}
+	var names []string
+	for _, name := range g.Nodes {
+		named := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: g.Labels}}
+		if matches, err := required.Match(named); err == nil && matches {
+			names = append(names, name)
+		}
+	}
+	return names
+}
+
+// requiredKeys: the label keys the Pod's nodeSelector and required affinity
+// name, and whether they alone decide the match (byGroup; false when a term
+// names fields, metadata.name: then each node is matched on its own).
+func requiredKeys(pod *v1.Pod) (keys []string, byGroup bool) {
+	for k := range pod.Spec.NodeSelector {
+		keys = append(keys, k)
+	}
+	byGroup = true
+	for _, term := range requiredTerms(pod) {
+		byGroup = byGroup && len(term.MatchFields) == 0
+		for _, e := range term.MatchExpressions {
+			if !slices.Contains(keys, e.Key) {
+				keys = append(keys, e.Key)
+			}
+		}
+	}
+	slices.Sort(keys) // Groups caches by keys: one order for one Pod shape
+	return keys, byGroup
+}
+
+// sameLabels: the node carries the group's values of keys, and no other of them.
+func sameLabels(node, group map[string]string, keys []string) bool {
+	for _, k := range keys {
+		v, has := node[k]
+		if w, in := group[k]; has != in || v != w {
+			return false
+		}
+	}
+	return true
 }
 
 // preferences is the Pod's preferred node affinity as NodeAffinity's Score
@@ -278,13 +398,9 @@ func demandOf(pod *v1.Pod, scored []Resource) demand {
 	requests := resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{})
 	d := demand{milliCPU: requests.Cpu().MilliValue(), memory: requests.Memory().Value()}
 	for name, q := range requests {
-		switch name {
-		case v1.ResourceCPU, v1.ResourceMemory, v1.ResourceEphemeralStorage, v1.ResourcePods:
-			// ephemeral storage and Pod slots are not counted here: at worst a node kept that a Filter refuses
-		default:
-			if !q.IsZero() { // NodeResourcesFit skips a zero request too
-				d.devices = append(d.devices, amount{name, q.Value()})
-			}
+		// ephemeral storage and Pod slots are not counted here: at worst a node kept that a Filter refuses
+		if !isBaseResource(name) && !q.IsZero() { // NodeResourcesFit skips a zero request too
+			d.devices = append(d.devices, amount{name, q.Value()})
 		}
 	}
 	for _, r := range scored {
@@ -293,6 +409,26 @@ func demandOf(pod *v1.Pod, scored []Resource) demand {
 		}
 	}
 	return d
+}
+
+// isBaseResource: what every node counts; the rest are devices (extended
+// resources, hugepages), which a node may not count at all.
+func isBaseResource(name v1.ResourceName) bool {
+	switch name {
+	case v1.ResourceCPU, v1.ResourceMemory, v1.ResourceEphemeralStorage, v1.ResourcePods:
+		return true
+	}
+	return false
+}
+
+// countedBy says whether a node counting `devices` counts every device the Pod asks for.
+func (d demand) countedBy(devices sets.Set[string]) bool {
+	for _, a := range d.devices {
+		if !devices.Has(string(a.name)) {
+			return false
+		}
+	}
+	return true
 }
 
 // counted says whether the node counts every device the Pod asks for (false:

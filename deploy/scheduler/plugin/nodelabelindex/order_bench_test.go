@@ -66,7 +66,7 @@ func benchPod(types []string) *v1.Pod {
 func BenchmarkBest(b *testing.B) {
 	infos, types := benchFleet()
 	pod := benchPod(types)
-	for _, args := range []Args{{Order: PreferredTypes}, {Order: MostFree, Resources: wholeGPUs, Nodes: 100},
+	for _, args := range []Args{{Order: MostFree, Resources: wholeGPUs, Nodes: 100},
 		{Order: MostUsed, Resources: wholeGPUs, Nodes: 100}} {
 		b.Run(string(args.Order), func(b *testing.B) {
 			b.ReportAllocs()
@@ -76,5 +76,54 @@ func BenchmarkBest(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// The layout of `python -m bench single` at 1,000, 5,000 and 15,000 nodes:
+// the best type on 3 nodes in 5,000 (at least one), the next type on two
+// thirds of the nodes, the rest CPU-only; the best type with room, and full
+// (then every node of the next type is read for room, as a scan would).
+func BenchmarkBestOfTypes(b *testing.B) {
+	types := []string{"NVIDIA-H100-80GB-HBM3", "NVIDIA-A100-SXM4-80GB"}
+	for _, size := range []int{1000, 5000, 15000} {
+		for _, bestFull := range []bool{false, true} {
+			x, infos := NewIndex(), map[string]fwk.NodeInfo{}
+			best := max(1, size*3/5000)
+			for i := range size {
+				name := fmt.Sprintf("n-%d", i)
+				labels := map[string]string{"kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
+					"topology.kubernetes.io/zone": fmt.Sprintf("zone-%d", i%3)}
+				allocatable := v1.ResourceList{v1.ResourceCPU: resource.MustParse("64"),
+					v1.ResourceMemory: resource.MustParse("512Gi"), v1.ResourcePods: resource.MustParse("110")}
+				if i < best+size*2/3 {
+					t := types[min(1, i/best)]
+					labels[product], labels["gpu-type"] = t, t
+					allocatable[gpu] = resource.MustParse("8")
+				}
+				node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
+					Spec: v1.NodeSpec{Taints: []v1.Taint{gpuTaint}}, Status: v1.NodeStatus{Allocatable: allocatable}}
+				info := framework.NewNodeInfo()
+				info.SetNode(node)
+				if i < best && bestFull {
+					info.AddPod(requesting(8, 1000))
+				}
+				x.SetNode(node)
+				infos[name] = info
+			}
+			lookup := func(name string) (fwk.NodeInfo, error) { return infos[name], nil }
+			pod := benchPod(types)
+			room := "best-with-room"
+			if bestFull {
+				room = "best-full"
+			}
+			b.Run(fmt.Sprintf("%d-nodes/%s", size, room), func(b *testing.B) {
+				b.ReportAllocs()
+				for b.Loop() {
+					if _, ok := bestOfTypes(pod, x, lookup); !ok {
+						b.Fatal("not narrowed")
+					}
+				}
+			})
+		}
 	}
 }

@@ -150,11 +150,7 @@ func TestBest(t *testing.T) {
 		}), nodes: []gpuNode{h100("h-0"), a100("a-0", 8, 0)}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			infos := make([]fwk.NodeInfo, len(c.nodes))
-			for i, n := range c.nodes {
-				infos[i] = n.info()
-			}
-			got, ok := best(c.args, c.pod, infos)
+			got, ok := ranked(c.args, c.pod, c.nodes)
 			slices.Sort(got)
 			if c.want == nil {
 				if ok {
@@ -167,6 +163,53 @@ func TestBest(t *testing.T) {
 			}
 		})
 	}
+}
+
+// ranked is the plugin's best of the nodes for the profile's order, as its
+// PreFilter asks: PreferredTypes from an index of the nodes (the Pod's types
+// written into its required affinity, as the webhook writes them, so that
+// the index narrows), the others from the nodes' infos.
+func ranked(args Args, pod *v1.Pod, nodes []gpuNode) ([]string, bool) {
+	infos := map[string]fwk.NodeInfo{}
+	var list []fwk.NodeInfo
+	for _, n := range nodes {
+		infos[n.name] = n.info()
+		list = append(list, infos[n.name])
+	}
+	if args.Order != PreferredTypes {
+		return best(args, pod, list)
+	}
+	x := NewIndex()
+	for _, info := range list {
+		x.SetNode(info.Node())
+	}
+	return bestOfTypes(ofTypes(pod, "H100", "A100"), x, func(name string) (fwk.NodeInfo, error) {
+		if info, ok := infos[name]; ok {
+			return info, nil
+		}
+		return nil, fmt.Errorf("node %q is not in the snapshot", name)
+	})
+}
+
+// ofTypes adds to each term of the Pod's required affinity (or to a new
+// one) an `In` of the products, which the index narrows to.
+func ofTypes(pod *v1.Pod, products ...string) *v1.Pod {
+	p := pod.DeepCopy()
+	if p.Spec.Affinity == nil {
+		p.Spec.Affinity = &v1.Affinity{}
+	}
+	if p.Spec.Affinity.NodeAffinity == nil {
+		p.Spec.Affinity.NodeAffinity = &v1.NodeAffinity{}
+	}
+	na := p.Spec.Affinity.NodeAffinity
+	if na.RequiredDuringSchedulingIgnoredDuringExecution == nil {
+		na.RequiredDuringSchedulingIgnoredDuringExecution = &v1.NodeSelector{NodeSelectorTerms: []v1.NodeSelectorTerm{{}}}
+	}
+	terms := na.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
+	for i := range terms {
+		terms[i].MatchExpressions = append(terms[i].MatchExpressions, in(product, products...))
+	}
+	return p
 }
 
 // At most Nodes of the best share: any of them is as right as another.

@@ -113,7 +113,7 @@ func (pl *NodeLabelIndex) nodeSeen(obj any) {
 	if !ok {
 		return
 	}
-	gen, was, changed := pl.index.Set(node.Name, node.Labels)
+	gen, was, changed := pl.index.SetNode(node)
 	if !changed {
 		return
 	}
@@ -174,17 +174,7 @@ func (pl *NodeLabelIndex) preFilter(ctx context.Context, state fwk.CycleState, p
 	if pl.widened.take(pod.UID) {
 		return &fwk.PreFilterResult{NodeNames: candidates}, Widened
 	}
-	infos := make([]fwk.NodeInfo, 0, candidates.Len())
-	lister := pl.handle.SnapshotSharedLister().NodeInfos()
-	for name := range candidates {
-		if info, err := lister.Get(name); err == nil && info.Node() != nil {
-			infos = append(infos, info)
-		}
-	}
-	if len(infos) != candidates.Len() {
-		return &fwk.PreFilterResult{NodeNames: candidates}, Widened
-	}
-	names, ok := best(pl.args, pod, infos)
+	names, ok := pl.best(pod, candidates)
 	if !ok {
 		return &fwk.PreFilterResult{NodeNames: candidates}, Widened
 	}
@@ -193,6 +183,25 @@ func (pl *NodeLabelIndex) preFilter(ctx context.Context, state fwk.CycleState, p
 	}
 	state.Write(narrowedKey, narrowedState{})
 	return &fwk.PreFilterResult{NodeNames: sets.New(names...)}, Narrowed
+}
+
+// best is order.go's best of the candidates for the profile's order, read
+// from the cycle's snapshot; ok false when it cannot tell.
+func (pl *NodeLabelIndex) best(pod *v1.Pod, candidates sets.Set[string]) (names []string, ok bool) {
+	lister := pl.handle.SnapshotSharedLister().NodeInfos()
+	if pl.args.Order == PreferredTypes {
+		return bestOfTypes(pod, pl.index, lister.Get)
+	}
+	infos := make([]fwk.NodeInfo, 0, candidates.Len())
+	for name := range candidates {
+		if info, err := lister.Get(name); err == nil && info.Node() != nil {
+			infos = append(infos, info)
+		}
+	}
+	if len(infos) != candidates.Len() {
+		return nil, false
+	}
+	return best(pl.args, pod, infos)
 }
 
 // agrees says whether the index holds exactly the snapshot's nodes, and

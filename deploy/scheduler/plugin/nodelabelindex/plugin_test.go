@@ -38,7 +38,7 @@ func TestNodeNowMatches(t *testing.T) {
 			}
 			pl := &NodeLabelIndex{index: NewIndex()}
 			if c.was != nil {
-				pl.index.Set(c.was.Name, c.was.Labels)
+				pl.index.SetNode(c.was)
 			}
 			before, gen := indexed(pl), pl.index.Generation()
 			got, err := pl.nodeNowMatches(klog.Background(), c.pod, was, c.now)
