@@ -8,6 +8,7 @@ package nodelabelindex
 
 import (
 	"hash/maphash"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -30,7 +31,8 @@ type Index struct {
 	devices map[string]string                      // node -> devicesKey of what it counts, as last indexed
 	byLabel map[string]map[string]sets.Set[string] // key -> value -> nodes
 	cached  map[string]sets.Set[string]            // affinity -> candidates, valid for the labels as now
-	groups  map[string][]Group                     // affinity and keys -> Groups, valid for the labels and devices as now
+	shapes  map[string]*shape                      // affinity and keys -> their Groups, kept as nodes change
+	built   int                                    // shapes grouped from scratch (a cold cycle's work)
 	names   uint64                                 // namesOf the nodes indexed, kept as they come and go
 	gen     uint64                                 // counts the changes that could change a Pod's candidates
 }
@@ -49,7 +51,7 @@ func NewIndex() *Index {
 		devices: map[string]string{},
 		byLabel: map[string]map[string]sets.Set[string]{},
 		cached:  map[string]sets.Set[string]{},
-		groups:  map[string][]Group{},
+		shapes:  map[string]*shape{},
 	}
 }
 
@@ -69,9 +71,9 @@ func (x *Index) Set(name string, labels map[string]string, devices string) (gen 
 	defer x.mu.Unlock()
 	old, known := x.labels[name]
 	if known && equal(old, labels) {
-		if x.devices[name] != devices {
+		if was := x.devices[name]; was != devices {
 			x.devices[name] = devices
-			x.forgetCached()
+			x.regroup(name, old, was, labels, devices)
 			return x.gen, old, true
 		}
 		return x.gen, old, false
@@ -93,16 +95,11 @@ func (x *Index) Set(name string, labels map[string]string, devices string) (gen 
 	if !known {
 		x.names ^= nameHash(name)
 	}
+	x.regroup(name, old, x.devices[name], kept, devices)
 	x.labels[name], x.devices[name] = kept, devices
 	x.gen++
-	x.forgetCached()
-	return x.gen, old, true
-}
-
-// forgetCached drops what was worked out from the labels and devices as they were.
-func (x *Index) forgetCached() {
 	clear(x.cached)
-	clear(x.groups)
+	return x.gen, old, true
 }
 
 // Delete forgets node `name`.
@@ -110,12 +107,13 @@ func (x *Index) Delete(name string) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	if old, known := x.labels[name]; known {
+		x.regroup(name, old, x.devices[name], nil, "")
 		x.remove(name, old)
 		delete(x.labels, name)
 		delete(x.devices, name)
 		x.names ^= nameHash(name)
 		x.gen++
-		x.forgetCached()
+		clear(x.cached)
 	}
 }
 
@@ -138,7 +136,8 @@ func (x *Index) Rebuild(list func() ([]*v1.Node, error)) (int, error) {
 	}
 	x.labels, x.devices, x.byLabel, x.names = fresh.labels, fresh.devices, fresh.byLabel, fresh.names
 	x.gen++
-	x.forgetCached()
+	clear(x.cached)
+	clear(x.shapes)
 	return len(nodes), nil
 }
 
@@ -199,14 +198,29 @@ func (x *Index) Candidates(pod *v1.Pod) (sets.Set[string], bool) {
 }
 
 // affinityOf: the Pod's required terms and their affinityKey; ok false when
-// it has neither terms nor a nodeSelector (nothing to narrow by).
+// they do not narrow: neither terms nor a nodeSelector, or a term with no
+// `In` expression and no nodeSelector beside it (it admits nodes of any label).
 func affinityOf(pod *v1.Pod) (terms []v1.NodeSelectorTerm, key string, ok bool) {
 	terms = requiredTerms(pod)
 	if len(terms) == 0 && len(pod.Spec.NodeSelector) == 0 {
 		return nil, "", false
 	}
+	for _, term := range terms {
+		if len(pod.Spec.NodeSelector) == 0 && !slices.ContainsFunc(term.MatchExpressions, isIn) {
+			return nil, "", false
+		}
+	}
 	return terms, affinityKey(terms, pod.Spec.NodeSelector), true
 }
+
+// Narrows says whether the index narrows the Pod's cycle: Candidates' ok,
+// without working them out.
+func (x *Index) Narrows(pod *v1.Pod) bool {
+	_, _, ok := affinityOf(pod)
+	return ok
+}
+
+func isIn(e v1.NodeSelectorRequirement) bool { return e.Operator == v1.NodeSelectorOpIn }
 
 // candidatesOf is Candidates under the lock, for the affinity `key` identifies.
 func (x *Index) candidatesOf(key string, terms []v1.NodeSelectorTerm, selector map[string]string) (sets.Set[string], bool) {
@@ -219,77 +233,6 @@ func (x *Index) candidatesOf(key string, terms []v1.NodeSelectorTerm, selector m
 	}
 	x.cached[key] = found
 	return found, found != nil
-}
-
-// Group is the Pod's candidates that share the values of some label keys
-// (Labels holds those of them a node carries) and what they count.
-type Group struct {
-	Labels  map[string]string
-	Devices sets.Set[string] // the devices the nodes' allocatable counts (devicesKey)
-	Nodes   []string
-}
-
-// Groups partitions the Pod's candidates (Candidates) by the values of
-// `keys` and the devices each node counts, so that what depends only on
-// those (a preferred affinity's score, a required affinity's match) is
-// worked out once a group, not once a node; ok false as Candidates says.
-// The groups are shared with later calls, until a node's labels or devices
-// change: the caller must not change them.
-func (x *Index) Groups(pod *v1.Pod, keys []string) ([]Group, bool) {
-	terms, key, ok := affinityOf(pod)
-	if !ok {
-		return nil, false
-	}
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	byKeys := key + "@" + strings.Join(keys, "\x00")
-	if found, ok := x.groups[byKeys]; ok {
-		return found, true
-	}
-	candidates, ok := x.candidatesOf(key, terms, pod.Spec.NodeSelector)
-	if !ok {
-		return nil, false
-	}
-	found := x.groupsOf(candidates, keys)
-	if len(x.groups) >= maxCached {
-		clear(x.groups)
-	}
-	x.groups[byKeys] = found
-	return found, true
-}
-
-func (x *Index) groupsOf(candidates sets.Set[string], keys []string) []Group {
-	at := map[string]int{} // the values of keys and the devices -> the group's place in found
-	var found []Group
-	var id strings.Builder
-	for name := range candidates {
-		labels, devices := x.labels[name], x.devices[name]
-		id.Reset()
-		for _, k := range keys {
-			if v, has := labels[k]; has {
-				id.WriteString("=" + v)
-			}
-			id.WriteByte(0) // a label value holds no NUL
-		}
-		id.WriteString(devices)
-		i, seen := at[id.String()]
-		if !seen {
-			g := Group{Labels: map[string]string{}, Devices: sets.New[string]()}
-			for _, k := range keys {
-				if v, has := labels[k]; has {
-					g.Labels[k] = v
-				}
-			}
-			if devices != "" {
-				g.Devices.Insert(strings.Split(devices, "\x00")...)
-			}
-			i = len(found)
-			at[id.String()] = i
-			found = append(found, g)
-		}
-		found[i].Nodes = append(found[i].Nodes, name)
-	}
-	return found
 }
 
 // devicesKey names the extended resources (devices, hugepages) an

@@ -2,9 +2,13 @@ package nodelabelindex
 
 import (
 	"fmt"
+	"maps"
+	"slices"
+	"strings"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
@@ -153,4 +157,74 @@ func TestLabelsAreCopied(t *testing.T) {
 	if got, _ := x.Candidates(pod(nil, []v1.NodeSelectorRequirement{in(product, "NVIDIA-L4")})); got.Has("l4") || x.Len() != 0 {
 		t.Errorf("the index followed a map it does not own: %v, %d nodes", sets.List(got), x.Len())
 	}
+}
+
+// A node event moves the one node between the groups kept for each Pod
+// shape: the groups equal those of an index built afresh, none is grouped
+// again from scratch, and a list handed out before stays as it was.
+func TestNodeEventsMoveOneNodeNotTheClass(t *testing.T) {
+	h100, a100 := "NVIDIA-H100-80GB-HBM3", "NVIDIA-A100-SXM4-80GB"
+	of := pod(nil, []v1.NodeSelectorRequirement{in(product, h100, a100)})
+	keys := []string{product, "zone"}
+	gpus := func(n *v1.Node, resources ...v1.ResourceName) *v1.Node {
+		n.Status.Allocatable = v1.ResourceList{}
+		for _, r := range resources {
+			n.Status.Allocatable[r] = resource.MustParse("8")
+		}
+		return n
+	}
+	for _, c := range []struct {
+		name  string
+		event func(x *Index)
+	}{
+		{"a node of the types added", func(x *Index) { x.SetNode(gpus(node("h100-9", map[string]string{product: h100}), gpu)) }},
+		{"a node of another type added", func(x *Index) { x.SetNode(node("l4-9", map[string]string{product: "NVIDIA-L4"})) }},
+		{"relabelled between groups", func(x *Index) {
+			x.SetNode(gpus(node("h100-0", map[string]string{product: h100, "zone": "b"}), gpu))
+		}},
+		{"relabelled out of the types", func(x *Index) { x.SetNode(node("h100-1", map[string]string{product: "NVIDIA-L4"})) }},
+		{"relabelled into the types", func(x *Index) { x.SetNode(gpus(node("l4-3", map[string]string{product: a100}), gpu)) }},
+		{"its devices no longer counted (a DRA driver's)", func(x *Index) {
+			x.SetNode(node("h100-1", map[string]string{product: h100, "zone": "b"}))
+		}},
+		{"deleted", func(x *Index) { x.Delete("h100-0") }},
+		{"every node of a group deleted", func(x *Index) { x.Delete("h100-0"); x.Delete("h100-1") }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			x := NewIndex()
+			nodes := fleet()
+			for _, n := range nodes {
+				x.SetNode(gpus(n, gpu))
+			}
+			before, _ := x.Groups(of, keys)
+			kept := groupsByID(before, keys)
+			c.event(x)
+			got, _ := x.Groups(of, keys)
+			if x.built != 1 {
+				t.Errorf("grouped from scratch %d times, want once", x.built)
+			}
+			if after := groupsByID(before, keys); !maps.EqualFunc(after, kept, slices.Equal) {
+				t.Errorf("the list handed out before changed: %v, was %v", after, kept)
+			}
+			fresh := NewIndex()
+			for name, labels := range x.labels {
+				fresh.Set(name, labels, x.devices[name])
+			}
+			want, _ := fresh.Groups(of, keys)
+			if g, w := groupsByID(got, keys), groupsByID(want, keys); !maps.EqualFunc(g, w, slices.Equal) {
+				t.Errorf("groups %v, built afresh %v", g, w)
+			}
+		})
+	}
+}
+
+// groupsByID: each group's nodes, sorted, by its values and devices (groups left empty aside).
+func groupsByID(groups []Group, keys []string) map[string][]string {
+	out := map[string][]string{}
+	for _, g := range groups {
+		if len(g.Nodes) > 0 {
+			out[groupID(g.Labels, strings.Join(sets.List(g.Devices), "\x00"), keys)] = slices.Sorted(slices.Values(g.Nodes))
+		}
+	}
+	return out
 }

@@ -168,7 +168,7 @@ func best(args Args, pod *v1.Pod, infos []fwk.NodeInfo) (names []string, ok bool
 }
 
 // bestOfTypes is best for the order PreferredTypes, read from the index's
-// groups of the Pod's candidates: a node's score and whether its labels meet
+// groups of the nodes of the Pod's types (Index.Groups): a node's score and whether its labels meet
 // the Pod's required affinity depend only on the values of the label keys
 // those name, and whether it counts the Pod's devices only on its devices,
 // so each is worked out once a group. The groups are then walked from the
@@ -179,14 +179,12 @@ func best(args Args, pod *v1.Pod, infos []fwk.NodeInfo) (names []string, ok bool
 // The groups come from the index and the room from the cycle's snapshot
 // (nodeInfo); a node read whose snapshot labels or devices say other than
 // its group (the two handlers a moment apart), or that the snapshot does not
-// hold, makes it not tell (ok false).
-func bestOfTypes(pod *v1.Pod, index *Index, nodeInfo func(string) (fwk.NodeInfo, error)) (names []string, ok bool) {
-	if !orderable(pod) {
-		return nil, false
-	}
+// hold, makes it not tell (ok false). members is the number of nodes in the
+// groups (-1 when the Pod is not one it orders).
+func bestOfTypes(pod *v1.Pod, index *Index, nodeInfo func(string) (fwk.NodeInfo, error)) (names []string, members int, ok bool) {
 	preferred, ok := preferencesOf(pod)
-	if !ok {
-		return nil, false
+	if !ok || !orderable(pod) {
+		return nil, -1, false
 	}
 	required := nodeaffinity.GetRequiredNodeAffinity(pod)
 	keys, byGroup := requiredKeys(pod)
@@ -197,7 +195,7 @@ func bestOfTypes(pod *v1.Pod, index *Index, nodeInfo func(string) (fwk.NodeInfo,
 	}
 	groups, ok := index.Groups(pod, keys)
 	if !ok {
-		return nil, false
+		return nil, -1, false
 	}
 	need := demandOf(pod, nil)
 	type level struct {
@@ -208,6 +206,7 @@ func bestOfTypes(pod *v1.Pod, index *Index, nodeInfo func(string) (fwk.NodeInfo,
 	var uncounted []string
 	for i := range groups {
 		g := &groups[i]
+		members += len(g.Nodes)
 		labelled := &v1.Node{ObjectMeta: metav1.ObjectMeta{Labels: g.Labels}}
 		if byGroup {
 			if matches, err := required.Match(labelled); err != nil || !matches {
@@ -232,7 +231,7 @@ func bestOfTypes(pod *v1.Pod, index *Index, nodeInfo func(string) (fwk.NodeInfo,
 			for _, name := range matching(required, byGroup, g) {
 				info, err := nodeInfo(name)
 				if err != nil || info.Node() == nil || !need.counted(info) || !sameLabels(info.Node().Labels, g.Labels, keys) {
-					return nil, false
+					return nil, members, false
 				}
 				if need.fits(pod, info) {
 					names = append(names, name)
@@ -240,10 +239,10 @@ func bestOfTypes(pod *v1.Pod, index *Index, nodeInfo func(string) (fwk.NodeInfo,
 			}
 		}
 		if len(names) > 0 {
-			return append(names, uncounted...), true
+			return append(names, uncounted...), members, true
 		}
 	}
-	return nil, false
+	return nil, members, false
 }
 
 // matching: the group's nodes that the required affinity admits, when it

@@ -82,7 +82,9 @@ func BenchmarkBest(b *testing.B) {
 // The layout of `python -m bench single` at 1,000, 5,000 and 15,000 nodes:
 // the best type on 3 nodes in 5,000 (at least one), the next type on two
 // thirds of the nodes, the rest CPU-only; the best type with room, and full
-// (then every node of the next type is read for room, as a scan would).
+// (then every node of the next type is read for room, as a scan would); a
+// cycle after a node of the next type was relabelled (moved out of its
+// group and back, the groups kept); and the first cycle of a Pod shape (grouped from scratch).
 func BenchmarkBestOfTypes(b *testing.B) {
 	types := []string{"NVIDIA-H100-80GB-HBM3", "NVIDIA-A100-SXM4-80GB"}
 	for _, size := range []int{1000, 5000, 15000} {
@@ -112,16 +114,41 @@ func BenchmarkBestOfTypes(b *testing.B) {
 			}
 			lookup := func(name string) (fwk.NodeInfo, error) { return infos[name], nil }
 			pod := benchPod(types)
-			room := "best-with-room"
-			if bestFull {
-				room = "best-full"
+			cycle := func(b *testing.B) {
+				if _, _, ok := bestOfTypes(pod, x, lookup); !ok {
+					b.Fatal("not narrowed")
+				}
 			}
-			b.Run(fmt.Sprintf("%d-nodes/%s", size, room), func(b *testing.B) {
+			if bestFull {
+				b.Run(fmt.Sprintf("%d-nodes/best-full", size), func(b *testing.B) {
+					b.ReportAllocs()
+					for b.Loop() {
+						cycle(b)
+					}
+				})
+				continue
+			}
+			b.Run(fmt.Sprintf("%d-nodes/best-with-room", size), func(b *testing.B) {
 				b.ReportAllocs()
 				for b.Loop() {
-					if _, ok := bestOfTypes(pod, x, lookup); !ok {
-						b.Fatal("not narrowed")
-					}
+					cycle(b)
+				}
+			})
+			moved := infos[fmt.Sprintf("n-%d", best)].Node().DeepCopy()
+			b.Run(fmt.Sprintf("%d-nodes/after-a-relabel", size), func(b *testing.B) {
+				b.ReportAllocs()
+				hand := []string{"A100-80GB", types[1]} // labelled by hand, then as GFD labels it: out of its group and back
+				for i := 0; b.Loop(); i++ {
+					moved.Labels["gpu-type"] = hand[i%2]
+					x.SetNode(moved)
+					cycle(b)
+				}
+			})
+			b.Run(fmt.Sprintf("%d-nodes/first-of-its-shape", size), func(b *testing.B) {
+				b.ReportAllocs()
+				for b.Loop() {
+					clear(x.shapes)
+					cycle(b)
 				}
 			})
 		}

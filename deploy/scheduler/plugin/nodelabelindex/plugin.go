@@ -154,27 +154,53 @@ func (pl *NodeLabelIndex) PreFilter(ctx context.Context, state fwk.CycleState, p
 }
 
 func (pl *NodeLabelIndex) preFilter(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo) (*fwk.PreFilterResult, Outcome) {
-	gen := pl.index.Generation()
-	candidates, narrowed := pl.index.Candidates(pod)
-	if !narrowed {
+	if !pl.index.Narrows(pod) {
 		return nil, Unnarrowed
 	}
-	agrees, rebuilt := pl.agrees(klog.FromContext(ctx), nodes)
-	if rebuilt {
-		gen = pl.index.Generation()
-		candidates, _ = pl.index.Candidates(pod)
+	if !pl.agrees(klog.FromContext(ctx), nodes) {
+		return nil, FellBack
 	}
-	if !agrees || candidates.Len() == 0 {
+	// Read before the index is: a node indexed after it gives a Pod this cycle did not place another (parked).
+	gen := pl.index.Generation()
+	widened := pl.args.Order != Class && pl.widened.take(pod.UID)
+	if pl.args.Order == PreferredTypes && !widened {
+		// From the index's groups alone: the candidates are worked out only to widen.
+		names, members, ok := bestOfTypes(pod, pl.index, pl.handle.SnapshotSharedLister().NodeInfos().Get)
+		if members == 0 {
+			return nil, FellBack
+		}
+		if members > 0 {
+			state.Write(indexedKey, indexedState{gen: gen})
+			if ok {
+				if len(names) < members {
+					state.Write(narrowedKey, narrowedState{})
+				}
+				return &fwk.PreFilterResult{NodeNames: sets.New(names...)}, Narrowed
+			}
+		}
+	}
+	candidates, _ := pl.index.Candidates(pod)
+	if candidates.Len() == 0 {
 		return nil, FellBack
 	}
 	state.Write(indexedKey, indexedState{gen: gen})
 	if pl.args.Order == Class {
 		return &fwk.PreFilterResult{NodeNames: candidates}, Narrowed
 	}
-	if pl.widened.take(pod.UID) {
+	if widened || pl.args.Order == PreferredTypes {
 		return &fwk.PreFilterResult{NodeNames: candidates}, Widened
 	}
-	names, ok := pl.best(pod, candidates)
+	infos := make([]fwk.NodeInfo, 0, candidates.Len())
+	lister := pl.handle.SnapshotSharedLister().NodeInfos()
+	for name := range candidates {
+		if info, err := lister.Get(name); err == nil && info.Node() != nil {
+			infos = append(infos, info)
+		}
+	}
+	if len(infos) != candidates.Len() {
+		return &fwk.PreFilterResult{NodeNames: candidates}, Widened
+	}
+	names, ok := best(pl.args, pod, infos)
 	if !ok {
 		return &fwk.PreFilterResult{NodeNames: candidates}, Widened
 	}
@@ -185,49 +211,28 @@ func (pl *NodeLabelIndex) preFilter(ctx context.Context, state fwk.CycleState, p
 	return &fwk.PreFilterResult{NodeNames: sets.New(names...)}, Narrowed
 }
 
-// best is order.go's best of the candidates for the profile's order, read
-// from the cycle's snapshot; ok false when it cannot tell.
-func (pl *NodeLabelIndex) best(pod *v1.Pod, candidates sets.Set[string]) (names []string, ok bool) {
-	lister := pl.handle.SnapshotSharedLister().NodeInfos()
-	if pl.args.Order == PreferredTypes {
-		return bestOfTypes(pod, pl.index, lister.Get)
-	}
-	infos := make([]fwk.NodeInfo, 0, candidates.Len())
-	for name := range candidates {
-		if info, err := lister.Get(name); err == nil && info.Node() != nil {
-			infos = append(infos, info)
-		}
-	}
-	if len(infos) != candidates.Len() {
-		return nil, false
-	}
-	return best(pl.args, pod, infos)
-}
-
 // agrees says whether the index holds exactly the snapshot's nodes, and
-// repairs it (rebuilt) when it has not for longer than events in flight
-// explain.
-func (pl *NodeLabelIndex) agrees(logger klog.Logger, nodes []fwk.NodeInfo) (agrees, rebuilt bool) {
+// repairs it when it has not for longer than events in flight explain.
+func (pl *NodeLabelIndex) agrees(logger klog.Logger, nodes []fwk.NodeInfo) bool {
 	hash, count := pl.index.Names()
 	v := pl.drift.observe(hash, uint64(count), pl.snapshot.of(nodes), uint64(len(nodes)))
-	if v.repair {
-		listed, err := pl.index.Rebuild(func() ([]*v1.Node, error) { return pl.nodes.List(labels.Everything()) })
-		if err != nil {
-			logger.Error(err, "NodeLabelIndex: listing nodes to rebuild the index")
-			return false, false
-		}
-		indexRepairs.Inc()
-		if v.say {
-			logger.Info("NodeLabelIndex: the index disagreed with the scheduler's nodes by name; rebuilt it from the node informer",
-				"indexed", count, "snapshot", len(nodes), "listed", listed, "disagreedFor", repairAfter)
-		}
-		// The lister can be ahead of the snapshot (nodes the scheduler's handler has yet to see): agreement
-		// is asked again, and a new disagreement waits repairAfter again.
-		hash, count = pl.index.Names()
-		v = pl.drift.observe(hash, uint64(count), pl.snapshot.of(nodes), uint64(len(nodes)))
-		return v.agrees, true
+	if !v.repair {
+		return v.agrees
 	}
-	return v.agrees, false
+	listed, err := pl.index.Rebuild(func() ([]*v1.Node, error) { return pl.nodes.List(labels.Everything()) })
+	if err != nil {
+		logger.Error(err, "NodeLabelIndex: listing nodes to rebuild the index")
+		return false
+	}
+	indexRepairs.Inc()
+	if v.say {
+		logger.Info("NodeLabelIndex: the index disagreed with the scheduler's nodes by name; rebuilt it from the node informer",
+			"indexed", count, "snapshot", len(nodes), "listed", listed, "disagreedFor", repairAfter)
+	}
+	// The lister can be ahead of the snapshot (nodes the scheduler's handler has yet to see): agreement
+	// is asked again, and a new disagreement waits repairAfter again.
+	hash, count = pl.index.Names()
+	return pl.drift.observe(hash, uint64(count), pl.snapshot.of(nodes), uint64(len(nodes))).agrees
 }
 
 // PostFilter: a Pod that none of its best nodes took (a Filter best does not

@@ -8,6 +8,8 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	fwk "k8s.io/kube-scheduler/framework"
@@ -54,6 +56,29 @@ func bestByScan(t *testing.T, pod *v1.Pod, candidates []string, infos map[string
 		return nil, false
 	}
 	return append(names, uncounted...), true
+}
+
+// heldBy: the candidates that, for some required term, carry a value each
+// `In` lists (the nodes Index.Groups holds), read from the labels indexed.
+func heldBy(pod *v1.Pod, candidates sets.Set[string], x *Index) int {
+	held := 0
+	for name := range candidates {
+		for _, term := range pod.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms {
+			ins := &v1.NodeSelectorTerm{}
+			for _, e := range term.MatchExpressions {
+				if e.Operator == v1.NodeSelectorOpIn {
+					ins.MatchExpressions = append(ins.MatchExpressions, e)
+				}
+			}
+			selector := nodeaffinity.NewLazyErrorNodeSelector(&v1.NodeSelector{NodeSelectorTerms: []v1.NodeSelectorTerm{*ins}})
+			if matches, _ := selector.Match(&v1.Node{ObjectMeta: metav1.ObjectMeta{Labels: x.labels[name]}}); matches &&
+				labels.SelectorFromSet(pod.Spec.NodeSelector).Matches(labels.Set(x.labels[name])) {
+				held++
+				break
+			}
+		}
+	}
+	return held
 }
 
 var (
@@ -184,7 +209,7 @@ func TestBestOfTypesIsTheScanOfEveryCandidate(t *testing.T) {
 						t.Fatalf("round %d, Pod %d: the index does not narrow a Pod of types", round, i)
 					}
 					want, wantOK := bestByScan(t, pod, sets.List(candidates), infos)
-					got, gotOK := bestOfTypes(pod, x, lookup)
+					got, members, gotOK := bestOfTypes(pod, x, lookup)
 					slices.Sort(want)
 					slices.Sort(got)
 					if gotOK != wantOK || !slices.Equal(got, want) {
@@ -193,6 +218,9 @@ func TestBestOfTypesIsTheScanOfEveryCandidate(t *testing.T) {
 					}
 					if gotOK {
 						narrowed++
+					}
+					if held := heldBy(pod, candidates, x); members != held {
+						t.Fatalf("round %d, Pod %d: %d nodes in the groups, %d of the candidates are the Pod's types", round, i, members, held)
 					}
 				}
 			}
