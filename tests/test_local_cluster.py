@@ -65,6 +65,25 @@ def test_down_stops_every_process_the_cluster_started(tmp_path: Path, argv: list
     assert not any(local_cluster._alive(pid) for pid in started)
 
 
+def test_a_reused_cluster_runs_what_it_is_asked_to_run(tmp_path: Path) -> None:
+    """A component kept running from an earlier `up` is kept when asked for the same command, and started
+    again when asked for another (a binary built from changed code): a bench reusing a cluster measures the
+    code it names."""
+    directory = tmp_path / "cluster"
+    cluster = local_cluster.Cluster(directory)
+    try:
+        cluster.start("gpu-class-scheduler", ["sleep", "300"])
+        first = cluster.pid("gpu-class-scheduler")
+        cluster.start("gpu-class-scheduler", ["sleep", "300"])
+        assert cluster.pid("gpu-class-scheduler") == first
+        cluster.start("gpu-class-scheduler", ["sleep", "301"])
+        assert cluster.pid("gpu-class-scheduler") != first and cluster.is_running("gpu-class-scheduler")
+        assert first is not None and not local_cluster._alive(first)
+        assert cluster.argv("gpu-class-scheduler") == ["sleep", "301"]
+    finally:
+        local_cluster.down(directory, grace_seconds=0.5)
+
+
 def test_down_twice_and_on_a_directory_that_never_was(tmp_path: Path) -> None:
     directory = tmp_path / "cluster"
     local_cluster.Cluster(directory).start("etcd", ["sleep", "300"])

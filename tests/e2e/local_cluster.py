@@ -362,7 +362,11 @@ class Cluster:
         self.logs.mkdir(parents=True, exist_ok=True)
         self.pidfile(name).parent.mkdir(parents=True, exist_ok=True)
         if self.is_running(name):
-            return
+            if self.argv(name) == list(argv):
+                return
+            # A cluster kept for reuse, asked to run something else (a binary built from changed code, other
+            # flags): what runs must be what is asked for, or a bench reports figures of code it did not run.
+            self.stop(name)
         with open(self.logs / f"{name}.log", "ab") as log:
             # A session of its own: `down` (or a test) signals the whole group,
             # and nothing here outlives it by inheriting our terminal. The
@@ -374,9 +378,16 @@ class Cluster:
         self.pidfile(name).write_text(f"{proc.pid} {_start_time(proc.pid)}\n")
         (self.dir / "run" / f"{name}.argv").write_text(json.dumps(list(argv)))
 
+    def argv(self, name: str) -> list[str] | None:
+        """What `name` was last started with (None: never)."""
+        try:
+            return list(json.loads((self.dir / "run" / f"{name}.argv").read_text()))
+        except FileNotFoundError:
+            return None
+
     def flags(self, name: str, names: Iterable[str]) -> dict[str, str | None]:
         """The values of the flags `names` that `name` was last started with (None: not given), e.g. to restore."""
-        argv = json.loads((self.dir / "run" / f"{name}.argv").read_text())
+        argv = self.argv(name) or []
         given = dict(a.split("=", 1) for a in argv if a.startswith("--") and "=" in a)
         return {flag: given.get(flag) for flag in names}
 
