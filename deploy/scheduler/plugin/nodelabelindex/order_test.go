@@ -183,13 +183,18 @@ func ranked(args Args, pod *v1.Pod, nodes []gpuNode) ([]string, bool) {
 	for _, info := range list {
 		x.SetNode(info.Node())
 	}
-	names, _, ok := bestOfTypes(ofTypes(pod, "H100", "A100"), x, func(name string) (fwk.NodeInfo, error) {
+	names, _, ok := bestOfTypes(ofTypes(pod, "H100", "A100"), x, snapshotOf(infos))
+	return names, ok
+}
+
+// snapshotOf: the NodeInfos lister's Get over these nodes.
+func snapshotOf(infos map[string]fwk.NodeInfo) func(string) (fwk.NodeInfo, error) {
+	return func(name string) (fwk.NodeInfo, error) {
 		if info, ok := infos[name]; ok {
 			return info, nil
 		}
 		return nil, fmt.Errorf("node %q is not in the snapshot", name)
-	})
-	return names, ok
+	}
 }
 
 // ofTypes adds to each term of the Pod's required affinity (or to a new

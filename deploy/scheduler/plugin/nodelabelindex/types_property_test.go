@@ -185,12 +185,7 @@ func TestBestOfTypesIsTheScanOfEveryCandidate(t *testing.T) {
 			for _, name := range names {
 				set(name)
 			}
-			lookup := func(name string) (fwk.NodeInfo, error) {
-				if info, ok := infos[name]; ok {
-					return info, nil
-				}
-				return nil, fmt.Errorf("node %q is not in the snapshot", name)
-			}
+			lookup := snapshotOf(infos)
 			narrowed := 0
 			for round := range rounds {
 				for range 1 + r.IntN(4) {
