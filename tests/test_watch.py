@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import gc
 import json
+import re
 import threading
 import time
 import weakref
@@ -392,14 +393,29 @@ def test_synced_once_every_first_list_is_in_whatever_the_reflectors_flags_say(ap
     """Reflectors set their own flag after replace() returns: lists that end together each see the
     others unfinished. The snapshot counts the lists it has taken in instead (here the flags never move)."""
     core = kubernetes.client.CoreV1Api(api.api_client())
-    inv = LiveInventory(CATALOG, core, watch_pods=True)  # not started: the replaces are called by hand
+    told = Synced()
+    inv = LiveInventory(CATALOG, core, watch_pods=True, observer=told)  # not started: the replaces are called by hand
     replace = {r.name: r.replace for r in inv.reflectors}
     assert sorted(replace) == sorted(order)  # every reflector, each once
     for name in order:
         assert inv.snapshot().synced is False, f"synced before {name} was listed"
+        assert told.times == 0
         replace[name]([])
         assert not any(r.synced for r in inv.reflectors)
     assert inv.snapshot().synced is True
+    assert told.times == 1  # what the synced-workers gauge counts
+    replace[order[0]]([])  # a relist: still the one worker
+    assert told.times == 1
+
+
+class Synced(NoObserver):
+    """Counts the times the inventory says it is synced."""
+
+    def __init__(self) -> None:
+        self.times = 0
+
+    def synced(self) -> None:
+        self.times += 1
 
 
 def test_wait_newer_returns_when_the_watch_publishes(api: FakeApiServer) -> None:
@@ -638,6 +654,7 @@ def test_served_by_gunicorn_workers_from_a_live_watch(api: FakeApiServer, tmp_pa
             return all(types_annotation(server.post("/mutate", review)[1]) == "A100" for _ in range(8))
 
         eventually(every_worker_sees_it, timeout_seconds=20, what="both workers updated")
+        assert re.search(r"^gpu_class_inventory_synced_workers 2\.0$", server.get("/metrics")[1], re.M)
         assert api.server_errors == []
 
 

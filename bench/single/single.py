@@ -29,11 +29,12 @@ from typing import Any, Callable, Sequence
 import kubernetes
 
 from bench.common.commit import measured_at
+from bench.common.scrape import read_scheduler_times
 from bench.common.sections import write_section
 from bench.placement.placement import PENDING_SECONDS, REPO_ROOT, SCHEDULER, scheduler_port
 from bench.placement.placement_cluster import (
     BindRecorder, barrier, create_nodes, create_workload, delete_nodes, drop_namespace, make_namespace,
-    read_scheduler_times, scheduler_metrics, wait_workload,
+    scheduler_metrics, wait_workload,
 )
 from bench.placement.placement_model import NodeSpec, Workload
 from bench.single.single_model import (

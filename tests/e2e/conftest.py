@@ -9,21 +9,37 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import kubernetes
 import pytest
 
 import local_cluster
 from fleet import CPU_NODES, FLEET
-from kubeobjects import create_node, delete_nodes, force_delete_pods, make_namespace, running_cluster
+from kubeobjects import create_node, delete_nodes, force_delete_pods, make_namespace, pod_removals, running_cluster
+
+CLUSTER = pytest.StashKey[local_cluster.Cluster]()
 
 
 @pytest.fixture(scope="session")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[local_cluster.Cluster]:
+def cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[local_cluster.Cluster]:
     directory = Path(os.environ.get("GPUCLASS_E2E_DIR") or tmp_path_factory.mktemp("cluster"))
     with running_cluster(directory, keep=bool(os.environ.get("GPUCLASS_E2E_KEEP"))) as c:
+        request.config.stash[CLUSTER] = c
         yield c
+        del request.config.stash[CLUSTER]
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[Any]:
+    """A failed test's report names every Pod deleted or evicted while it ran, and by whom (the API server's
+    audit log): a Pod a test waits for can be taken by a controller, and CI keeps no cluster to look in."""
+    outcome = yield
+    report: pytest.TestReport = outcome.get_result()
+    cluster = item.config.stash.get(CLUSTER, None)
+    if report.failed and cluster is not None and cluster.audit_log.exists():
+        removals = pod_removals(cluster.audit_log.read_text(errors="replace"), call.start, call.stop)
+        report.sections.append(("Pods deleted or evicted meanwhile (audit log)", "\n".join(removals) or "none"))
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import datetime
 import http.server
 import json
 import re
@@ -205,10 +206,38 @@ def read_pod(core: kubernetes.client.CoreV1Api, namespace: str, name: str) -> di
     return json.loads(response.data)
 
 
+def pod_removals(audit_log: str, since: float, until: float) -> list[str]:
+    """Each Pod delete or eviction the audit log holds between two Unix times: when, who, what, the answer."""
+    lines = []
+    for line in audit_log.splitlines():
+        try:
+            event = json.loads(line)
+        except ValueError:  # a line cut short at the end of the file
+            continue
+        ref = event.get("objectRef") or {}
+        removal = event.get("verb") in ("delete", "deletecollection") or ref.get("subresource") == "eviction"
+        if ref.get("resource") != "pods" or not removal or event.get("stage") != "ResponseComplete":
+            continue
+        at = datetime.datetime.fromisoformat(event["requestReceivedTimestamp"].replace("Z", "+00:00")).timestamp()
+        if since <= at <= until:
+            who = (event.get("user") or {}).get("username", "?")
+            what = f"{ref.get('namespace', '')}/{ref.get('name', '*')}" + (" eviction" if ref.get("subresource") else "")
+            code = (event.get("responseStatus") or {}).get("code")
+            lines.append(f"{event['requestReceivedTimestamp']} {who} {event['verb']} {what}: {code}")
+    return lines
+
+
 def wait_bound(core: kubernetes.client.CoreV1Api, namespace: str, name: str, seconds: float = 30.0) -> str:
     """The node the scheduler bound the Pod to."""
-    return str(wait_for(f"pod {namespace}/{name} bound",
-                        lambda: read_pod(core, namespace, name)["spec"].get("nodeName"), seconds))
+    def node() -> str | None:
+        try:
+            return read_pod(core, namespace, name)["spec"].get("nodeName")
+        except ApiException as e:
+            if e.status != 404:
+                raise
+            pytest.fail(f"pod {namespace}/{name} was deleted while awaited (the report names who deleted it, from "
+                        "the audit log)", pytrace=False)
+    return str(wait_for(f"pod {namespace}/{name} bound", node, seconds))
 
 
 def node_label(core: kubernetes.client.CoreV1Api, node: str, key: str) -> str | None:

@@ -739,10 +739,14 @@ def webhook_catalog(cluster: Cluster) -> Path:
 
 # Every Pod create, with the Pod as stored or the refusal, and the annotations admission adds: which
 # webhooks mutated it, which failed open. The load-and-fault suite counts from it (bench/faults/faults.py).
+# And who deleted or evicted a Pod, so that a test whose Pod is gone names the deleter (kubeobjects.who_deleted).
 AUDIT_POLICY = {
     "apiVersion": "audit.k8s.io/v1", "kind": "Policy",
     "omitStages": ["RequestReceived", "ResponseStarted"], "omitManagedFields": True,
     "rules": [{"level": "RequestResponse", "verbs": ["create"], "resources": [{"group": "", "resources": ["pods"]}]},
+              {"level": "Metadata", "verbs": ["delete", "deletecollection"],
+               "resources": [{"group": "", "resources": ["pods"]}]},
+              {"level": "Metadata", "verbs": ["create"], "resources": [{"group": "", "resources": ["pods/eviction"]}]},
               {"level": "None"}],
 }
 
@@ -897,12 +901,24 @@ def start_webhook(cluster: Cluster, extra_args: Sequence[str] = ()) -> None:
         f"--extender-bind=127.0.0.1:{cluster.ports.extender}", f"--client-ca-file={webhook_dir / 'ca.crt'}",
         f"--stock-scheduler={STOCK_SCHEDULER}",  # the profiles on the stock binary, as that install option says
         f"--publish-namespace={WEBHOOK_NAMESPACE}",  # as in a Pod there: what gpuclass explain reads of the install
+        *([] if any(a.startswith("--workers=") for a in extra_args) else [f"--workers={WEBHOOK_WORKERS}"]),
         *extra_args,
     ])
     ctx = ssl.create_default_context(cafile=str(webhook_dir / "ca.crt"))
-    # Each worker syncs on its own and /readyz answers for the one that took the connection: new
-    # connections go to the worker holding fewer, so a few in a row ask every worker.
-    cluster.wait_ready("gpuclass", lambda: all(_https_ok(cluster.webhook_url + "/readyz", ctx) for _ in range(4)))
+    # Each worker syncs on its own, and accepts only once synced (or after 15 s): /readyz answers for whichever
+    # worker took the connection, while another may still be listing. The metrics count the synced ones.
+    workers = int(next((a.split("=", 1)[1] for a in extra_args if a.startswith("--workers=")), WEBHOOK_WORKERS))
+    cluster.wait_ready("gpuclass", lambda: _https_ok(cluster.webhook_url + "/readyz", ctx)
+                       and _synced_workers(cluster.webhook_url, ctx) == workers)
+
+
+WEBHOOK_WORKERS = 2  # unless the args name a number: several, as in a Pod, so that tests meet what one worker misses
+
+
+def _synced_workers(url: str, context: ssl.SSLContext) -> int:
+    with urllib.request.urlopen(url + "/metrics", context=context, timeout=5) as r:
+        found = re.search(r"^gpu_class_inventory_synced_workers (\S+)$", r.read().decode(), re.M)
+    return int(float(found.group(1))) if found else 0
 
 
 PROBE_NAMESPACE = "gpu-class-e2e-probe"

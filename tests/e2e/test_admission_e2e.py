@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 from typing import Any
 
 import kubernetes
@@ -12,7 +13,7 @@ import yaml
 
 import local_cluster
 from fleet import FLEET, TYPE_OF
-from kubeobjects import (TYPES, admission_records, dry_run_create, make_pod, read_pod, second_mutator,
+from kubeobjects import (TYPES, admission_records, dry_run_create, make_pod, pod_removals, read_pod, second_mutator,
                          wait_bound, wait_for)
 
 pytestmark = pytest.mark.usefixtures("fleet")
@@ -146,3 +147,15 @@ def _get(obj: dict[str, Any], path: tuple[str, ...]) -> Any:
     for key in path:
         obj = obj.get(key) or {}
     return obj
+
+
+def test_the_audit_log_names_who_deleted_a_pod(cluster: local_cluster.Cluster, core: kubernetes.client.CoreV1Api,
+                                                namespace: str) -> None:
+    """What a failed end-to-end test reports of the Pods taken while it ran (conftest's report hook)."""
+    since = time.time()
+    core.create_namespaced_pod(namespace, make_pod("gone", gpus=None))
+    core.delete_namespaced_pod("gone", namespace, grace_period_seconds=0)
+    removals = wait_for("the delete in the audit log", lambda: [
+        r for r in pod_removals(cluster.audit_log.read_text(), since, time.time()) if f" {namespace}/gone:" in r])
+    user = cluster.kubectl("auth", "whoami", "-o", "jsonpath={.status.userInfo.username}").stdout
+    assert [r.split(" ", 1)[1] for r in removals] == [f"{user} delete {namespace}/gone: 200"]

@@ -178,6 +178,9 @@ class InventoryObserver(Protocol):
 
     def published(self, snapshot: Snapshot) -> None: ...
 
+    def synced(self) -> None:
+        """Once, when every resource has been listed: the worker's view is whole."""
+
     def lagging(self, seconds: float) -> None:
         """Every LAG_REPORT_SECONDS: the age of the oldest event read and not yet in a published snapshot."""
 
@@ -200,6 +203,9 @@ class NoObserver:
         pass
 
     def published(self, snapshot: Snapshot) -> None:
+        pass
+
+    def synced(self) -> None:
         pass
 
     def lagging(self, seconds: float) -> None:
@@ -927,7 +933,10 @@ class LiveInventory:
         # flag after replace() returns, so two lists ending together could each see the other unfinished
         # and leave the snapshot unsynced, refusing every GPU Pod, until the next relist.
         self._listed.add(name)
+        was = self.state.synced
         self.state.synced = self._listed >= {r.name for r in self.reflectors}
+        if self.state.synced and not was:
+            self.observer.synced()
         return True
 
 

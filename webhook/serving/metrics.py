@@ -84,6 +84,11 @@ RESOURCE_READ = Gauge(
     "1 when every live worker reads the resource, 0 when one does not (an optional API not served, or not allowed: "
     "the logs say which); by resource", ["resource"], multiprocess_mode="livemin",
 )
+SYNCED_WORKERS = Gauge(
+    "gpu_class_inventory_synced_workers",
+    "Workers of this replica whose inventory holds a first full list of every resource it watches (a worker answers "
+    "only once synced, or after 15 s, refusing GPU Pods until it is)", multiprocess_mode="livesum",
+)
 INVENTORY_LAG = Gauge(
     "gpu_class_inventory_lag_seconds",
     "Age of the oldest watch event this worker has read and not yet applied to the inventory it answers from "
@@ -231,6 +236,10 @@ def observe_reading(resource: str, read: bool) -> None:
     _child(RESOURCE_READ, resource).set(1 if read else 0)
 
 
+def observe_synced() -> None:
+    SYNCED_WORKERS.set(1)
+
+
 def observe_lag(seconds: float) -> None:
     INVENTORY_LAG.set(seconds)
 
@@ -332,6 +341,9 @@ class InventoryMetrics:
 
     def reading(self, resource: str, read: bool) -> None:
         observe_reading(resource, read)
+
+    def synced(self) -> None:
+        observe_synced()
 
     def lagging(self, seconds: float) -> None:
         observe_lag(seconds)
