@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.apiserver.apiserver import YARDSTICK, Scenario, _verdict
+from bench.apiserver.apiserver import YARDSTICK, Scenario, _verdict, fleet_pods
 
 
 def scenario(none: float, noop: float, gpu_class: float) -> Scenario:
@@ -32,3 +32,15 @@ def test_ratio_is_none_where_the_no_op_added_nothing(none: float, noop: float, g
 ])
 def test_verdict(p50: float | None, p99: float | None, expected: str) -> None:
     assert _verdict(p50, p99) == expected
+
+
+@pytest.mark.parametrize("nodes, per_node, gpus", [
+    pytest.param(5, 1, [1, 1, 2, 4, 8], id="one-a-node-of-every-size"),
+    pytest.param(3, 4, [1] * 12, id="four-a-node-of-one-gpu"),
+])
+def test_fleet_pods_are_bound_per_node_with_names_of_their_own(nodes: int, per_node: int, gpus: list[int]) -> None:
+    names = [f"node-{n}" for n in range(nodes)]
+    pods = fleet_pods(names, per_node)
+    assert [p["spec"]["nodeName"] for p in pods] == [n for n in names for _ in range(per_node)]
+    assert [int(p["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"]) for p in pods] == gpus
+    assert len({p["metadata"]["name"] for p in pods}) == nodes * per_node

@@ -18,8 +18,11 @@ binding is removed while creates are measured (it would refuse the unplaced Pods
 classes; it is not the webhook's cost) and put back after.
 
 Scenarios: steady; while the webhook's watch processes bursts of 1,000 binds of Pods it placed (each
-judged against the class's promise, gpu_class_placements_total); with 5,000 GPU
-nodes and their GPU Pods in the inventory. Next to the client's view, the API server's own
+judged against the class's promise, gpu_class_placements_total); with 5,000 GPU nodes and their GPU Pods
+in the inventory (`--fleet`, `--pods-per-node`), optionally while a process of its own makes `--churn` watch
+events a second of Pods that ask for no GPU, in a namespace of their own (what most of a busy cluster's Pod
+events are). At the fleet's size the replica is also started anew: how long until every worker's view is
+whole, its memory, and the watch streams it holds on the API server. Next to the client's view, the API server's own
 (`apiserver_admission_webhook_admission_duration_seconds`): how long each webhook call took.
 Also: node change to the first admission that sees it. Writes its section of bench/RESULTS.md.
 """
@@ -39,7 +42,7 @@ import sys
 import threading
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -52,7 +55,9 @@ import local_cluster  # noqa: E402  (tests/e2e is not a package)
 
 from bench.common.kubeapi import Api  # noqa: E402
 from bench.common.percentiles import rounded_rank_percentile  # noqa: E402
-from bench.common.procs import ServerProcess, free_port, start_server, variant_command  # noqa: E402
+from bench.common.procs import (ServerProcess, children_of, free_port, memory_of, start_server,  # noqa: E402
+                                variant_command)
+from bench.common.scrape import read_counter  # noqa: E402
 from bench.common.polling import wait_until
 from bench.common.sections import write_section  # noqa: E402
 from bench.common.workload import make_cluster_pod, make_deployment_pod, make_fleet  # noqa: E402
@@ -64,6 +69,8 @@ BENCH_LABEL = {"bench.gpu-class.io/object": "apiserver"}  # on every Node the be
 WEBHOOK_SECONDS = "apiserver_admission_webhook_admission_duration_seconds"
 # the Pods of the measured creates: their scheduler does not exist, so no scheduling rides along
 UNSCHEDULED = "bench-no-such-scheduler"
+CHURN_NAMESPACE = "bench-churn"
+CHURN_CONNECTIONS = 4  # one create and one delete a round each: one connection alone keeps up with ~100 events/s
 # gpu-class's added latency over that of the no-op answering with the same patch (the yardstick: what
 # any webhook giving this Pod this patch costs)
 TARGET_P50, TARGET_P99 = 1.1, 1.3
@@ -357,24 +364,129 @@ def measure_binds(bench: Bench, bursts: int, binds: int, per_arm: int) -> Scenar
                     "creates measured while each burst ran", seconds)
 
 
-def measure_fleet(bench: Bench, nodes: int, per_arm: int) -> Scenario:
+def fleet_pods(node_names: Sequence[str], per_node: int) -> list[dict[str, Any]]:
+    """`per_node` bound GPU Pods on each node: 1, 1, 2, 4 or 8 GPUs for one a node, else 1 each (the nodes hold 8)."""
+    pods = []
+    for n, node in enumerate(node_names):
+        for k in range(per_node):
+            i = n * per_node + k
+            pod = make_cluster_pod(i, node, (1, 1, 2, 4, 8)[i % 5] if per_node == 1 else 1)
+            pod["metadata"] = {"name": f"fleet-{i:06d}"}
+            pods.append(pod)
+    return pods
+
+
+def churn(cluster_dir: str, namespace: str, per_second: float, stop: Any, events: Any) -> None:
+    """In a process of its own, until `stop` is set: Pods that ask for no GPU created and deleted in `namespace`,
+    `per_second` watch events in all (each Pod one ADDED and one DELETED: no scheduler takes it), over
+    CHURN_CONNECTIONS connections, paced; `events` counts those made."""
+    cluster = local_cluster.Cluster(Path(cluster_dir))
+    path = f"/api/v1/namespaces/{namespace}/pods"
+    interval = 2 * CHURN_CONNECTIONS / per_second  # each round is two events
+
+    def run(k: int) -> None:
+        api = Api(cluster)
+        due = time.monotonic()
+        i = k
+        while not stop.is_set():
+            pod = make_cluster_pod(i, None, 0, "Pending")
+            name = f"churn-{i:08d}"
+            pod["metadata"] = {"name": name, "labels": pod["metadata"]["labels"]}
+            pod["spec"]["schedulerName"] = UNSCHEDULED
+            api.call("POST", path, pod, expect=(201,))
+            api.call("DELETE", f"{path}/{name}?gracePeriodSeconds=0")
+            with events.get_lock():
+                events.value += 2
+            i += CHURN_CONNECTIONS
+            due += interval
+            stop.wait(max(0.0, due - time.monotonic()))
+
+    threads = [threading.Thread(target=run, args=(k,)) for k in range(CHURN_CONNECTIONS)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
+@dataclass(frozen=True)
+class Replica:
+    """gpu-class's replica started anew at the fleet's size."""
+
+    first_sync_seconds: float  # from the start of `gpuclass serve` until every worker's view was whole
+    workers: int
+    pss_mib: float  # the gunicorn master and its workers, proportional set sizes summed
+    rss_mib: float  # the same, resident sizes summed (pages shared since fork counted in each)
+    watches: int  # the API server's open watch streams, gpu-class running less gpu-class stopped
+
+    def sentence(self) -> str:
+        return (f"The replica started anew at this size (`gpuclass serve`, {self.workers} workers): every worker's view "
+                f"whole after {self.first_sync_seconds:.1f} s; memory {self.pss_mib:,.0f} MiB (PSS of the master and "
+                f"its workers; {self.rss_mib:,.0f} MiB RSS summed); {self.watches} watch streams on the API server "
+                "(`apiserver_longrunning_requests{verb=\"WATCH\"}`, gpu-class running less stopped)")
+
+
+def api_server_watches(api: Api) -> int:
+    _, text = api.raw("GET", "/metrics")
+    return int(read_counter(text.decode(), "apiserver_longrunning_requests", "verb").get("WATCH", 0))
+
+
+def measure_replica(cluster: local_cluster.Cluster, api: Api) -> Replica:
+    """gpu-class stopped and started again: its first sync, memory and watch streams at the size it holds."""
+    cluster.stop("gpuclass")
+    stopped = api_server_watches(api)
+    started = time.monotonic()
+    local_cluster.start_webhook(cluster)  # returns once every worker says its view is whole
+    first_sync = time.monotonic() - started
+    # each reflector opens its watch right after its list: count once the count stands still
+    counts = [api_server_watches(api)]
+    while len(counts) < 3 or counts[-1] != counts[-3]:
+        time.sleep(1)
+        counts.append(api_server_watches(api))
+    master = cluster.pid("gpuclass")
+    assert master is not None
+    workers = children_of(master)
+    memory = [memory_of(p) for p in (master, *workers)]
+    return Replica(first_sync, len(workers), sum(m.pss_kib for m in memory) / 1024,
+                   sum(m.rss_kib for m in memory) / 1024, counts[-1] - stopped)
+
+
+def measure_fleet(bench: Bench, nodes: int, per_arm: int, pods_per_node: int = 1, churn_per_second: float = 0.0) -> Scenario:
     namespace = "bench-fleet"
     fleet = make_fleet(nodes)
     for node in fleet:  # as a list returns them: what the API server sets itself goes
         node["metadata"] = {"name": node["metadata"]["name"], "labels": {**node["metadata"]["labels"], **BENCH_LABEL},
                             "annotations": node["metadata"].get("annotations", {})}
     create_all(bench.cluster, [("/api/v1/nodes", n) for n in fleet])
-    pods = []
-    for i, node in enumerate(fleet):
-        pod = make_cluster_pod(i, node["metadata"]["name"], (1, 1, 2, 4, 8)[i % 5])
-        pod["metadata"] = {"name": pod["metadata"]["name"]}
-        pods.append((f"/api/v1/namespaces/{namespace}/pods", pod))
-    create_all(bench.cluster, pods)
+    pods = fleet_pods([n["metadata"]["name"] for n in fleet], pods_per_node)
+    create_all(bench.cluster, [(f"/api/v1/namespaces/{namespace}/pods", pod) for pod in pods])
     _wait_inventory(bench.cluster, len(fleet))
-    scenario = bench.run(f"{nodes:,} GPU nodes and {len(pods):,} GPU Pods in the inventory", per_arm)
+    replica = measure_replica(bench.cluster, bench.api)
+    name, notes = f"{nodes:,} GPU nodes and {len(pods):,} GPU Pods in the inventory", [replica.sentence()]
+    stop, events = multiprocessing.get_context("fork").Event(), multiprocessing.get_context("fork").Value("l", 0)
+    churner, churn_started = None, time.monotonic()
+    if churn_per_second:
+        churner = multiprocessing.get_context("fork").Process(
+            target=churn, args=(str(bench.cluster.dir), CHURN_NAMESPACE, churn_per_second, stop, events))
+        churner.start()
+    try:
+        scenario = bench.run(name, per_arm)
+    finally:
+        stop.set()
+        if churner is not None:
+            churner.join()
+    churn_seconds = time.monotonic() - churn_started
+    if churner is not None:
+        if churner.exitcode != 0:
+            raise RuntimeError(f"the churn of Pod events failed ({churner.exitcode})")
+        name += f", {churn_per_second:,.0f} Pod events a second asked of Pods without GPUs"
+        notes.append(f"Beside the creates, a process of its own created and deleted Pods that ask for no GPU in "
+                     f"namespace {CHURN_NAMESPACE} (not opted in; no scheduler takes them): {churn_per_second:,.0f} "
+                     f"watch events a second asked, {events.value / churn_seconds:,.0f} made ({events.value:,} "
+                     f"events in {churn_seconds:.0f} s: the creates and the arms' preparation before them)")
     delete_pods(bench.api, namespace)
+    delete_pods(bench.api, CHURN_NAMESPACE)
     bench.api.call("DELETE", "/api/v1/nodes?labelSelector=" + ",".join(f"{k}={v}" for k, v in BENCH_LABEL.items()))
-    return scenario
+    return replace(scenario, name=name, note=". ".join(notes))
 
 
 def _wait_gpu_class_synced(cluster: local_cluster.Cluster) -> None:
@@ -520,9 +632,9 @@ def setup(cluster: local_cluster.Cluster, api: Api, workdir: Path, slugs: Sequen
             Arm("gpu-class", "bench-gpu-class", template["webhooks"][0]["name"])]
     labels: dict[str, dict[str, str]] = {"bench-none": {}, **{f"bench-{slug}": {ARM_LABEL: slug} for _, slug in noops},
                                          "bench-gpu-class": {"gpu-class.io/inject": "enabled"}}
-    for namespace in (*labels, "bench-binds", "bench-fleet"):
+    for namespace in (*labels, "bench-binds", "bench-fleet", CHURN_NAMESPACE):
         api.call("DELETE", f"/api/v1/namespaces/{namespace}", expect=(200, 202, 404))  # left by an interrupted run
-    for namespace in (*labels, "bench-binds", "bench-fleet"):
+    for namespace in (*labels, "bench-binds", "bench-fleet", CHURN_NAMESPACE):
         wait_until(f"namespace {namespace} to go", lambda: api.raw("GET", f"/api/v1/namespaces/{namespace}")[0] == 404, 180)
         api.call("POST", "/api/v1/namespaces", {"metadata": {"name": namespace, "labels": labels.get(namespace, {})}})
         wait_until(f"the default ServiceAccount of {namespace}", lambda: bool(api.call(
@@ -541,13 +653,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--arms", default=",".join(ARMS),
                    help=f"the arms, of {', '.join(ARMS)} (default all; {', '.join(REQUIRED_ARMS)} always)")
     p.add_argument("--binds", type=int, default=1000, help="Pod binds per burst (default 1,000)")
-    p.add_argument("--fleet", type=int, default=5000, help="GPU nodes, one GPU Pod each, in the inventory (default 5,000; 0: skip)")
+    p.add_argument("--fleet", type=int, default=5000, help="GPU nodes in the inventory (default 5,000; 0: skip)")
+    p.add_argument("--pods-per-node", type=int, default=1, help="bound GPU Pods on each fleet node (default 1)")
+    p.add_argument("--churn", type=float, default=0.0,
+                   help="watch events a second of Pods without GPUs, in a namespace of their own, while the fleet's "
+                        "creates are measured (default 0: none)")
+    p.add_argument("--section", default=None,
+                   help="the section of --output to write (default: apiserver, or apiserver-partial for a run "
+                        "without every scenario)")
     p.add_argument("--node-changes", type=int, default=20)
     p.add_argument("--output", type=Path, default=REPO_ROOT / "bench" / "RESULTS.md")
     p.add_argument("--workdir", type=Path, default=REPO_ROOT / "bench" / "out" / "apiserver")
     p.add_argument("--cluster-dir", type=Path, default=None, help="reuse or keep a local cluster here")
     args = p.parse_args(argv)
     slugs = [a for a in args.arms.split(",") if a]
+    if args.pods_per_node < 1 or args.churn < 0:
+        p.error("--pods-per-node must be at least 1 and --churn at least 0")
     if set(slugs) - set(ARMS) or set(REQUIRED_ARMS) - set(slugs):
         p.error(f"--arms {args.arms}: give arms of {', '.join(ARMS)}, with {', '.join(REQUIRED_ARMS)}")
     started = time.monotonic()
@@ -565,7 +686,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if args.bursts:
                 scenarios.append(measure_binds(bench, args.bursts, args.binds, args.creates))
             if args.fleet:
-                scenarios.append(measure_fleet(bench, args.fleet, args.creates))
+                scenarios.append(measure_fleet(bench, args.fleet, args.creates, args.pods_per_node, args.churn))
         finally:
             bench.stop()
             local_cluster.apply(cluster, [o for o in local_cluster.render_install(cluster)
@@ -577,5 +698,5 @@ def main(argv: Sequence[str] | None = None) -> int:
     text = render(scenarios, node_ms, time.monotonic() - started, command)
     print(text)
     # a run without every scenario keeps its own section: the full run's figures stay
-    write_section(args.output, "apiserver" if args.bursts and args.fleet else "apiserver-partial", text)
+    write_section(args.output, args.section or ("apiserver" if args.bursts and args.fleet else "apiserver-partial"), text)
     return 0

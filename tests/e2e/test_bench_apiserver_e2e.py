@@ -24,7 +24,7 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> str:
     tmp = tmp_path_factory.mktemp("bench-apiserver")
     run = subprocess.run(
         [sys.executable, "-m", "bench", "apiserver", "--creates", str(CREATES), "--bursts", "1", "--binds", "40",
-         "--fleet", "40", "--node-changes", "2", "--output", str(tmp / "RESULTS.md"), "--workdir", str(tmp / "work")],
+         "--fleet", "20", "--pods-per-node", "2", "--churn", "20", "--node-changes", "2", "--output", str(tmp / "RESULTS.md"), "--workdir", str(tmp / "work")],
         cwd=REPO_ROOT, capture_output=True, text=True, timeout=900,
     )
     assert run.returncode == 0, f"bench apiserver failed ({run.returncode}):\n{run.stdout[-3000:]}\n{run.stderr[-3000:]}"
@@ -48,7 +48,7 @@ def scenario_rows(report: str) -> dict[str, dict[str, list[str]]]:
 
 def test_every_scenario_measured_every_arm(report: str) -> None:
     rows = scenario_rows(report)
-    assert [t.split()[0] for t in rows] == ["Steady", "While", "40"], list(rows)
+    assert [t.split()[0] for t in rows] == ["Steady", "While", "20"], list(rows)
     for title, arms in rows.items():
         assert list(arms) == list(ARMS), title
         counts = {int(cells[1]) for cells in arms.values()}
@@ -66,5 +66,17 @@ def test_the_targets_are_judged_per_scenario(report: str) -> None:
     # which tiny samples on a shared machine can give
     ratio, verdict = r"(?:-?[\w.]+x|-)", r"(PASS|FAIL|no verdict \(a no-op added nothing measurable\))"
     verdicts = re.findall(rf"^\| (.+?) \| {ratio} \| {ratio} \| {verdict} \| {ratio} \| {ratio} \|$", report, re.M)
-    assert [v[0].split()[0] for v in verdicts] == ["steady", "while", "40"], report[-2000:]
+    assert [v[0].split()[0] for v in verdicts] == ["steady", "while", "20"], report[-2000:]
     assert "Node change to the first admission that sees it, 2 changes" in report
+
+
+def test_the_fleet_scenario_restarts_the_replica_and_churns_pods_without_gpus(report: str) -> None:
+    assert "### 20 GPU nodes and 40 GPU Pods in the inventory, 20 Pod events a second asked of Pods without GPUs" in report
+    replica = re.search(r"every worker's view whole after ([\d.]+) s; memory ([\d,]+) MiB \(PSS of the master and its "
+                        r"workers; ([\d,]+) MiB RSS summed\); (\d+) watch streams", report)
+    assert replica, report[-3000:]
+    first_sync, pss, rss, watches = (float(g.replace(",", "")) for g in replica.groups())
+    assert first_sync > 0 and 0 < pss <= rss
+    assert watches >= 2 * 3  # two workers, each watching at least Nodes, Namespaces and Pods
+    churned = re.search(r"20 watch events a second asked, ([\d,]+) made \(([\d,]+) events", report)
+    assert churned and int(churned.group(2).replace(",", "")) > 0, report[-3000:]
