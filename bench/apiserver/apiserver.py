@@ -490,12 +490,10 @@ def measure_fleet(bench: Bench, nodes: int, per_arm: int, pods_per_node: int = 1
 
 
 def _wait_gpu_class_synced(cluster: local_cluster.Cluster) -> None:
-    """Until every worker answers ready (on a busy machine a worker's first lists can take longer than the
+    """Until every worker's view is whole (on a busy machine a worker's first lists can take longer than the
     15 s a worker waits before it accepts, and it refuses class Pods until then)."""
-    def ready() -> bool:  # new connections: each worker answers some
-        return all(json.loads(_webhook_call(cluster, "GET", "/readyz")).get("ready") is True for _ in range(6))
-
-    wait_until("every gpu-class worker to sync its inventory", ready, seconds=120)
+    wait_until("every gpu-class worker to sync its inventory",
+               lambda: local_cluster.synced_workers(cluster) == local_cluster.WEBHOOK_WORKERS, seconds=120)
 
 
 def _wait_inventory(cluster: local_cluster.Cluster, at_least: int) -> None:
@@ -669,6 +667,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     slugs = [a for a in args.arms.split(",") if a]
     if args.pods_per_node < 1 or args.churn < 0:
         p.error("--pods-per-node must be at least 1 and --churn at least 0")
+    if args.node_changes < 2 or args.node_changes % 2:
+        p.error(f"--node-changes {args.node_changes}: give an even number, 2 or more (each node created is deleted again)")
     if set(slugs) - set(ARMS) or set(REQUIRED_ARMS) - set(slugs):
         p.error(f"--arms {args.arms}: give arms of {', '.join(ARMS)}, with {', '.join(REQUIRED_ARMS)}")
     started = time.monotonic()

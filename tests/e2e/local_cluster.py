@@ -909,14 +909,16 @@ def start_webhook(cluster: Cluster, extra_args: Sequence[str] = ()) -> None:
     # worker took the connection, while another may still be listing. The metrics count the synced ones.
     workers = int(next((a.split("=", 1)[1] for a in extra_args if a.startswith("--workers=")), WEBHOOK_WORKERS))
     cluster.wait_ready("gpuclass", lambda: _https_ok(cluster.webhook_url + "/readyz", ctx)
-                       and _synced_workers(cluster.webhook_url, ctx) == workers)
+                       and synced_workers(cluster) == workers)
 
 
 WEBHOOK_WORKERS = 2  # unless the args name a number: several, as in a Pod, so that tests meet what one worker misses
 
 
-def _synced_workers(url: str, context: ssl.SSLContext) -> int:
-    with urllib.request.urlopen(url + "/metrics", context=context, timeout=5) as r:
+def synced_workers(cluster: Cluster) -> int:
+    """How many of gpu-class's workers hold a whole view (gpu_class_inventory_synced_workers)."""
+    ctx = ssl.create_default_context(cafile=str(cluster.dir / "webhook" / "ca.crt"))
+    with urllib.request.urlopen(cluster.webhook_url + "/metrics", context=ctx, timeout=5) as r:
         found = re.search(r"^gpu_class_inventory_synced_workers (\S+)$", r.read().decode(), re.M)
     return int(float(found.group(1))) if found else 0
 
