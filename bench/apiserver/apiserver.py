@@ -53,6 +53,7 @@ sys.path.insert(0, str(REPO_ROOT / "tests" / "e2e"))
 
 import local_cluster  # noqa: E402  (tests/e2e is not a package)
 
+from bench.common.commit import measured_at  # noqa: E402
 from bench.common.kubeapi import Api  # noqa: E402
 from bench.common.percentiles import rounded_rank_percentile  # noqa: E402
 from bench.common.procs import (ServerProcess, children_of, free_port, memory_of, start_server,  # noqa: E402
@@ -570,6 +571,7 @@ def render(scenarios: Sequence[Scenario], node_ms: list[float], wall_seconds: fl
     lines = [
         "## On the real API server (`python -m bench apiserver`)",
         "",
+        f"{measured_at()}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}. "
         f"Command: `{command}`; local control plane (tests/e2e/local-cluster), Kubernetes "
         f"{local_cluster.kube_version()}; {wall_seconds:.0f} s wall. Client-side latency of a Pod create (a "
         "Deployment's Pod, bench/common/workload.py, for a scheduler that does not exist), over one kept-alive "

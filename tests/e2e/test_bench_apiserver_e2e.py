@@ -70,6 +70,11 @@ def test_the_targets_are_judged_per_scenario(report: str) -> None:
     assert "Node change to the first admission that sees it, 2 changes" in report
 
 
+def test_the_report_names_the_code_it_measured(report: str) -> None:
+    assert re.search(r"^(Commit|Uncommitted changes on top of) [0-9a-f]{7,}, \d{4}-\d\d-\d\d \d\d:\d\d UTC\. "
+                     r"Command: `python -m bench apiserver ", report, re.M), report[:500]
+
+
 def test_the_fleet_scenario_restarts_the_replica_and_churns_pods_without_gpus(report: str) -> None:
     assert "### 20 GPU nodes and 40 GPU Pods in the inventory, 20 Pod events a second asked of Pods without GPUs" in report
     replica = re.search(r"every worker's view whole after ([\d.]+) s; memory ([\d,]+) MiB \(PSS of the master and its "
