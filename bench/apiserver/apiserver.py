@@ -54,7 +54,7 @@ sys.path.insert(0, str(REPO_ROOT / "tests" / "e2e"))
 import local_cluster  # noqa: E402  (tests/e2e is not a package)
 
 from bench.common.commit import measured_at  # noqa: E402
-from bench.common.kubeapi import Api  # noqa: E402
+from bench.common.kubeapi import Api, ApiError  # noqa: E402
 from bench.common.percentiles import rounded_rank_percentile  # noqa: E402
 from bench.common.procs import (ServerProcess, children_of, free_port, memory_of, start_server,  # noqa: E402
                                 variant_command)
@@ -196,9 +196,28 @@ def interleaved_creates(api: Api, arms: Sequence[Arm], pod: bytes, per_arm: int 
 
 
 def delete_pods(api: Api, namespace: str) -> None:
-    api.call("DELETE", f"/api/v1/namespaces/{namespace}/pods?gracePeriodSeconds=0")
-    wait_until(f"the Pods of {namespace} to go", lambda: not api.call("GET", f"/api/v1/namespaces/{namespace}/pods?limit=1")["items"],
-          seconds=120)
+    delete_all(api, f"/api/v1/namespaces/{namespace}/pods", "gracePeriodSeconds=0")
+
+
+def delete_bench_nodes(api: Api) -> None:
+    delete_all(api, "/api/v1/nodes", "labelSelector=" + ",".join(f"{k}={v}" for k, v in BENCH_LABEL.items()))
+
+
+def delete_all(api: Api, collection: str, query: str) -> None:
+    """Every object of the collection that `query` selects deleted. A delete of thousands of objects on a loaded
+    API server can outlast its 60 s request timeout (504, the rest deleted or not): it is asked again until none
+    is left."""
+    selector = "&".join(q for q in query.split("&") if q.startswith("labelSelector="))
+
+    def gone() -> bool:
+        try:
+            api.call("DELETE", f"{collection}?{query}")
+        except ApiError as e:
+            if e.status not in (0, 504):  # 0: our own 60 s read timeout, the same wait seen from this side
+                raise
+        return not api.call("GET", f"{collection}?limit=1" + (f"&{selector}" if selector else ""))["items"]
+
+    wait_until(f"every object of {collection}?{query} to go", gone, seconds=900)
 
 
 def create_all(cluster: local_cluster.Cluster, path_and_body: Sequence[tuple[str, dict[str, Any]]], threads: int = 6) -> None:
@@ -357,7 +376,7 @@ def measure_binds(bench: Bench, bursts: int, binds: int, per_arm: int) -> Scenar
                 calls[arm].append(scenario.call_ms[arm] or 0.0)
         seconds += scenario.seconds
         delete_pods(bench.api, namespace)
-    bench.api.call("DELETE", "/api/v1/nodes?labelSelector=" + ",".join(f"{k}={v}" for k, v in BENCH_LABEL.items()))
+    delete_bench_nodes(bench.api)
     return Scenario(f"while the watch processes {done} bursts of {binds:,} Pod binds", merged,
                     {a: statistics.fmean(v) if v else None for a, v in calls.items()}, size,
                     f"{done} x {binds:,} binds of Pods gpu-class placed (class high), from a process of their own, "
@@ -486,7 +505,7 @@ def measure_fleet(bench: Bench, nodes: int, per_arm: int, pods_per_node: int = 1
                      f"events in {churn_seconds:.0f} s: the creates and the arms' preparation before them)")
     delete_pods(bench.api, namespace)
     delete_pods(bench.api, CHURN_NAMESPACE)
-    bench.api.call("DELETE", "/api/v1/nodes?labelSelector=" + ",".join(f"{k}={v}" for k, v in BENCH_LABEL.items()))
+    delete_bench_nodes(bench.api)
     return replace(scenario, name=name, note=". ".join(notes))
 
 
@@ -639,7 +658,7 @@ def setup(cluster: local_cluster.Cluster, api: Api, workdir: Path, slugs: Sequen
         api.call("POST", "/api/v1/namespaces", {"metadata": {"name": namespace, "labels": labels.get(namespace, {})}})
         wait_until(f"the default ServiceAccount of {namespace}", lambda: bool(api.call(
             "GET", f"/api/v1/namespaces/{namespace}/serviceaccounts?fieldSelector=metadata.name=default")["items"]))
-    api.call("DELETE", "/api/v1/nodes?labelSelector=" + ",".join(f"{k}={v}" for k, v in BENCH_LABEL.items()))
+    delete_bench_nodes(api)
     local_cluster.apply(cluster, [noop_hook(template, slug, bench.ports[slug]) for _, slug in noops])
     bench.arms = arms
     return bench
