@@ -53,6 +53,7 @@ Key = tuple[str, str, str]  # (plural, namespace or "", name)
 class StatusDetails(TypedDict, total=False):
     name: str
     kind: str
+    retryAfterSeconds: int
 
 
 class Status(TypedDict, total=False):
@@ -321,6 +322,8 @@ class _FailRule:
     remaining: int
     code: int
     path_prefix: str | None
+    retry_after: int | None = None
+    watches_only: bool = False
 
 
 def _key(res: Resource, namespace: str | None, name: str) -> Key:
@@ -512,11 +515,13 @@ class FakeApiServer:
                 _shutdown(w.sock)
         return len(watchers)
 
-    def fail_next(self, n: int = 1, status: int = 500, path_prefix: str | None = None) -> None:
-        """Answer the next `n` requests (whose path starts with `path_prefix`) with `status`."""
+    def fail_next(self, n: int = 1, status: int = 500, path_prefix: str | None = None, *,
+                  retry_after: int | None = None, watches_only: bool = False) -> None:
+        """Answer the next `n` requests (whose path starts with `path_prefix`; only watches, if `watches_only`) with
+        `status`, asking for `retry_after` seconds as kube-apiserver does (a 429 while a watch cache starts)."""
         with self._cond:
             if n > 0:
-                self._fail_rules.append(_FailRule(n, status, path_prefix))
+                self._fail_rules.append(_FailRule(n, status, path_prefix, retry_after, watches_only))
 
     def clear_failures(self) -> None:
         """Forget every failure fail_next asked for that has not happened yet."""
@@ -603,21 +608,24 @@ class FakeApiServer:
         content_type = h.headers.get("Content-Type", "")
         with self._cond:
             self._log.append(LoggedRequest(h.command, url.path, params, content_type))
-            rule = next((r for r in self._fail_rules if r.path_prefix is None
-                         or url.path.startswith(r.path_prefix)), None)
+            is_watch = params.get("watch", "") in _TRUE
+            rule = next((r for r in self._fail_rules
+                         if (r.path_prefix is None or url.path.startswith(r.path_prefix))
+                         and (is_watch or not r.watches_only)), None)
             if rule is not None:
                 rule.remaining -= 1
                 self._fail_rules = [r for r in self._fail_rules if r.remaining > 0]
         body = h.rfile.read(int(h.headers.get("Content-Length") or 0))
         try:
             if rule is not None:
-                raise ApiError(rule.code, f"injected failure ({rule.code})")
+                raise ApiError(rule.code, f"injected failure ({rule.code})", details=None if rule.retry_after is None
+                               else {"retryAfterSeconds": rule.retry_after})
             served = {"v1", CRD_API, APIREGISTRATION_API, *([DRA_API] if self.serve_dra else []),
                       *([KARPENTER_API] if self.serve_karpenter else [])}
             res, namespace, name = _route(url.path, served=frozenset(served))
             query = Query(res, namespace, parse_label_selector(params.get("labelSelector", "")),
                           parse_field_selector(params.get("fieldSelector", ""), res))
-            if name is None and h.command == "GET" and params.get("watch", "") in _TRUE:
+            if name is None and h.command == "GET" and is_watch:
                 self._watch(h, query, params)
             else:
                 result = self._respond(h.command, query, name, params, content_type, body)
@@ -850,6 +858,9 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_response(code)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
+        retry_after = ((body.get("details") or {}).get("retryAfterSeconds") if isinstance(body, dict) else None)
+        if retry_after:  # as k8s.io/apiserver's responsewriters does for a Status that asks for a wait
+            self.send_header("Retry-After", str(retry_after))
         self.end_headers()
         self.wfile.write(data)
 

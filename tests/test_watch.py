@@ -22,7 +22,7 @@ from servers import running_server
 from webhook.core.inventory import NamespaceInfo, Snapshot, UnboundGpuPod, pod_gpu_requests, unbound_gpu_pod
 from webhook.core.planner import UnreadNamespace, plan
 from webhook.cluster import watch
-from webhook.cluster.watch import UNFINISHED_PODS, LiveInventory, NoObserver
+from webhook.cluster.watch import UNFINISHED_PODS, LiveInventory, NoObserver, check_kube_config
 from webhook.serving.server import keep_listed_from_gc
 
 CATALOG = make_catalog()
@@ -739,6 +739,38 @@ def test_a_herald_retries_within_a_second_while_other_watches_back_off(
     reflector.list_call, reflector.stop_event = refused, _Stop(len(waits))
     reflector.run()
     assert reflector.stop_event.waits == waits
+
+
+@pytest.mark.parametrize("name, status, asked, waits", [
+    # kube-apiserver restarted: each watch cache answers 429 "storage is (re)initializing", retry after 1 s,
+    # until it has listed etcd
+    pytest.param("nodes", 429, 1, [1.25] * 5, id="a-starting-watch-cache"),
+    pytest.param("resourceslices", 429, 1, [1.25] * 5, id="a-starting-watch-cache-of-dra"),
+    pytest.param("nodes", 503, 3, [3.75] * 5, id="unavailable-retry-after-3"),
+    pytest.param("apiservices", 429, 60, [1.25] * 5, id="a-herald-asked-a-minute-waits-its-second"),
+    pytest.param("nodes", 500, None, [0.5, 1.0, 2.0, 4.0, 8.0], id="no-wait-asked-backs-off"),
+])
+def test_a_watch_asked_to_retry_after_seconds_retries_then_without_backing_off(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, name: str, status: int, asked: int | None,
+        waits: list[float]) -> None:
+    """The wait the API server asks for with its answer (Retry-After) is the wait, capped at the reflector's
+    longest; doubling over a starting watch cache's seconds of 429s would resume the view up to 30 s late. The
+    client is the webhook's own (check_kube_config): urllib3 left to itself asks again thrice, sleeping, before
+    the reflector sees the answer (12.5 s before a resourceslices watch resumed once, where 1 s was asked)."""
+    monkeypatch.setattr("webhook.cluster.watch.random.uniform", lambda low, high: high)  # each wait's longest
+    with FakeApiServer(serve_dra=True) as api:
+        configuration = check_kube_config(str(api.kubeconfig(tmp_path / "kubeconfig")))
+        inv = LiveInventory(CATALOG, kubernetes.client.CoreV1Api(kubernetes.client.ApiClient(configuration)))
+        (reflector,) = [r for r in inv.reflectors if r.name == name]
+        reflector.after_list = None  # no applier runs to take the list
+        reflector.replace = lambda items: None
+        api.fail_next(100, status=status, retry_after=asked, watches_only=True)  # every watch until stopped
+        reflector.stop_event = _Stop(len(waits))
+        reflector.run()
+        assert reflector.stop_event.waits == waits
+        assert reflector.relists == 1  # listed once; every failure was a watch's
+        # one request a wait: none retried out of the reflector's sight
+        assert sum(r.query.get("watch") == "true" for r in api.request_log) == len(waits)
 
 
 def test_an_off_resource_whose_recheck_failed_is_woken_from_its_backoff_by_its_herald() -> None:

@@ -22,7 +22,8 @@ What real API servers do, and what the reflector does about it:
 - Pod events that cannot change the GPU view (no resource of the catalog, a Pod the view does not hold)
   are told apart on the raw line and never decoded (core/pod_lines.py); only their resourceVersion is kept;
 - unreachable or failing (at start or for minutes): retry with capped, jittered backoff, forever,
-  serving meanwhile from the last known inventory;
+  serving meanwhile from the last known inventory; an answer that says when to ask again (Retry-After, as
+  the 429 of a watch cache that is starting after an API server restart) is asked again then;
 - a resource it does not serve (404: no resource.k8s.io/v1) or will not let us list from the start
   (403: no RBAC for it): for the DRA resources and NodePools only, that resource is off (empty) and logged once,
   and is tried again every minute, or at once when its herald, watched by name, says the API is served
@@ -46,6 +47,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator, Literal, Mapping, NamedTuple, Protocol, get_args
 
 import kubernetes
+import urllib3
 from kubernetes.client.exceptions import ApiException
 
 from ..core.catalog import Catalog, GpuType
@@ -146,6 +148,10 @@ class ConfigError(InputError):
 
 def check_kube_config(kubeconfig: str | None) -> kubernetes.client.Configuration:
     configuration = kubernetes.client.Configuration()
+    # By default urllib3 asks again three times, sleeping in the caller's thread, when an answer says when to (a
+    # 429 or 503 with Retry-After), out of sight of the reflector's log, metrics and wait (Reflector.run), which
+    # then doubled its backoff on the fourth. A dropped connection is still tried again at once, as by default.
+    configuration.retries = urllib3.util.Retry(3, respect_retry_after_header=False)
     if kubeconfig:
         if not os.path.exists(kubeconfig):
             raise ConfigError(f"--kubeconfig {kubeconfig}: no such file")
@@ -273,12 +279,17 @@ class Reflector:
                     continue
                 if status == 404 and self.on_off is not None:
                     self.resource_version = None  # the API went away: the list says it is off
-                log.warning("%s watch failed, retrying in %.1fs: %s", self.name, self._backoff, _brief(exc))
+                asked = retry_after(exc)
+                # The server's own wait, not ours: a watch cache that starts answers 429 "retry after 1 s" for
+                # the seconds it takes, and doubling over those answers would resume up to 30 s late
+                wait = (self._backoff * random.uniform(0.5, 1.0) if asked is None
+                        else min(asked, self.max_backoff_seconds) * random.uniform(1.0, 1.25))
+                log.warning("%s watch failed, retrying in %.1fs: %s", self.name, wait, _brief(exc))
                 self._restarted("error")
                 # an off resource's herald may end the wait (a recheck that failed while the API server restarted)
-                (self.recheck if self.off is not None else self.stop_event).wait(
-                    self._backoff * random.uniform(0.5, 1.0))
-                self._backoff = min(self._backoff * 2, self.max_backoff_seconds)
+                (self.recheck if self.off is not None else self.stop_event).wait(wait)
+                if asked is None:
+                    self._backoff = min(self._backoff * 2, self.max_backoff_seconds)
 
     def _restarted(self, reason: RestartReason) -> None:
         self.restarts += 1
@@ -431,6 +442,17 @@ def _parse(data: bytes) -> Any:
         return load_json(data)
     except UnicodeDecodeError:
         return json.loads(data.decode("utf-8", errors="replace"))
+
+
+def retry_after(exc: BaseException) -> float | None:
+    """The seconds the API server asked us to wait with its error (its Retry-After header: a 429 while a watch
+    cache starts, or while API Priority and Fairness sheds load), or None where it asked for no wait."""
+    headers = getattr(exc, "headers", None) if isinstance(exc, ApiException) else None
+    try:
+        seconds = float((headers or {}).get("Retry-After", ""))
+    except ValueError:  # absent, or an HTTP date, which kube-apiserver never sends
+        return None
+    return seconds if seconds >= 0 else None
 
 
 def _brief(exc: BaseException) -> str:
