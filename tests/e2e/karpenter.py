@@ -36,6 +36,7 @@ import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import kubernetes
@@ -52,6 +53,7 @@ VERSION = "v1"
 KWOK_GROUP = "karpenter.kwok.sh"
 KWOK_VERSION = "v1alpha1"
 PROCESS = "karpenter"
+NODEPOOL_CRD = f"nodepools.{GROUP}"
 NODE_CLASS = "gpu-class-e2e"
 PRODUCT_LABEL = "nvidia.com/gpu.product"
 NODEPOOL_LABEL = "karpenter.sh/nodepool"
@@ -445,14 +447,7 @@ def _start(cluster: local_cluster.Cluster, api_client: kubernetes.client.ApiClie
     cluster.stop(PROCESS)
     _remove_leftovers(cluster, api_client)
 
-    # Karpenter's own kinds (NodePool, NodeClaim, NodeOverlay, CapacityBuffer) as the KWOK chart installs
-    # them (hack/kwok/requirements.sh has allowed its labels there), and the KWOKNodeClass.
-    crd_files = sorted((source / "kwok" / "charts" / "crds").glob("*.yaml")) + \
-        sorted((source / "kwok" / "apis" / "crds").glob("*.yaml"))
-    crds = [yaml.safe_load(path.read_text()) for path in crd_files]
-    local_cluster.apply(cluster, crds)
-    cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s",
-                    *(f"crd/{c['metadata']['name']}" for c in crds))
+    install_crds(cluster, karpenter_crds(source))
     local_cluster.apply(cluster, [node_class()])
     # No controller sets it (module docstring); without Ready=True no NodePool becomes Ready.
     created = as_json(objects.get_cluster_custom_object(KWOK_GROUP, KWOK_VERSION, "kwoknodeclasses", NODE_CLASS))
@@ -480,6 +475,28 @@ def _start(cluster: local_cluster.Cluster, api_client: kubernetes.client.ApiClie
     return Karpenter(cluster=cluster, objects=objects, core=kubernetes.client.CoreV1Api(api_client),
                      instance_types=instance_types, stand_in=stand_in, health_port=ports["health"],
                      metrics_port=ports["metrics"], version=gotools.karpenter_version())
+
+
+def karpenter_crds(source: Path) -> list[dict[str, Any]]:
+    """Karpenter's own kinds (NodePool, NodeClaim, NodeOverlay, CapacityBuffer) as the KWOK chart installs
+    them (hack/kwok/requirements.sh has allowed its labels there), and the KWOKNodeClass."""
+    crd_files = sorted((source / "kwok" / "charts" / "crds").glob("*.yaml")) + \
+        sorted((source / "kwok" / "apis" / "crds").glob("*.yaml"))
+    return [yaml.safe_load(path.read_text()) for path in crd_files]
+
+
+def install_crds(cluster: local_cluster.Cluster, crds: Sequence[Mapping[str, Any]]) -> None:
+    """Apply the CRDs and return once the API server serves each."""
+    local_cluster.apply(cluster, crds)
+    cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s",
+                    *(f"crd/{c['metadata']['name']}" for c in crds))
+
+
+def remove_nodepool_crd(cluster: local_cluster.Cluster, api_client: kubernetes.client.ApiClient) -> None:
+    """Karpenter's NodePool kind no longer served (a kept cluster may hold an earlier session's): its objects
+    first, whose finalizers nothing would take off without Karpenter."""
+    _remove_leftovers(cluster, api_client)
+    cluster.kubectl("delete", "crd", NODEPOOL_CRD, "--ignore-not-found", "--wait=true", "--timeout=60s")
 
 
 def _log_text(cluster: local_cluster.Cluster) -> str:
