@@ -88,8 +88,121 @@ def pinned_version(go_mod: Path, module: str) -> str:
     return found.group(1)
 
 
+# --- Kubernetes minors ------------------------------------------------------
+# go.mod pins the newest minor: the end-to-end tier and the default install run it. Each older minor
+# gpu-class-scheduler is built for has module files of its own, `local-cluster pin vX.Y.Z` writes them,
+# and GPUCLASS_KUBERNETES_MINOR picks one for every build and cluster here. The scheduler's lie in
+# deploy/scheduler/releases, beside the plugin and not in it: the newest minor's build reads none of them.
+MINOR_ENV = "GPUCLASS_KUBERNETES_MINOR"
+RELEASE_DIRS = {MODULE_DIR: MODULE_DIR / "releases", SCHEDULER_MODULE_DIR: REPO / "deploy" / "scheduler" / "releases"}
+# An older minor's changes to the plugin: patches in patches/, applied in the order <minor>.series names them
+# (quilt's layout, as distributions carry backports) to copies the build reads instead (go build -overlay).
+PATCH_DIR = RELEASE_DIRS[SCHEDULER_MODULE_DIR] / "patches"
+
+
+def older_minors() -> list[str]:
+    return sorted((p.stem for p in RELEASE_DIRS[MODULE_DIR].glob("*.mod")), key=lambda m: [int(x) for x in m.split(".")])
+
+
+@dataclass(frozen=True)
+class Release:
+    """The Kubernetes release a build pins: go.mod's (minor None) or an older minor's module files."""
+
+    minor: str | None
+
+    @staticmethod
+    def chosen() -> Release:
+        minor = os.environ.get(MINOR_ENV) or None
+        if minor is not None and minor not in older_minors():
+            raise ClusterError(f"{MINOR_ENV}={minor}: {RELEASE_DIRS[MODULE_DIR].relative_to(REPO)} has no module "
+                               f"files for it (it has {', '.join(older_minors()) or 'none'}); unset it for go.mod's "
+                               f"release, or write them with `local-cluster pin v{minor}.N`")
+        return Release(minor)
+
+    def mod(self, module_dir: Path) -> Path:
+        return module_dir / "go.mod" if self.minor is None else RELEASE_DIRS[module_dir] / f"{self.minor}.mod"
+
+    def sum(self, module_dir: Path) -> Path:
+        return self.mod(module_dir).with_suffix(".sum")
+
+    def patches(self) -> list[Path]:
+        series = RELEASE_DIRS[SCHEDULER_MODULE_DIR] / f"{self.minor}.series"
+        if self.minor is None or not series.exists():
+            return []
+        names = [line.strip() for line in series.read_text().splitlines() if line.strip() and not line.startswith("#")]
+        return [PATCH_DIR / name for name in names]
+
+    def go_flags(self, module_dir: Path, go: str) -> list[str]:
+        """The go command's flags that build `module_dir` at this release."""
+        if self.minor is None:
+            return []
+        flags = [f"-modfile={self.mod(module_dir)}"]
+        if module_dir == SCHEDULER_MODULE_DIR and self.patches():
+            flags.append(f"-overlay={self._patched(module_dir)}")
+        return flags
+
+    def _patched(self, module_dir: Path) -> Path:
+        """Copies of the files the patches change, patched, and the overlay that puts them in place."""
+        patches = self.patches()
+        touched = sorted({name for patch in patches for name in re.findall(r"^\+\+\+ b/(\S+)", patch.read_text(), re.M)})
+        digest = files_digest(module_dir, [str(p) for p in patches] + touched)
+        out = cache_dir() / "patched" / f"{self.minor}-{digest}"
+        if not (out / "overlay.json").exists():
+            shutil.rmtree(out, ignore_errors=True)
+            for name in touched:
+                (out / name).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(module_dir / name, out / name)
+            git = _installed("git", "the older minors' patches to the plugin are applied with git apply")
+            for patch in patches:
+                # Outside any repository (the ceiling stops git looking above `out`), git apply patches plain files.
+                applied = subprocess.run([git, "apply", str(patch)], cwd=out, capture_output=True, text=True,
+                                         env=dict(os.environ, GIT_CEILING_DIRECTORIES=str(out.parent)))
+                if applied.returncode != 0:
+                    raise ClusterError(f"{patch} no longer applies to the plugin; make it again against "
+                                       f"{module_dir}:\n{applied.stderr.strip()}")
+            replace = {str(module_dir / name): str(out / name) for name in touched}
+            (out / "overlay.json").write_text(json.dumps({"Replace": replace}, indent=1))
+        return out / "overlay.json"
+
+
+def pin(version: str, log: Callable[[str], None] = print) -> list[Path]:
+    """Write module files for Kubernetes `version` (vX.Y.Z) into both releases/ directories: go.mod's own lines
+    (module, go, tools), k8s.io/kubernetes at `version`, its staging modules at the release published with it,
+    the rest as `go mod tidy` resolves them. Returns the files written."""
+    if not re.fullmatch(r"v1\.\d+\.\d+", version):
+        raise ClusterError(f"pin takes a Kubernetes release, vX.Y.Z, not {version!r}")
+    minor = version[1:].rsplit(".", 1)[0]
+    go = go_toolchain("pinning a Kubernetes release reads its modules")
+    found = subprocess.run([go, "mod", "download", "-json", f"k8s.io/kubernetes@{version}"], env=go_env(),
+                           capture_output=True, text=True)
+    info = json.loads(found.stdout or "{}")
+    if found.returncode != 0 or "GoMod" not in info:
+        raise ClusterError(f"k8s.io/kubernetes@{version} could not be downloaded: {info.get('Error') or found.stderr}")
+    staging = re.findall(r"^\s*(k8s\.io/\S+) => \./staging/", Path(info["GoMod"]).read_text(), re.M)
+    staging_version = "v0." + version[3:]
+    written = []
+    for module_dir, releases in RELEASE_DIRS.items():
+        own = re.findall(r"^(?:module|go|godebug) .*\n|^tool \((?:.|\n)*?^\)\n", (module_dir / "go.mod").read_text(), re.M)
+        mod = releases / f"{minor}.mod"
+        releases.mkdir(parents=True, exist_ok=True)
+        mod.write_text(f"// {module_dir.relative_to(REPO)}/go.mod at Kubernetes {version}, written by "
+                       f"`tests/e2e/local-cluster pin {version}`.\n" + "\n".join(own)
+                       + f"\nrequire k8s.io/kubernetes {version}\n\n"
+                       f"// k8s.io/kubernetes requires its staging modules at v0.0.0; send each to the\n"
+                       f"// release published with {version}.\nreplace (\n"
+                       + "".join(f"\t{m} => {m} {staging_version}\n" for m in staging) + ")\n")
+        mod.with_suffix(".sum").write_text("")
+        tidy = subprocess.run([go, "mod", "tidy", f"-modfile={mod}"], cwd=module_dir,
+                              env=dict(go_env(), GOFLAGS=""), capture_output=True, text=True)
+        if tidy.returncode != 0:
+            raise ClusterError(f"go mod tidy of {mod.relative_to(REPO)} failed:\n{tidy.stderr}")
+        log(f"wrote {mod.relative_to(REPO)} and its .sum")
+        written += [mod, mod.with_suffix(".sum")]
+    return written
+
+
 def kube_version() -> str:
-    return pinned_version(MODULE_DIR / "go.mod", "k8s.io/kubernetes")
+    return pinned_version(Release.chosen().mod(MODULE_DIR), "k8s.io/kubernetes")
 
 
 def cache_dir() -> Path:
@@ -120,7 +233,9 @@ def go_toolchain(what: str) -> str:
 
 def bin_dir() -> Path:
     # The etcd main is the module's own code, so it keys the build too.
-    return cache_dir() / f"kube-{kube_version()}-{files_digest(MODULE_DIR, ('go.mod', 'go.sum', 'etcd/main.go'))}" / "bin"
+    release = Release.chosen()
+    keys = [str(release.mod(MODULE_DIR)), str(release.sum(MODULE_DIR)), "etcd/main.go"]
+    return cache_dir() / f"kube-{kube_version()}-{files_digest(MODULE_DIR, keys)}" / "bin"
 
 
 def build(log: Callable[[str], None] = print) -> Path:
@@ -134,7 +249,8 @@ def build(log: Callable[[str], None] = print) -> Path:
     log(f"building Kubernetes {version} components into {out} (the first build, downloads included, took 6 minutes on 2 cores)")
     return go_build(go, MODULE_DIR, ["k8s.io/kubernetes/cmd/kube-apiserver", "k8s.io/kubernetes/cmd/kube-controller-manager",
                                      "k8s.io/kubernetes/cmd/kube-scheduler", "./etcd"],
-                    out, ldflags=ldflags, expect=COMPONENTS, stamp=version, log=log)
+                    out, ldflags=ldflags, expect=COMPONENTS, stamp=version, log=log,
+                    flags=Release.chosen().go_flags(MODULE_DIR, go))
 
 
 # Every go command of the project runs so: the pinned modules as go.sum has them, the local toolchain
@@ -159,14 +275,16 @@ def version_ldflags(version: str) -> str:
 
 
 def scheduler_sources() -> list[Path]:
-    """What keys the build of gpu-class-scheduler: its module files and its Go sources (tests aside)."""
-    return sorted([SCHEDULER_MODULE_DIR / "go.mod", SCHEDULER_MODULE_DIR / "go.sum",
+    """What keys the build of gpu-class-scheduler: its module files, its Go sources (tests aside) and, for an
+    older minor, the patches it is built with."""
+    release = Release.chosen()
+    return sorted([release.mod(SCHEDULER_MODULE_DIR), release.sum(SCHEDULER_MODULE_DIR), *release.patches(),
                    *(p for p in SCHEDULER_MODULE_DIR.rglob("*.go") if not p.name.endswith("_test.go"))])
 
 
 def scheduler_bin_dir() -> Path:
-    version = pinned_version(SCHEDULER_MODULE_DIR / "go.mod", "k8s.io/kubernetes")
-    digest = files_digest(SCHEDULER_MODULE_DIR, [str(p.relative_to(SCHEDULER_MODULE_DIR)) for p in scheduler_sources()])
+    version = pinned_version(Release.chosen().mod(SCHEDULER_MODULE_DIR), "k8s.io/kubernetes")
+    digest = files_digest(SCHEDULER_MODULE_DIR, [str(p) for p in scheduler_sources()])
     return cache_dir() / f"gpu-class-scheduler-{version}-{digest}" / "bin"
 
 
@@ -176,21 +294,24 @@ def build_scheduler(log: Callable[[str], None] = print) -> Path:
     out = scheduler_bin_dir()
     if not (out / ".complete").exists():
         go = go_toolchain("gpu-class-scheduler is built from deploy/scheduler/plugin/go.mod")
-        version = pinned_version(SCHEDULER_MODULE_DIR / "go.mod", "k8s.io/kubernetes")
+        release = Release.chosen()
+        version = pinned_version(release.mod(SCHEDULER_MODULE_DIR), "k8s.io/kubernetes")
         if version != kube_version():
-            raise ClusterError(f"deploy/scheduler/plugin/go.mod pins Kubernetes {version} and "
-                               f"tests/e2e/cluster/go.mod {kube_version()}: pin one release in both")
+            raise ClusterError(f"{release.mod(SCHEDULER_MODULE_DIR).relative_to(REPO)} pins Kubernetes {version} and "
+                               f"{release.mod(MODULE_DIR).relative_to(REPO)} {kube_version()}: pin one release in both")
         log(f"building gpu-class-scheduler (Kubernetes {version} and NodeLabelIndex) into {out}")
         go_build(go, SCHEDULER_MODULE_DIR, ["./cmd/gpu-class-scheduler"], out, ldflags=version_ldflags(version),
-                 expect=["gpu-class-scheduler"], stamp=version, log=log)
+                 expect=["gpu-class-scheduler"], stamp=version, log=log,
+                 flags=release.go_flags(SCHEDULER_MODULE_DIR, go))
     return out / "gpu-class-scheduler"
 
 
 def go_build(go: str, module_dir: Path, packages: Sequence[str], out: Path, *, ldflags: str, expect: Sequence[str],
-             stamp: str, log: Callable[[str], None]) -> Path:
+             stamp: str, log: Callable[[str], None], flags: Sequence[str] = ()) -> Path:
     """`go build` of `packages` into `out`, showing progress; marks `out` complete when `expect` is all there."""
     out.mkdir(parents=True, exist_ok=True)
-    cmd = [go, "build", "-v", "-trimpath", "-buildvcs=false", f"-ldflags={ldflags}", "-o", str(out) + "/", *packages]
+    cmd = [go, "build", "-v", "-trimpath", "-buildvcs=false", f"-ldflags={ldflags}", *flags, "-o", str(out) + "/",
+           *packages]
     started = time.monotonic()
     proc = subprocess.Popen(cmd, cwd=module_dir, env=go_env(), stderr=subprocess.PIPE, text=True)
     assert proc.stderr is not None
@@ -979,7 +1100,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                        ("down", "stop everything `up` started"), ):
         p = sub.add_parser(name, help=text)
         p.add_argument("dir", type=Path)
-    sub.add_parser("build", help="only build the components into the cache")
+    sub.add_parser("build", help=f"only build the components into the cache (at the minor {MINOR_ENV} names, "
+                                 "or go.mod's release)")
+    p = sub.add_parser("pin", help="write module files for an older Kubernetes release (vX.Y.Z)")
+    p.add_argument("version")
     args = parser.parse_args(argv)
     # A stopped `up` stops what it started, like a failed one (SystemExit unwinds through it).
     signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(128 + signum))
@@ -987,6 +1111,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "build":
             print(build())
             print(build_scheduler().parent)
+        elif args.command == "pin":
+            pin(args.version)
         elif args.command == "up":
             up(args.dir)
         else:
