@@ -29,6 +29,7 @@ import yaml
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
+import local_cluster
 import test_deploy as deploy
 from test_deploy import CertificateFiles, Obj, all_of, copy_deploy, kustomize, name_of, one_of
 from tools import gotools
@@ -558,8 +559,11 @@ def test_scheduler_binary_follows_the_values(values: list[str], image: str, comm
 SKEW_CASES = [
     pytest.param("1.37.2", [], "gpu-class-scheduler:0.1.0", id="our-build-on-its-minor"),
     pytest.param("1.38.0", [], "gpu-class-scheduler:0.1.0", id="our-build-on-a-newer-cluster"),
-    pytest.param("1.36.3", [], None, id="our-build-on-an-older-cluster-refused"),
-    pytest.param("1.33.9", [], None, id="our-build-on-the-oldest-refused"),
+    pytest.param("1.36.3", [], "gpu-class-scheduler:0.1.0-k8s1.36", id="the-build-for-an-older-minor"),
+    pytest.param("1.33.9", [], "gpu-class-scheduler:0.1.0-k8s1.33", id="the-build-for-the-oldest-minor"),
+    pytest.param("1.34.2", ["--set", "scheduler.image.tag=1.2.3"], "gpu-class-scheduler:1.2.3-k8s1.34",
+                 id="the-build-for-an-older-minor-of-another-release"),
+    pytest.param("1.34.2", ["--set", "scheduler.olderMinors={1.35,1.36}"], None, id="older-than-every-build-refused"),
     pytest.param("1.35.4", ["--set", "scheduler.stockBinary=true"], "registry.k8s.io/kube-scheduler:v1.35.4",
                  id="stock-binary-of-the-clusters-release"),
     pytest.param("1.35.4", ["--set", "scheduler.kubernetesMinor=1.35", "--set", "scheduler.image.tag=1.35-build"],
@@ -590,6 +594,7 @@ def test_kubernetes_minor_is_the_one_the_scheduler_is_built_on() -> None:
     (pinned,) = re.findall(r"^\s*k8s\.io/kubernetes v(\d+\.\d+)\.\d+", go_mod, re.M)
     values = yaml.safe_load((CHART / "values.yaml").read_text())
     assert values["scheduler"]["kubernetesMinor"] == pinned
+    assert values["scheduler"]["olderMinors"] == local_cluster.older_minors()
 
 
 def test_image_pull_secrets_reach_the_webhook_and_the_scheduler(chart_renders: dict[str, list[Obj]]) -> None:

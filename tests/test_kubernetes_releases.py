@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -43,25 +44,40 @@ def test_both_modules_pin_one_release_of_the_minor(minor: str) -> None:
         assert release.sum(module_dir).read_text().strip(), release.sum(module_dir)
 
 
+def make_context(minor: str, out: Path, context: Path = local_cluster.SCHEDULER_CONTEXT) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(context), minor, str(out)], capture_output=True, text=True, timeout=60)
+
+
 @pytest.mark.parametrize("minor", MINORS)
-def test_the_minors_patches_apply_to_the_plugin_as_it_is(minor: str, tmp_path: Path,
-                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("GPUCLASS_CACHE", str(tmp_path))
-    release = Release(minor)
-    overlay = release.go_flags(SCHEDULER_MODULE_DIR, "go")[-1]
-    assert overlay.startswith("-overlay="), overlay
-    replaced = local_cluster.json.loads(Path(overlay.split("=", 1)[1]).read_text())["Replace"]
-    assert replaced and all(Path(src).read_text() != Path(dst).read_text() for src, dst in replaced.items())
+def test_the_minors_patches_apply_to_the_plugin_as_it_is(minor: str, tmp_path: Path) -> None:
+    made = make_context(minor, tmp_path / "src")
+    assert made.returncode == 0, made.stderr
+    assert made.stdout.strip() == kubernetes_pin(Release(minor).mod(MODULE_DIR))
+    assert (tmp_path / "src" / "go.mod").read_text() == Release(minor).mod(SCHEDULER_MODULE_DIR).read_text()
+    changed = [p for p in (tmp_path / "src").rglob("*.go")
+               if p.read_text() != (SCHEDULER_MODULE_DIR / p.relative_to(tmp_path / "src")).read_text()]
+    assert changed and not list((tmp_path / "src").rglob("*_test.go")), changed
 
 
-def test_a_patch_that_no_longer_applies_says_which(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("GPUCLASS_CACHE", str(tmp_path / "cache"))
-    module = tmp_path / "plugin"
-    shutil.copytree(SCHEDULER_MODULE_DIR / "nodelabelindex", module / "nodelabelindex")
-    plugin = module / "nodelabelindex" / "plugin.go"
+def test_a_patch_that_no_longer_applies_says_which(tmp_path: Path) -> None:
+    scheduler = tmp_path / "deploy" / "scheduler"
+    shutil.copytree(RELEASE_DIRS[SCHEDULER_MODULE_DIR], scheduler / "releases")
+    shutil.copytree(SCHEDULER_MODULE_DIR, scheduler / "plugin")
+    plugin = scheduler / "plugin" / "nodelabelindex" / "plugin.go"
     plugin.write_text(plugin.read_text().replace("fwk.AssignedPod", "fwk.UnscheduledPod"))
-    with pytest.raises(ClusterError, match=r"assigned-pod-events\.patch no longer applies"):
-        Release(MINORS[-1])._patched(module)
+    made = make_context(MINORS[-1], tmp_path / "src", scheduler / "releases" / "context")
+    assert made.returncode == 1
+    assert "patches/assigned-pod-events.patch no longer applies to deploy/scheduler/plugin" in made.stderr
+
+
+@pytest.mark.parametrize(("argv", "error"), [
+    (["1.30", "out"], r"no 1\.30\.mod in \S+: Kubernetes 1\.30 is not a minor gpu-class-scheduler is built for"),
+    ([], r"usage: \S+ MINOR DIR +\(MINOR: one of " + " ".join(re.escape(m) for m in MINORS)),
+])
+def test_the_context_script_refuses_what_it_cannot_build(argv: list[str], error: str, tmp_path: Path) -> None:
+    made = subprocess.run([str(local_cluster.SCHEDULER_CONTEXT), *argv], capture_output=True, text=True, cwd=tmp_path)
+    assert made.returncode != 0 and re.search(error, made.stderr), made.stderr
+    assert not (tmp_path / "out").exists()
 
 
 @pytest.mark.parametrize(("value", "error"), [

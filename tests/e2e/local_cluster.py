@@ -95,9 +95,9 @@ def pinned_version(go_mod: Path, module: str) -> str:
 # deploy/scheduler/releases, beside the plugin and not in it: the newest minor's build reads none of them.
 MINOR_ENV = "GPUCLASS_KUBERNETES_MINOR"
 RELEASE_DIRS = {MODULE_DIR: MODULE_DIR / "releases", SCHEDULER_MODULE_DIR: REPO / "deploy" / "scheduler" / "releases"}
-# An older minor's changes to the plugin: patches in patches/, applied in the order <minor>.series names them
-# (quilt's layout, as distributions carry backports) to copies the build reads instead (go build -overlay).
-PATCH_DIR = RELEASE_DIRS[SCHEDULER_MODULE_DIR] / "patches"
+# An older minor's changes to the plugin are patches, applied by the script that makes its build context
+# (a copy of the plugin; the image's build uses the same).
+SCHEDULER_CONTEXT = RELEASE_DIRS[SCHEDULER_MODULE_DIR] / "context"
 
 
 def older_minors() -> list[str]:
@@ -126,43 +126,16 @@ class Release:
         return self.mod(module_dir).with_suffix(".sum")
 
     def patches(self) -> list[Path]:
+        """The series file and the patches it names (none for the newest minor)."""
         series = RELEASE_DIRS[SCHEDULER_MODULE_DIR] / f"{self.minor}.series"
         if self.minor is None or not series.exists():
             return []
         names = [line.strip() for line in series.read_text().splitlines() if line.strip() and not line.startswith("#")]
-        return [PATCH_DIR / name for name in names]
+        return [series, SCHEDULER_CONTEXT, *(series.parent / "patches" / name for name in names)]
 
-    def go_flags(self, module_dir: Path, go: str) -> list[str]:
+    def go_flags(self, module_dir: Path) -> list[str]:
         """The go command's flags that build `module_dir` at this release."""
-        if self.minor is None:
-            return []
-        flags = [f"-modfile={self.mod(module_dir)}"]
-        if module_dir == SCHEDULER_MODULE_DIR and self.patches():
-            flags.append(f"-overlay={self._patched(module_dir)}")
-        return flags
-
-    def _patched(self, module_dir: Path) -> Path:
-        """Copies of the files the patches change, patched, and the overlay that puts them in place."""
-        patches = self.patches()
-        touched = sorted({name for patch in patches for name in re.findall(r"^\+\+\+ b/(\S+)", patch.read_text(), re.M)})
-        digest = files_digest(module_dir, [str(p) for p in patches] + touched)
-        out = cache_dir() / "patched" / f"{self.minor}-{digest}"
-        if not (out / "overlay.json").exists():
-            shutil.rmtree(out, ignore_errors=True)
-            for name in touched:
-                (out / name).parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(module_dir / name, out / name)
-            git = _installed("git", "the older minors' patches to the plugin are applied with git apply")
-            for patch in patches:
-                # Outside any repository (the ceiling stops git looking above `out`), git apply patches plain files.
-                applied = subprocess.run([git, "apply", str(patch)], cwd=out, capture_output=True, text=True,
-                                         env=dict(os.environ, GIT_CEILING_DIRECTORIES=str(out.parent)))
-                if applied.returncode != 0:
-                    raise ClusterError(f"{patch} no longer applies to the plugin; make it again against "
-                                       f"{module_dir}:\n{applied.stderr.strip()}")
-            replace = {str(module_dir / name): str(out / name) for name in touched}
-            (out / "overlay.json").write_text(json.dumps({"Replace": replace}, indent=1))
-        return out / "overlay.json"
+        return [] if self.minor is None else [f"-modfile={self.mod(module_dir)}"]
 
 
 def pin(version: str, log: Callable[[str], None] = print) -> list[Path]:
@@ -192,7 +165,7 @@ def pin(version: str, log: Callable[[str], None] = print) -> list[Path]:
                        f"// release published with {version}.\nreplace (\n"
                        + "".join(f"\t{m} => {m} {staging_version}\n" for m in staging) + ")\n")
         mod.with_suffix(".sum").write_text("")
-        tidy = subprocess.run([go, "mod", "tidy", f"-modfile={mod}"], cwd=module_dir,
+        tidy = subprocess.run([go, "mod", "tidy", "-e", f"-modfile={mod}"], cwd=module_dir,
                               env=dict(go_env(), GOFLAGS=""), capture_output=True, text=True)
         if tidy.returncode != 0:
             raise ClusterError(f"go mod tidy of {mod.relative_to(REPO)} failed:\n{tidy.stderr}")
@@ -250,7 +223,7 @@ def build(log: Callable[[str], None] = print) -> Path:
     return go_build(go, MODULE_DIR, ["k8s.io/kubernetes/cmd/kube-apiserver", "k8s.io/kubernetes/cmd/kube-controller-manager",
                                      "k8s.io/kubernetes/cmd/kube-scheduler", "./etcd"],
                     out, ldflags=ldflags, expect=COMPONENTS, stamp=version, log=log,
-                    flags=Release.chosen().go_flags(MODULE_DIR, go))
+                    flags=Release.chosen().go_flags(MODULE_DIR))
 
 
 # Every go command of the project runs so: the pinned modules as go.sum has them, the local toolchain
@@ -300,10 +273,20 @@ def build_scheduler(log: Callable[[str], None] = print) -> Path:
             raise ClusterError(f"{release.mod(SCHEDULER_MODULE_DIR).relative_to(REPO)} pins Kubernetes {version} and "
                                f"{release.mod(MODULE_DIR).relative_to(REPO)} {kube_version()}: pin one release in both")
         log(f"building gpu-class-scheduler (Kubernetes {version} and NodeLabelIndex) into {out}")
-        go_build(go, SCHEDULER_MODULE_DIR, ["./cmd/gpu-class-scheduler"], out, ldflags=version_ldflags(version),
-                 expect=["gpu-class-scheduler"], stamp=version, log=log,
-                 flags=release.go_flags(SCHEDULER_MODULE_DIR, go))
+        go_build(go, scheduler_context(release, out.parent / "src"), ["./cmd/gpu-class-scheduler"], out,
+                 ldflags=version_ldflags(version), expect=["gpu-class-scheduler"], stamp=version, log=log)
     return out / "gpu-class-scheduler"
+
+
+def scheduler_context(release: Release, out: Path) -> Path:
+    """Where gpu-class-scheduler is built from: the plugin for the newest minor, else the copy of it
+    deploy/scheduler/releases/context makes for the release, at `out`."""
+    if release.minor is None:
+        return SCHEDULER_MODULE_DIR
+    made = subprocess.run([str(SCHEDULER_CONTEXT), release.minor, str(out)], capture_output=True, text=True)
+    if made.returncode != 0:
+        raise ClusterError(made.stderr.strip())
+    return out
 
 
 def go_build(go: str, module_dir: Path, packages: Sequence[str], out: Path, *, ldflags: str, expect: Sequence[str],

@@ -14,7 +14,8 @@ helm.sh/chart: {{ printf "%s-%s" .root.Chart.Name .root.Chart.Version }}
 {{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
 {{- end -}}
 
-{{/* The second scheduler's image: gpu-class-scheduler of the chart's appVersion, or with
+{{/* The second scheduler's image: gpu-class-scheduler of the chart's appVersion, its build for the
+cluster's minor on a cluster older than scheduler.kubernetesMinor (0.1.0-k8s1.36), or with
 scheduler.stockBinary the stock kube-scheduler of the cluster's release (v1.35.4 of v1.35.4-eks-1a2b3c),
 unless scheduler.image names another. */}}
 {{- define "gpu-class.schedulerImage" -}}
@@ -22,8 +23,14 @@ unless scheduler.image names another. */}}
 {{- if .Values.scheduler.stockBinary -}}
 {{ eq $image.repository "gpu-class-scheduler" | ternary "registry.k8s.io/kube-scheduler" $image.repository }}:{{ $image.tag | default (regexFind "^v[0-9]+[.][0-9]+[.][0-9]+" .Capabilities.KubeVersion.Version) }}
 {{- else -}}
-{{ $image.repository }}:{{ $image.tag | default .Chart.AppVersion }}
+{{- $cluster := include "gpu-class.clusterMinor" . -}}
+{{- $older := and (has $cluster .Values.scheduler.olderMinors) (semverCompare (printf "<%s.0-0" .Values.scheduler.kubernetesMinor) (printf "%s.0" $cluster)) -}}
+{{ $image.repository }}:{{ $image.tag | default .Chart.AppVersion }}{{ if $older }}-k8s{{ $cluster }}{{ end }}
 {{- end -}}
+{{- end -}}
+
+{{- define "gpu-class.clusterMinor" -}}
+{{ .Capabilities.KubeVersion.Major }}.{{ trimSuffix "+" .Capabilities.KubeVersion.Minor }}
 {{- end -}}
 
 {{/* The Secret holding tls.crt, tls.key and ca.crt. */}}
@@ -232,12 +239,13 @@ the webhook's Pods hold the serving key.) */ -}}
 {{- end -}}
 
 {{/* Kubernetes' version-skew policy: kube-scheduler may not be newer than the API server. Our binary is
-built on scheduler.kubernetesMinor; on an older cluster the install stops here, saying what to use. */}}
+built on scheduler.kubernetesMinor and on each of scheduler.olderMinors; on a cluster older than all of
+them the install stops here, saying what to use. */}}
 {{- define "gpu-class.checkSchedulerSkew" -}}
 {{- if and .Values.scheduler.enabled (not .Values.scheduler.stockBinary) -}}
-{{- $cluster := printf "%s.%s" .Capabilities.KubeVersion.Major (trimSuffix "+" .Capabilities.KubeVersion.Minor) -}}
-{{- if semverCompare (printf "<%s.0-0" .Values.scheduler.kubernetesMinor) (printf "%s.0" $cluster) -}}
-{{- fail (printf "gpu-class-scheduler (scheduler.kubernetesMinor %s) would be newer than this cluster's API server (%s), which Kubernetes' version-skew policy forbids: set scheduler.stockBinary=true to run the stock kube-scheduler of the cluster's release, use a build for %s (scheduler.image, scheduler.kubernetesMinor), or scheduler.enabled=false (docs/operators/compatibility.md)" .Values.scheduler.kubernetesMinor $cluster $cluster) -}}
+{{- $cluster := include "gpu-class.clusterMinor" . -}}
+{{- if and (semverCompare (printf "<%s.0-0" .Values.scheduler.kubernetesMinor) (printf "%s.0" $cluster)) (not (has $cluster .Values.scheduler.olderMinors)) -}}
+{{- fail (printf "gpu-class-scheduler is built for Kubernetes %s and %s, and would be newer than this cluster's API server (%s), which Kubernetes' version-skew policy forbids: set scheduler.stockBinary=true to run the stock kube-scheduler of the cluster's release, use a build for %s (scheduler.image, scheduler.kubernetesMinor), or scheduler.enabled=false (docs/operators/compatibility.md)" (join ", " .Values.scheduler.olderMinors) .Values.scheduler.kubernetesMinor $cluster $cluster) -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
