@@ -5,6 +5,7 @@ gives; the suite runs the newest."""
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -57,6 +58,17 @@ def test_the_minors_patches_apply_to_the_plugin_as_it_is(minor: str, tmp_path: P
     changed = [p for p in (tmp_path / "src").rglob("*.go")
                if p.read_text() != (SCHEDULER_MODULE_DIR / p.relative_to(tmp_path / "src")).read_text()]
     assert changed and not list((tmp_path / "src").rglob("*_test.go")), changed
+
+
+@pytest.mark.parametrize("minor", MINORS)
+def test_the_minors_scheduler_compiles(minor: str, tmp_path: Path) -> None:
+    """What the minor's image builds (the plugin's Dockerfile in its context): a change to the plugin that its
+    patches do not carry to an older minor fails here, not in a user's docker build."""
+    assert make_context(minor, tmp_path / "src").returncode == 0
+    go = local_cluster.go_toolchain(f"gpu-class-scheduler for Kubernetes {minor} is built with Go")
+    done = subprocess.run([go, "build", "-trimpath", "-o", os.devnull, "./cmd/gpu-class-scheduler"], cwd=tmp_path / "src",
+                          env=local_cluster.go_env(), capture_output=True, text=True, timeout=1200)
+    assert done.returncode == 0, done.stderr[-4000:]
 
 
 def test_a_patch_that_no_longer_applies_says_which(tmp_path: Path) -> None:

@@ -31,6 +31,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+import local_cluster
 import test_deploy as deploy
 from test_deploy import Obj, copy_deploy, kustomize, pod_templates
 
@@ -287,6 +288,34 @@ def test_install_doc_helm_command_runs_only_images_it_built() -> None:
     rendered = [o for o in yaml.safe_load_all(helm("template", *argv, "--kube-version", "1.37.0").stdout) if o]
     images = {image_repository(c["image"]) for _, spec in pod_templates(rendered) for c in spec["containers"]}
     assert images and images <= built, images - built
+
+
+OLDER_MINORS = "On Kubernetes 1.33 to 1.36"
+
+
+def test_install_doc_builds_the_image_the_chart_runs_on_an_older_minor(tmp_path: Path) -> None:
+    """The steps for an older minor build the plugin's Dockerfile from the minor's context, at the release its
+    module files pin, into the tag the chart runs on a cluster of that minor."""
+    from test_chart import CHART, helm
+
+    (block,) = sections(INSTALL_DOC)[OLDER_MINORS]
+    minor = re.search(r"^MINOR=(\S+)", block, re.M)
+    assert minor, block
+    calls = run_quick_start(tmp_path, block)
+    build = next(c for c in calls if c.argv[:2] == ["docker", "build"])
+    context = Path(build.argv[-1])
+    assert (context / "Dockerfile").read_bytes() == (deploy.REPO / "deploy/scheduler/plugin/Dockerfile").read_bytes()
+    pinned = local_cluster.pinned_version(local_cluster.Release(minor.group(1)).mod(local_cluster.MODULE_DIR),
+                                          "k8s.io/kubernetes")
+    assert option(build.argv, "--build-arg") == f"KUBE_VERSION={pinned}"
+    assert (context / "go.mod").read_text() == local_cluster.Release(minor.group(1)).mod(
+        local_cluster.SCHEDULER_MODULE_DIR).read_text()
+    rendered = helm("template", "gpu-class", str(CHART), "--namespace", deploy.SYSTEM_NAMESPACE, "--kube-version",
+                    pinned[1:], "--set", "scheduler.image.repository=REGISTRY/gpu-class-scheduler").stdout
+    images = {c["image"] for _, spec in pod_templates([o for o in yaml.safe_load_all(rendered) if o])
+              for c in spec["containers"] if "gpu-class-scheduler" in c["image"]}
+    assert images == {option(build.argv, "-t")}
+    assert [c.argv for c in calls if c.argv[:2] == ["docker", "push"]] == [["docker", "push", *images]]
 
 
 # Everything an install may hold: each overlay, the labeller and every optional component that adds objects.
