@@ -91,7 +91,7 @@ def pinned_version(go_mod: Path, module: str) -> str:
 # --- Kubernetes minors ------------------------------------------------------
 # go.mod pins the newest minor: the end-to-end tier and the default install run it. Each older minor
 # gpu-class-scheduler is built for has module files of its own, `local-cluster pin vX.Y.Z` writes them,
-# and GPUCLASS_KUBERNETES_MINOR picks one for every build and cluster here. The scheduler's lie in
+# and GPUCLASS_KUBERNETES_MINOR picks one for every build and cluster here. gpu-class-scheduler's are in
 # deploy/scheduler/releases, beside the plugin and not in it: the newest minor's build reads none of them.
 MINOR_ENV = "GPUCLASS_KUBERNETES_MINOR"
 RELEASE_DIRS = {MODULE_DIR: MODULE_DIR / "releases", SCHEDULER_MODULE_DIR: REPO / "deploy" / "scheduler" / "releases"}
