@@ -125,13 +125,13 @@ class Release:
     def sum(self, module_dir: Path) -> Path:
         return self.mod(module_dir).with_suffix(".sum")
 
-    def patches(self) -> list[Path]:
-        """The series file and the patches it names (none for the newest minor)."""
-        series = RELEASE_DIRS[SCHEDULER_MODULE_DIR] / f"{self.minor}.series"
-        if self.minor is None or not series.exists():
+    def context_inputs(self) -> list[Path]:
+        """What the context script reads for this minor besides the plugin (nothing for the newest): the series and
+        every patch, so that the series is read in one place, the script."""
+        if self.minor is None:
             return []
-        names = [line.strip() for line in series.read_text().splitlines() if line.strip() and not line.startswith("#")]
-        return [series, SCHEDULER_CONTEXT, *(series.parent / "patches" / name for name in names)]
+        releases = RELEASE_DIRS[SCHEDULER_MODULE_DIR]
+        return [releases / f"{self.minor}.series", SCHEDULER_CONTEXT, *sorted((releases / "patches").glob("*.patch"))]
 
     def go_flags(self, module_dir: Path) -> list[str]:
         """The go command's flags that build `module_dir` at this release."""
@@ -249,9 +249,9 @@ def version_ldflags(version: str) -> str:
 
 def scheduler_sources() -> list[Path]:
     """What keys the build of gpu-class-scheduler: its module files, its Go sources (tests aside) and, for an
-    older minor, the patches it is built with."""
+    older minor, what its build context is made from."""
     release = Release.chosen()
-    return sorted([release.mod(SCHEDULER_MODULE_DIR), release.sum(SCHEDULER_MODULE_DIR), *release.patches(),
+    return sorted([release.mod(SCHEDULER_MODULE_DIR), release.sum(SCHEDULER_MODULE_DIR), *release.context_inputs(),
                    *(p for p in SCHEDULER_MODULE_DIR.rglob("*.go") if not p.name.endswith("_test.go"))])
 
 
