@@ -9,6 +9,7 @@ from typing import Any, Callable, Iterable, Mapping
 import kubernetes_validate
 import yaml
 
+from webhook.core.affinity import NodeTerm
 from webhook.core.catalog import Catalog, load_catalog_text
 from webhook.core.inventory import UnboundGpuPod
 
@@ -94,10 +95,35 @@ def make_namespace(
     return {"apiVersion": "v1", "kind": "Namespace", "metadata": meta}
 
 
+def placed_terms(types: Iterable[str], catalog: Catalog | None = None) -> tuple[NodeTerm, ...]:
+    """The required node affinity term the webhook writes beside gpu-class.io/types, as NodeTerms: the
+    types' exact products under nvidia.com/gpu.product (of the test catalog unless given)."""
+    catalog = catalog or _test_catalog()
+    values = tuple(p for t in types for p in catalog.types[t].exact_products)
+    return (((PRODUCT_LABEL, values),),) if values else ()
+
+
+def placed_affinity(types: Iterable[str], catalog: Catalog | None = None) -> dict[str, Any]:
+    """spec.affinity with the required node affinity the webhook writes beside gpu-class.io/types."""
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": key, "operator": "In", "values": list(values)} for key, values in term]}
+        for term in placed_terms(types, catalog)]}}}
+
+
+PRODUCT_LABEL = "nvidia.com/gpu.product"
+_CATALOGS: dict[str, Catalog] = {}
+
+
+def _test_catalog() -> Catalog:
+    return _CATALOGS.setdefault("test", make_catalog())
+
+
 def make_unbound_pod(uid: str, class_name: str | None = "high", types: tuple[str, ...] = ("H100",), *,
                      gated: bool = False) -> UnboundGpuPod:
-    """A GPU Pod the watch has seen unbound: one nvidia.com/gpu, gpu-class placed it where `types` is not empty."""
-    return UnboundGpuPod(uid, "ml", uid, "nvidia.com/gpu", 1, class_name, types, gated=gated)
+    """A GPU Pod the watch has seen unbound: one nvidia.com/gpu, gpu-class placed it where `types` is not empty
+    (with the affinity the webhook writes, which is what the inventory believes the types by)."""
+    return UnboundGpuPod(uid, "ml", uid, "nvidia.com/gpu", 1, class_name, types, gated=gated,
+                         node_terms=placed_terms(types))
 
 
 def make_pod(

@@ -14,6 +14,7 @@ from webhook.core.ask import GroupAsk, Gpus, Malformed, MalformedPod, PodAsk, re
 from webhook.core.catalog import load_catalog_text
 from webhook.core.inventory import build_snapshot
 from webhook.core.planner import plan
+from webhook.core.quantity import quantity_mib
 
 AMD = "  - {name: MI300X, score: 1300, memoryGiB: 192, products: [AMD_Instinct_MI300X_OAM], resource: amd.com/gpu}\n"
 # the test catalog, with a second GPU resource: its resources are nvidia.com/gpu, amd.com/gpu in that order
@@ -83,8 +84,8 @@ class Part:
     pytest.param(Part(make_pod({"gpu-class.io/count": "4"}), "unlimited", Gpus(4, True)), id="count-annotation"),
     pytest.param(Part(make_pod(), "unlimited", Gpus(1, True)), id="one-gpu-by-default"),
     pytest.param(Part(make_pod({"gpu-class.io/count": "0"}), "unlimited",
-                      "gpu-class: gpu-class.io/count must be a positive whole number of GPUs (like \"1\" or \"4\"), "
-                      "not '0'"), id="count-zero-refused"),
+                      "gpu-class: gpu-class.io/count must be a positive whole number of GPUs, at most 1024 (like \"1\" "
+                      "or \"4\"), not '0'"), id="count-zero-refused"),
     pytest.param(Part(make_pod({"gpu-class.io/container": "b"}, containers=[container("a"), container("b")]),
                       "container", 1), id="named-container"),
     pytest.param(Part(make_pod({"gpu-class.io/container": "c"}, containers=[container("a"), container("b")]),
@@ -180,3 +181,62 @@ def test_a_malformed_part_is_refused_when_the_decision_reaches_it(pod: dict[str,
                                                                   message: str) -> None:
     decision = plan(pod, SNAPSHOT, CATALOG, namespace=namespace)
     assert (decision.outcome, decision.message) == (outcome, message)
+
+
+# --- absurd values: every annotation the webhook reads refuses them, saying what to write ----------------------
+
+
+HUGE = "9" * 5000  # more digits than int() reads
+ABSURD = ("inf", "nan", "1e400", "1e999", "-1", HUGE)
+
+
+def absurd(key: str, *values: str, expect: str) -> list[Any]:
+    return [pytest.param(key, v, expect, id=f"{key.removeprefix('gpu-class.io/')}-{v if len(v) < 12 else 'huge'}")
+            for v in values]
+
+
+@pytest.mark.parametrize("key, value, expect", [
+    *absurd("gpu-class.io/count", *ABSURD, "1025", "999999", expect='a positive whole number of GPUs, at most 1024 (like "1"'),
+    *absurd("gpu-class.io/min-memory", *ABSURD, "-1Gi", "0", "65Ti", "99999999999999999999", "1" + "0" * 40,
+            expect='a positive Kubernetes quantity of memory per GPU, at most 64Ti, like "40Gi"'),
+    *absurd("gpu-class.io/min-compute-capability", *ABSURD, "-9.0", "9.0e400", "1000.0",
+            expect='a CUDA compute capability major.minor, like "8.9"'),
+    *absurd("gpu-class.io/max-wait", *ABSURD, "1" * 5000 + "s", "99999999h", "25h", "0s",
+            expect='a duration of 1s to 24h, like "90s"'),
+    *absurd("gpu-class.io/group-size", *ABSURD, "65537", "999999", expect='a positive whole number of Pods, at most 65536'),
+    *absurd("gpu-class.io/exclude-types", *ABSURD, expect="names unknown types"),
+    *absurd("gpu-class.io/requires", *ABSURD, expect='precisions, comma-separated, of fp4'),
+    *absurd("gpu-class.io/container", *ABSURD, expect="which this Pod does not have; containers: main"),
+    *absurd("gpu-class.io/upgrade", *ABSURD, "yes", "1", " true", expect='must be "true" or "false"'),
+    *absurd("gpu-class.io/class", *ABSURD, expect="write one of: high, standard"),
+])
+def test_an_absurd_value_of_any_annotation_is_refused_saying_what_to_write(key: str, value: str, expect: str) -> None:
+    annotations = {"gpu-class.io/class": "high", "gpu-class.io/group": "train", key: value}
+    decision = plan(make_pod(annotations), SNAPSHOT, CATALOG, namespace="ml")
+    assert decision.outcome == "refused", decision.message
+    assert key in decision.message and expect in decision.message, decision.message
+    assert "internal error" not in decision.message and len(decision.message) < 1000
+
+
+@pytest.mark.parametrize("key, value, field, expected", [
+    pytest.param("gpu-class.io/count", "1024", "unlimited", Gpus(1024, True), id="count-at-most"),
+    pytest.param("gpu-class.io/min-memory", "64Ti", "min_memory_mib", 64.0 * 2**20, id="min-memory-at-most"),
+    pytest.param("gpu-class.io/min-memory", "1e9", "min_memory_mib", 1e9 / 2**20, id="min-memory-an-exponent"),
+    pytest.param("gpu-class.io/group-size", "65536", "group", GroupAsk("train", 65536, "gpu-class.io/group-size"),
+                 id="group-size-at-most"),
+    pytest.param("gpu-class.io/max-wait", "24h", "max_wait", "24h", id="max-wait-at-most"),
+    pytest.param("gpu-class.io/upgrade", "True", "upgrade", True, id="upgrade-any-case"),
+    pytest.param("gpu-class.io/upgrade", "false", "upgrade", False, id="upgrade-off"),
+])
+def test_the_largest_sensible_values_are_read(key: str, value: str, field: str, expected: Any) -> None:
+    assert getattr(read(make_pod({"gpu-class.io/group": "train", key: value})), field) == expected
+
+
+@pytest.mark.parametrize("value", [
+    pytest.param("1e99999999", id="an-exponent-never-raised"),
+    pytest.param("1" * 19 + "Gi", id="more-digits-than-any-memory"),
+    pytest.param("1e400", id="beyond-a-float"),
+    pytest.param("inf", id="inf"),
+])
+def test_a_quantity_beyond_reason_is_no_quantity(value: str) -> None:
+    assert quantity_mib(value) is None

@@ -12,7 +12,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from builders import make_namespace, make_node, make_pod
+from builders import make_namespace, make_node, make_pod, placed_affinity
 from fakeapi import FakeApiServer
 from servers import free_port
 from webhook.cli import kubectl_main, main
@@ -21,12 +21,16 @@ from webhook.core.catalog import load_default_catalog
 REPO = Path(__file__).resolve().parent.parent
 DEMO = REPO / "deploy" / "demo"
 H100, A100 = "NVIDIA-H100-80GB-HBM3", "A100-SXM4-40GB"
+BUILT_IN = load_default_catalog()
 
 
 def pod(name: str, gpus: int, *, node: str | None = None, phase: str = "Running", types: str | None = "H100",
         namespace: str = "ml") -> dict[str, Any]:
     annotations = {"gpu-class.io/class": "high", **({"gpu-class.io/types": types} if types else {})}
-    obj = make_pod(annotations, name=name, gpu_limit=str(gpus))
+    # with the affinity the webhook writes beside its types (the built-in catalog's), which the inventory believes
+    # them by
+    obj = make_pod(annotations, name=name, gpu_limit=str(gpus),
+                   affinity=placed_affinity(types.split(","), BUILT_IN) if types else None)
     obj["metadata"]["namespace"] = namespace
     if node:
         obj["spec"]["nodeName"] = node
@@ -51,7 +55,7 @@ def api() -> Iterator[FakeApiServer]:
         server.create(pod("failed", 2, node="h100-a", phase="Failed"))
         server.create(pod("on-cordoned", 2, node="h100-b"))
         server.create(pod("waiting", 4, phase="Pending"))
-        server.create(pod("too-big", 6, phase="Pending", types="H100,A100"))
+        server.create(pod("too-big", 6, phase="Pending", types="H100,A100-40GB"))
         yield server
 
 
@@ -135,7 +139,7 @@ def test_explain_an_existing_bound_pod(kubeconfig: Path, capsys: pytest.CaptureF
 
 @pytest.mark.parametrize("name, rc, room", [
     pytest.param("waiting", 0, {"H100": (1, 4)}, id="room-on-the-free-node"),
-    pytest.param("too-big", 1, {"H100": (0, 0), "A100": (0, 0)}, id="no-room-exits-1"),
+    pytest.param("too-big", 1, {"H100": (0, 0), "A100-40GB": (0, 0)}, id="no-room-exits-1"),
 ])
 def test_explain_an_existing_pending_pod(kubeconfig: Path, capsys: pytest.CaptureFixture[str], name: str, rc: int,
                                          room: dict[str, tuple[int, int]]) -> None:

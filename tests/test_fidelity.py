@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from builders import make_catalog, make_node
+from builders import make_catalog, make_node, placed_terms
 from webhook.core.fidelity import judge_bind, pending_by_class
 from webhook.core.inventory import GroupName, InventoryState, Snapshot, UnboundGpuPod, node_info_from_object
 
@@ -138,8 +138,9 @@ def test_pending_by_class_counts_placed_unbound_pods_by_how_long_they_waited() -
                "no-timestamp": pod("high", PERF), "not-placed": pod("high", (), created=NOW - 7200),
                "gated": pod("high", PERF, created=NOW - 7200, gated=True),
                "unknown-class": pod("turbo", PERF, created=NOW - 7200)}
+    # each with the affinity the webhook writes beside its types: the inventory believes the types by it
     state.replace_unbound_pods(UnboundGpuPod(uid, "ml", uid, GPU, 1, p.class_name, p.types, p.created_seconds, None,
-                                             p.gated) for uid, p in waiting.items())
+                                             p.gated, node_terms=placed_terms(p.types)) for uid, p in waiting.items())
     counts = pending_by_class(state.publish(), CATALOG, NOW)
     assert counts is not None and set(counts) == set(CATALOG.classes)
     assert counts["high"] == {"0s": 4, "1m": 2, "5m": 1, "15m": 1, "1h": 0}

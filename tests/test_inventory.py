@@ -11,9 +11,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from builders import make_catalog, make_node, make_unbound_pod
+from webhook.core.catalog import default_catalog_text, load_catalog_text
 from webhook.core.inventory import (
     GroupKey, InventoryState, NamespaceInfo, NodeInfo, Pool, ProductGroup, Snapshot, group_keys,
-    node_info_from_object, summarize_group,
+    node_info_from_object, summarize_group, unbound_gpu_pod,
 )
 
 CATALOG = make_catalog()
@@ -153,3 +154,86 @@ def test_answers_from_a_snapshot_carry_over_only_when_pods_waiting_alone_change(
     after = state.publish()
     assert (after.memo is before.memo) is kept
     assert after.memo == ({"answer": "worked out"} if kept else {})
+
+
+# --- gpu-class.io/types believed only as far as the Pod's own affinity enforces it ------------------------------
+
+
+def in_values(key: str, *values: str) -> dict[str, Any]:
+    return {"key": key, "operator": "In", "values": list(values)}
+
+
+def waiting_pod(types: str, *terms: list[dict[str, Any]], resource: str = GPU, raw_terms: Any = None) -> dict[str, Any]:
+    """An unbound Pod as the watch brings it: a GPU limit, gpu-class.io/types, and the required terms given."""
+    node_affinity = {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": raw_terms if raw_terms is not None else [{"matchExpressions": t} for t in terms]}}
+    return {"metadata": {"uid": "u", "name": "p", "namespace": "other", "annotations": {"gpu-class.io/types": types}},
+            "spec": {"containers": [{"name": "c", "resources": {"limits": {resource: "1"}}}],
+                     **({"affinity": {"nodeAffinity": node_affinity}} if terms or raw_terms is not None else {})}}
+
+
+PRODUCT = "nvidia.com/gpu.product"
+
+
+@pytest.mark.parametrize("pod, types", [
+    pytest.param(waiting_pod("H100"), (), id="no-affinity-a-string-alone"),
+    pytest.param(waiting_pod("H100", [in_values(PRODUCT, H100)]), ("H100",), id="its-affinity-enforces-it"),
+    pytest.param(waiting_pod("H100,A100", [in_values(PRODUCT, H100, A100)]), ("H100", "A100"), id="every-type"),
+    pytest.param(waiting_pod("H100,A100", [in_values("team", "a"), in_values(PRODUCT, H100)]), ("H100", "A100"),
+                 id="narrowed-by-the-users-own-term"),
+    pytest.param(waiting_pod("H100", [in_values(PRODUCT, T4)]), (), id="its-affinity-keeps-it-elsewhere"),
+    pytest.param(waiting_pod("H100", [in_values(PRODUCT, H100, T4)]), (), id="a-value-outside"),
+    pytest.param(waiting_pod("H100", [in_values(PRODUCT, H100)], [in_values("zone", "a")]), (),
+                 id="a-term-without-a-gpu-value"),
+    pytest.param(waiting_pod("H100", [{"key": PRODUCT, "operator": "NotIn", "values": [T4]}]), (), id="notin-only"),
+    pytest.param(waiting_pod("H100", raw_terms="all"), (), id="terms-not-a-list"),
+    pytest.param(waiting_pod("H100", [in_values("kubernetes.io/hostname", "h100-a")]), ("H100",),
+                 id="a-node-of-the-type-by-hostname"),
+    pytest.param(waiting_pod("H100", [in_values("kubernetes.io/hostname", "t4-a")]), (), id="another-node-by-hostname"),
+    pytest.param(waiting_pod("H100", [in_values(PRODUCT, H100)], resource="amd.com/gpu"), (),
+                 id="a-resource-the-type-is-not"),
+])
+def test_the_inventory_believes_the_types_a_pod_lists_as_far_as_its_affinity_enforces_them(
+        pod: dict[str, Any], types: tuple[str, ...]) -> None:
+    state = InventoryState(catalog=CATALOG, synced=True, watch_pods=True)
+    state.replace_nodes([info(make_node("h100-a", H100)), info(make_node("t4-a", T4))])
+    state.publish()
+    found = unbound_gpu_pod(pod, [GPU, "amd.com/gpu"])
+    assert found is not None and found.types  # as written
+    state.set_unbound_pod("u", found)
+    unbound = state.publish().unbound_pods
+    assert unbound is not None and unbound["u"].types == types
+    assert unbound["u"].placed is bool(types)
+
+
+@pytest.mark.parametrize("meanwhile, types", [
+    pytest.param(None, ("H100",), id="judged-again"),
+    pytest.param("", (), id="its-types-removed-meanwhile-stay-removed"),
+])
+def test_a_pod_listed_before_the_nodes_its_affinity_names_is_judged_again_when_they_come(
+        meanwhile: str | None, types: tuple[str, ...]) -> None:
+    state = InventoryState(catalog=CATALOG, synced=True, watch_pods=True)
+    found = unbound_gpu_pod(waiting_pod("H100", [in_values("kubernetes.io/hostname", "h100-a")]), [GPU])
+    assert found is not None
+    state.replace_unbound_pods([found])
+    first = state.publish().unbound_pods
+    assert first is not None and first["u"].types == ()
+    if meanwhile is not None:  # its annotation rewritten by its author while it waits
+        changed = unbound_gpu_pod(waiting_pod(meanwhile, [in_values("kubernetes.io/hostname", "h100-a")]), [GPU])
+        assert changed is not None
+        state.set_unbound_pod("u", changed)
+    state.replace_nodes([info(make_node("h100-a", H100))])
+    later = state.publish().unbound_pods
+    assert later is not None and later["u"].types == types
+
+
+def test_a_slice_type_is_not_believed_of_a_pod_that_asks_for_whole_gpus() -> None:
+    """Under the mixed MIG strategy the H100 product value is also its slices': the resource tells them apart."""
+    catalog = load_catalog_text(default_catalog_text(), "catalog")
+    state = InventoryState(catalog=catalog, synced=True, watch_pods=True)
+    for resource, types in ((GPU, ()), ("nvidia.com/mig-1g.10gb", ("H100-1g.10gb",))):
+        found = unbound_gpu_pod(waiting_pod("H100-1g.10gb", [in_values(PRODUCT, H100)], resource=resource), [resource])
+        assert found is not None
+        state.set_unbound_pod("u", found)
+        unbound = state.publish().unbound_pods
+        assert unbound is not None and unbound["u"].types == types, resource

@@ -20,7 +20,9 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from builders import CATALOG_NODES, TEST_CATALOG_YAML, make_catalog, make_namespace, make_node, make_pod, make_review
+from builders import (
+    CATALOG_NODES, TEST_CATALOG_YAML, make_catalog, make_namespace, make_node, make_pod, make_review, placed_affinity,
+)
 from fakeapi import FakeApiServer
 from servers import Server, running_server, write_certs, write_objects
 
@@ -171,8 +173,10 @@ def test_watch_restart_series_are_exported_at_zero(tmp_path: Path) -> None:
 
 
 def placed_pod(name: str, node: str | None = None, gpus: int = 1, types: str = "H100,A100") -> dict[str, Any]:
-    """A Pod as the webhook leaves it (class and types), bound to `node` or not yet."""
-    pod = make_pod({"gpu-class.io/class": "high", "gpu-class.io/types": types}, name=name, gpu_limit=str(gpus))
+    """A Pod as the webhook leaves it (class, types and the affinity the inventory believes them by), bound to
+    `node` or not yet."""
+    pod = make_pod({"gpu-class.io/class": "high", "gpu-class.io/types": types}, name=name, gpu_limit=str(gpus),
+                   affinity=placed_affinity(types.split(",")))
     pod["metadata"]["namespace"] = "ml"
     if node is not None:
         pod["spec"]["nodeName"] = node

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from builders import make_node, make_pod
+from builders import make_node, make_pod, placed_affinity
 from test_inventory_report import A100, CATALOG, H100, snapshot_of
 from webhook.core.pod_report import build_pod_report, can_run_now, render_pod_text
 
@@ -18,7 +18,8 @@ NODES = [make_node("h100-a", H100, gpus=8), make_node("a100-a", A100, gpus=4),
 def existing_pod(types: str | None = "H100,A100", *, node: str | None = None, phase: str = "Pending",
                  gpus: str = "2") -> dict[str, Any]:
     annotations = {"gpu-class.io/class": "high", **({"gpu-class.io/types": types} if types is not None else {})}
-    pod = make_pod(annotations, gpu_limit=gpus)
+    # with the affinity the webhook writes beside its types, which the upgrader believes them by
+    pod = make_pod(annotations, gpu_limit=gpus, affinity=placed_affinity(types.split(",")) if types else None)
     if node is not None:
         pod["spec"]["nodeName"] = node
     pod["status"] = {"phase": phase}

@@ -14,7 +14,11 @@ from typing import Any, Mapping
 import jsonpatch
 import pytest
 
-from builders import GPU_TAINT, assert_valid_pod, make_catalog, make_namespace, make_node, make_pod, make_review
+from builders import (
+    GPU_TAINT, TEST_CATALOG_YAML, assert_valid_pod, make_catalog, make_device_node, make_namespace, make_node, make_pod,
+    make_review,
+)
+from webhook.core.catalog import default_catalog_text, load_catalog_text
 from webhook.core.inventory import NamespaceInfo, Snapshot, build_snapshot
 from webhook.core.planner import UnreadNamespace, plan
 from webhook.core.pools import pools_from_object
@@ -241,3 +245,198 @@ def test_which_taints_keep_a_node_for_those_that_tolerate_them(taint: dict[str, 
                                         make_node("h100-a", H100, gpus=8)])
     decision = plan(make_pod({"gpu-class.io/class": "high"}), snapshot, CATALOG, namespace="ml")
     assert decision.placement is not None and ("H200" in decision.placement.types) == offered
+
+
+# --- a namespace with allowed-classes: every GPU Pod in scope -----------------------------------------------
+
+
+@dataclass(frozen=True)
+class Classless:
+    id: str
+    allowed: str | None  # the namespace's allowed-classes annotation; None: none
+    outcome: str
+    class_name: str | None = None  # the class the Pod is placed in
+    message: str = ""
+    default_label: str | None = None
+    catalog_default: str | None = None
+    gpus: bool = True  # the Pod asks for nvidia.com/gpu: 8
+
+
+CLASSLESS = [
+    # the audit's Pod: 8 GPUs and its own H100 nodeSelector, no class, no default; economy the only class allowed
+    Classless("one-class-allowed-is-the-class", "economy", "patched", "economy"),
+    Classless("several-allowed-no-default-refused", "economy,standard", "refused",
+              message="namespace tenant allows only some classes and sets no default class: write "
+                      "gpu-class.io/class: <one of standard, economy>"),
+    Classless("several-allowed-the-namespaces-default", "economy,standard", "patched", "economy",
+              default_label="economy"),
+    Classless("several-allowed-the-catalogs-default-when-allowed", "economy,standard", "patched", "standard",
+              catalog_default="standard"),
+    Classless("the-catalogs-default-not-allowed-refused", "economy,standard", "refused", catalog_default="high",
+              message="write gpu-class.io/class: <one of standard, economy>"),
+    Classless("the-only-allowed-class-wins-over-a-catalog-default-not-allowed", "economy", "patched", "economy",
+              catalog_default="high"),
+    Classless("no-class-allowed-refused", "", "refused", message="namespace tenant allows no class of the catalog"),
+    Classless("the-only-allowed-class-does-not-exist", "turbo", "refused",
+              message="the gpu-class.io/allowed-classes annotation of namespace tenant names class 'turbo', which "
+                      "does not exist"),
+    Classless("without-allowed-classes-left-alone-as-before", None, "out-of-scope",
+              message="no class annotation and no default class"),
+    Classless("a-pod-without-gpus-is-left-alone", "economy,standard", "out-of-scope", gpus=False,
+              message="no class annotation and no GPU request"),
+]
+
+
+@pytest.mark.parametrize("case", CLASSLESS, ids=lambda c: c.id)
+def test_a_gpu_pod_without_a_class_in_a_namespace_with_allowed_classes_is_placed_by_them_or_refused(
+        case: Classless) -> None:
+    catalog = make_catalog(f"defaultClass: {case.catalog_default}\n" if case.catalog_default else "")
+    namespace = make_namespace("tenant", default_class=case.default_label, allowed=case.allowed)
+    snapshot = build_snapshot(catalog, [*NODES, namespace], watch_namespaces=True)
+    pod = make_pod(gpu_limit="8" if case.gpus else None, extra_spec={"nodeSelector": {PRODUCT: H100}})
+    pod["metadata"]["namespace"] = "tenant"
+    review = review_request(parse_review(json.dumps(make_review(pod, namespace="tenant")).encode()), snapshot, catalog)
+    decision = review.decision
+    assert decision.outcome == case.outcome, decision.message
+    assert case.message in decision.message
+    if case.outcome != "patched":
+        assert review.patch == [] and decision.placement is None
+        return
+    assert decision.class_name == case.class_name
+    admitted = jsonpatch.apply_patch(copy.deepcopy(pod), list(review.patch))
+    # the class is written, as for a namespace's default class, so the extender and the backstop see it
+    assert admitted["metadata"]["annotations"]["gpu-class.io/class"] == case.class_name
+    landing = {TYPE_OF_NODE[n] for n in lands_on(admitted)}
+    assert landing <= set(catalog.classes[case.class_name].types)  # never the H100 its nodeSelector names
+
+
+# --- the resource is part of the type: a slice class is not a whole GPU of the same product --------------------
+
+
+BUILT_IN = load_catalog_text(default_catalog_text(), "catalog")
+MIG = "nvidia.com/mig-1g.10gb"
+MIXED_NODES = [  # mixed strategy: the product is the whole GPU's, the node offers slices
+    make_device_node("h100-mixed", {PRODUCT: H100}, {MIG: "7", "nvidia.com/gpu": "0"}),
+    make_device_node("h100-whole", {PRODUCT: H100}, {"nvidia.com/gpu": "8"}),
+    make_device_node("h200-whole", {PRODUCT: H200}, {"nvidia.com/gpu": "8"}),
+]
+SLICES_ONLY = build_snapshot(BUILT_IN, [*MIXED_NODES, make_namespace("tenant", allowed="small-slices")],
+                             watch_namespaces=True)
+# decided in full: nvidia.com/gpu is small-slices' only as its single-strategy slices, which no node here has
+WHOLE_GPUS_DECIDED = "no ready, schedulable node offers 8 GPU(s) as nvidia.com/gpu of class small-slices"
+
+
+def sliced_pod(limits: dict[str, str], *, labels: dict[str, str] | None = None,
+               annotations: dict[str, str] | None = None, requests: dict[str, str] | None = None,
+               init: dict[str, str] | None = None, products: tuple[str, ...] = (H100, H200)) -> dict[str, Any]:
+    resources = {**({"limits": limits} if limits else {}), **({"requests": requests} if requests else {})}
+    pod = make_pod({"gpu-class.io/class": "small-slices", **(annotations or {})},
+                   containers=[{"name": "main", "image": "x", "resources": resources}],
+                   affinity=affinity([within(list(products))]),
+                   extra_spec={"initContainers": [{"name": "warm", "image": "x", "resources": {"limits": init}}]}
+                   if init else None)
+    pod["metadata"]["namespace"] = "tenant"
+    if labels:
+        pod["metadata"]["labels"] = labels
+    return pod
+
+
+@pytest.mark.parametrize("pod, outcome, message", [
+    # the audit's Pods: an affinity to the H100 and H200 product values, whose slice types small-slices has,
+    # and eight whole GPUs
+    pytest.param(sliced_pod({"nvidia.com/gpu": "8"}, labels=PODSET), "refused",
+                 WHOLE_GPUS_DECIDED, id="podset-whole-gpus"),
+    pytest.param(sliced_pod({"nvidia.com/gpu": "8"}, annotations={"kueue.x-k8s.io/pod-suspending-parent": "sts"}),
+                 "refused", WHOLE_GPUS_DECIDED, id="suspending-parent-whole-gpus"),
+    pytest.param(sliced_pod({}, labels=PODSET, requests={"nvidia.com/gpu": "8"}), "refused",
+                 "GPUs the quota never counted", id="podset-whole-gpus-requested-only"),
+    pytest.param(sliced_pod({MIG: "1"}, labels=PODSET, init={"nvidia.com/gpu": "8"}), "refused",
+                 "a Pod can be placed on one GPU resource only", id="podset-whole-gpus-in-an-init-container"),
+    # H200's slice of the class is 1g.18gb: its product value gives a 1g.10gb slice as no type of the class
+    pytest.param(sliced_pod({MIG: "1"}, labels=PODSET), "patched", "", id="podset-a-slice-one-value-lacks-decided"),
+    # what Kueue starts from a template gpu-class decided: a slice, on the products that have it
+    pytest.param(sliced_pod({MIG: "1"}, labels=PODSET, products=(H100,)), "out-of-scope", "decided with its workload",
+                 id="podset-a-slice-of-the-class-left-as-it-came"),
+])
+def test_a_pod_left_as_it_came_must_ask_for_a_resource_of_the_types_its_affinity_keeps_it_to(
+        pod: dict[str, Any], outcome: str, message: str) -> None:
+    decision = plan(pod, SLICES_ONLY, BUILT_IN, namespace="tenant")
+    assert decision.outcome == outcome and message in decision.message, decision.message
+
+
+def queued_job(limits: dict[str, str], products: tuple[str, ...]) -> dict[str, Any]:
+    template = sliced_pod(limits, annotations={"gpu-class.io/types": "H100-1g.10gb"}, products=products)
+    template["metadata"].pop("namespace")
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {
+        "name": "train", "namespace": "tenant", "labels": {"kueue.x-k8s.io/queue-name": "q"}},
+        "spec": {"template": template}}
+
+
+@pytest.mark.parametrize("limits, products, outcome, message", [
+    pytest.param({"nvidia.com/gpu": "8"}, (H100, H200), "refused", WHOLE_GPUS_DECIDED,
+                 id="whole-gpus-decided-again-and-refused"),
+    pytest.param({MIG: "1"}, (H100,), "out-of-scope", "decided at an earlier call", id="a-slice-left-as-decided"),
+])
+def test_a_queued_template_left_as_decided_must_ask_for_a_resource_of_its_types(
+        limits: dict[str, str], products: tuple[str, ...], outcome: str, message: str) -> None:
+    body = make_review(queued_job(limits, products), kind="Job", namespace="tenant")
+    body["request"]["kind"] = {"group": "batch", "version": "v1", "kind": "Job"}
+    review = review_request(parse_review(json.dumps(body).encode()), SLICES_ONLY, BUILT_IN)
+    assert review.decision.outcome == outcome and message in review.decision.message, review.decision.message
+
+
+# --- onUnsatisfiable: admit never lets a Pod's own constraints step over its class ------------------------------
+
+
+ADMIT_CATALOG = load_catalog_text(TEST_CATALOG_YAML.replace("onUnsatisfiable: deny", "onUnsatisfiable: admit"),
+                                  "admit.yaml")
+ADMIT_SNAPSHOT = build_snapshot(ADMIT_CATALOG, [*NODES, make_namespace("tenant", allowed="economy")],
+                                watch_namespaces=True)
+ALL_ECONOMY = ",".join(ADMIT_CATALOG.classes["economy"].types)
+PREFERS_H100 = {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+    {"weight": 100, "preference": {"matchExpressions": [within([H100])]}}]}}
+
+
+@pytest.mark.parametrize("annotations, spec, outcome, message", [
+    pytest.param({"gpu-class.io/min-memory": "80Gi"}, ON_H100, "refused",
+                 "its own nodeSelector names nvidia.com/gpu.product=NVIDIA-H100-80GB-HBM3, which is H100, not a type "
+                 "of class economy", id="min-memory-and-an-h100-node-selector"),
+    pytest.param({"gpu-class.io/min-compute-capability": "9.0"}, ON_H100, "refused", "which is H100",
+                 id="compute-capability-and-an-h100-node-selector"),
+    pytest.param({"gpu-class.io/exclude-types": ALL_ECONOMY}, ON_H100, "refused", "which is H100",
+                 id="every-type-excluded-and-an-h100-node-selector"),
+    pytest.param({"gpu-class.io/min-memory": "80Gi"}, {"affinity": affinity([within(["Tesla-T4", H100])])},
+                 "refused", "its own required node affinity names nvidia.com/gpu.product=NVIDIA-H100-80GB-HBM3",
+                 id="a-required-affinity-with-a-value-outside"),
+    pytest.param({"gpu-class.io/min-memory": "80Gi"}, {"affinity": PREFERS_H100}, "refused",
+                 "its own preferred node affinity names", id="a-preference-outside"),
+    pytest.param({"gpu-class.io/min-memory": "80Gi"}, {"nodeName": "h100-a"}, "refused",
+                 "its own spec.nodeName names kubernetes.io/hostname=h100-a, which is H100", id="bound-to-an-h100-node"),
+    pytest.param({"gpu-class.io/min-memory": "80Gi"}, {"nodeSelector": {"kubernetes.io/hostname": "h100-a"}},
+                 "refused", "which is H100", id="an-h100-node-by-hostname"),
+    pytest.param({"gpu-class.io/min-memory": "80Gi"}, {"nodeSelector": {PRODUCT: "NVIDIA-B300"}}, "refused",
+                 "which is no type gpu-class knows", id="a-product-no-type-claims"),
+    pytest.param({"gpu-class.io/min-memory": "80Gi"}, {}, "admitted-unsatisfiable", "", id="no-constraint-admitted"),
+    pytest.param({"gpu-class.io/min-memory": "80Gi"}, {"nodeSelector": {PRODUCT: "Tesla-T4"}},
+                 "admitted-unsatisfiable", "", id="a-constraint-within-the-class-admitted"),
+    pytest.param({"gpu-class.io/min-memory": "80Gi"}, {"nodeSelector": {"topology.kubernetes.io/zone": "a"}},
+                 "admitted-unsatisfiable", "", id="a-constraint-on-no-gpu-label-admitted"),
+    pytest.param({"gpu-class.io/min-memory": "80Gi"}, {"nodeSelector": {"kubernetes.io/hostname": "t4-a"}},
+                 "admitted-unsatisfiable", "", id="an-economy-node-by-hostname-admitted"),
+])
+def test_admit_when_unsatisfiable_never_admits_a_pod_whose_own_constraints_reach_outside_its_class(
+        annotations: dict[str, str], spec: dict[str, Any], outcome: str, message: str) -> None:
+    pod = make_pod({"gpu-class.io/class": "economy", **annotations}, gpu_limit="8")
+    pod["metadata"]["namespace"] = "tenant"
+    pod["spec"].update(copy.deepcopy(spec))
+    review = review_request(parse_review(json.dumps(make_review(pod, namespace="tenant")).encode()),
+                            ADMIT_SNAPSHOT, ADMIT_CATALOG)
+    assert review.decision.outcome == outcome, review.decision.message
+    assert message in review.decision.message
+    if outcome == "refused":
+        assert "Drop that constraint" in review.decision.message and review.patch == []
+        return
+    admitted = jsonpatch.apply_patch(copy.deepcopy(pod), list(review.patch))
+    assert admitted["metadata"]["annotations"]["gpu-class.io/types"] == ""  # admitted unplaced, as before
+    if spec:  # a constraint of its own keeps it within economy; none at all is the catalog's choice to admit
+        assert {TYPE_OF_NODE[n] for n in lands_on(admitted)} <= ECONOMY

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import copy
 import datetime
 import enum
 import json
@@ -17,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from builders import CATALOG_NODES, assert_valid_pod, make_catalog, make_pod, make_review
-from webhook.core.inventory import build_snapshot
+from webhook.core.inventory import NamespaceInfo, build_snapshot
 from webhook.core.review import COMPACT, BadReview, build_response, encode_compact, load_json, parse_review, review_pod
 
 CATALOG = make_catalog()
@@ -111,6 +112,42 @@ def test_admitted_unsatisfiable_pod_is_marked_but_not_placed() -> None:
     patched = jsonpatch.apply_patch(pod, json.loads(base64.b64decode(response["patch"])))
     assert patched["metadata"]["annotations"]["gpu-class.io/types"] == ""
     assert patched["spec"] == pod["spec"]
+
+
+# --- gpu-class.io/types on an answered Pod is gpu-class's own -------------------------------------------------
+
+
+FORGED = {"gpu-class.io/types": "H100"}
+KUEUE_STARTED_HIGH = {**make_pod({"gpu-class.io/class": "high", **FORGED}, gpu_limit="1", affinity={"nodeAffinity": {
+    "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": [
+        {"key": "nvidia.com/gpu.product", "operator": "In", "values": ["NVIDIA-H100-80GB-HBM3"]}]}]}}})}
+KUEUE_STARTED_HIGH["metadata"]["labels"] = {"kueue.x-k8s.io/podset": "main"}
+
+
+@pytest.mark.parametrize("pod, policy, outcome, types", [
+    pytest.param(make_pod(FORGED), None, "out-of-scope", None, id="no-class-no-gpus-forged-types-removed"),
+    pytest.param(make_pod({"gpu-class.io/class": "high", **FORGED}, gpu_limit="1"),
+                 NamespaceInfo("ml", False, None, None), "out-of-scope", None, id="namespace-not-opted-in-removed"),
+    pytest.param(make_pod({"gpu-class.io/class": "high", "gpu-class.io/types": "T4"}, gpu_limit="1"), None, "patched",
+                 "H100,A100", id="placed-replaced-by-its-own"),
+    pytest.param(make_pod({"gpu-class.io/class": "high", "gpu-class.io/count": "64", **FORGED}), None,
+                 "admitted-unsatisfiable", "", id="admitted-unplaced-emptied"),
+    pytest.param(KUEUE_STARTED_HIGH, None, "out-of-scope", "H100", id="left-as-decided-with-its-workload-kept"),
+    pytest.param(make_pod({"kubernetes.io/config.mirror": "x", **FORGED}), None, "out-of-scope", "H100",
+                 id="a-mirror-pod-is-never-changed"),
+])
+def test_an_answered_pod_carries_only_the_types_gpu_class_wrote(pod: dict[str, Any], policy: NamespaceInfo | None,
+                                                                outcome: str, types: str | None) -> None:
+    import dataclasses
+
+    catalog = dataclasses.replace(CATALOG, on_unsatisfiable="admit")
+    request = parse_review(json.dumps(make_review(pod)).encode())
+    review = review_pod(request, SNAPSHOT, catalog, policy)
+    assert review.decision.outcome == outcome, review.decision.message
+    answered = jsonpatch.apply_patch(copy.deepcopy(pod), list(review.patch))
+    assert answered["metadata"].get("annotations", {}).get("gpu-class.io/types") == types
+    if types is None:
+        assert any("gpu-class.io/types is written by gpu-class" in w for w in review.decision.warnings)
 
 
 def outcome(parse: Any, body: bytes) -> tuple[str, str]:

@@ -7,11 +7,11 @@ from typing import Any, Mapping, Sequence
 
 import pytest
 
-from builders import TEST_CATALOG_YAML, make_node, make_pod, make_unbound_pod
+from builders import TEST_CATALOG_YAML, make_node, make_pod, make_unbound_pod, placed_affinity
 from test_inventory_report import A100, CATALOG, H100, snapshot_of
 from webhook.core.catalog import CatalogError, load_catalog_text
 from webhook.core.extender import PodNeeds
-from webhook.core.inventory import Snapshot, timestamp_seconds
+from webhook.core.inventory import InventoryState, Snapshot, node_info_from_object, timestamp_seconds, unbound_gpu_pod
 from webhook.core.lease import held_spec, may_hold, micro_time
 from webhook.core.upgrade import (
     Eviction, History, Owner, PodState, UpgradeSettings, better_types, current_type, decide_moves, disruptions_allowed,
@@ -193,8 +193,12 @@ def test_a_refused_eviction_is_held_by_the_pdb_and_not_counted() -> None:
 
 # --- reading Pods: who may move ---------------------------------------------------------------------------------
 
-def api_pod(annotations: Mapping[str, str], owner_refs: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    pod = make_pod({"gpu-class.io/class": "high", "gpu-class.io/types": "H100,A100", **annotations}, gpu_limit="1")
+def api_pod(annotations: Mapping[str, str], owner_refs: list[dict[str, Any]] | None = None,
+            affinity: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A Pod the webhook placed: its types and, unless given, the affinity the webhook writes beside them."""
+    written = {"gpu-class.io/class": "high", "gpu-class.io/types": "H100,A100", **annotations}
+    placed = placed_affinity(written["gpu-class.io/types"].split(","))
+    pod = make_pod(written, gpu_limit="1", affinity=affinity if affinity is not None else placed)
     pod["metadata"]["uid"] = "pod-uid"
     pod["metadata"]["creationTimestamp"] = "2026-01-01T00:00:00Z"
     if owner_refs is not None:
@@ -378,3 +382,42 @@ def test_an_eviction_is_in_flight_until_its_replacement_is_seen(evicted_ago: flo
         pods.append(pod_state("new", "h100-a", on_node_for=replacement_created_ago))
     decision = decide_moves(NOW, snap({"a100-a": 1}), CATALOG, pods, history, SETTINGS)
     assert moved(decision) == moves
+
+
+# --- gpu-class.io/types believed only as far as the Pod's own affinity enforces it ------------------------------
+
+
+@pytest.mark.parametrize("affinity, read", [
+    pytest.param({}, False, id="types-without-an-affinity"),
+    pytest.param(placed_affinity(["T4"]), False, id="an-affinity-elsewhere"),
+    pytest.param(placed_affinity(["H100", "A100", "T4"]), False, id="an-affinity-beyond-its-types"),
+    pytest.param(placed_affinity(["H100", "A100"]), True, id="the-affinity-the-webhook-writes"),
+])
+def test_the_upgrader_reads_only_the_pods_whose_affinity_enforces_their_types(affinity: dict[str, Any],
+                                                                              read: bool) -> None:
+    state = read_pod_state(api_pod(OPT_IN, [RS_REF], affinity=affinity), CATALOG, {"rs-uid": RS})
+    assert (state is not None) is read
+
+
+def waiting_in(namespace: str, affinity: dict[str, Any] | None) -> dict[str, Any]:
+    """A Pod of another namespace waiting for a node, listing H100 in gpu-class.io/types."""
+    pod = make_pod({"gpu-class.io/class": "high", "gpu-class.io/types": "H100"}, gpu_limit="1", affinity=affinity)
+    pod["metadata"].update(namespace=namespace, uid=f"uid-{namespace}")
+    return pod
+
+
+@pytest.mark.parametrize("affinity, moves", [
+    # a string alone: before, it took H100's one free slot and held the Pod of ml on A100
+    pytest.param(None, [["a"]], id="a-forged-list-takes-no-room"),
+    pytest.param(placed_affinity(["H100"]), [], id="a-placed-pod-takes-its-room-first"),
+])
+def test_a_pod_of_another_namespace_moves_no_one_by_a_list_it_wrote(affinity: dict[str, Any] | None,
+                                                                    moves: list[list[str]]) -> None:
+    state = InventoryState(catalog=CATALOG, synced=True, watch_pods=True)
+    state.replace_nodes(i for i in (node_info_from_object(n, CATALOG) for n in NODES) if i is not None)
+    state.replace_pods([("ns/p-a100", "a100-a", {"nvidia.com/gpu": 1}), ("ns/p-h100", "h100-a", {"nvidia.com/gpu": 1})])
+    waiting = unbound_gpu_pod(waiting_in("other", affinity), CATALOG.resources)
+    assert waiting is not None
+    state.set_unbound_pod(waiting.uid, waiting)
+    snapshot = state.publish()
+    assert moved(decide_moves(NOW, snapshot, CATALOG, [pod_state("a")], settled(("H100", 1, 1)), SETTINGS)) == moves

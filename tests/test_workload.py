@@ -38,10 +38,10 @@ def template(count: int = 2, *, limit: bool = False) -> dict[str, Any]:
 
 
 def workload(api_version: str, kind: str, spec: dict[str, Any], *, queued: bool = True,
-             owner: str | None = None) -> dict[str, Any]:
+             owner: str | None = None, owner_api: str = "jobset.x-k8s.io/v1alpha2") -> dict[str, Any]:
     metadata: dict[str, Any] = {"name": "train", "namespace": "ml", "labels": {QUEUE_LABEL: "team-a"} if queued else {}}
     if owner:
-        metadata["ownerReferences"] = [{"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": owner, "name": "train",
+        metadata["ownerReferences"] = [{"apiVersion": owner_api, "kind": owner, "name": "train",
                                         "uid": "u-1", "controller": True}]
     return {"apiVersion": api_version, "kind": kind, "metadata": metadata, "spec": spec}
 
@@ -231,6 +231,30 @@ def test_a_pod_whose_parent_kueue_counted_is_refused_gpus_only_gpu_class_would_g
     answer = review_request(parse_review(json.dumps(make_review(pod)).encode()), SNAPSHOT, CATALOG)
     assert answer.decision.outcome == "refused"
     assert "write the limit (nvidia.com/gpu: 1) in the workload's pod template" in answer.decision.message
+
+
+@pytest.mark.parametrize("owner, owner_api, queued, outcome, message", [
+    # the CronJob controller creates each Job from its jobTemplate; Kueue counts the Job (CronJob is no
+    # integration of Kueue's), so gpu-class decides it there, when the Job is created
+    pytest.param("CronJob", "batch/v1", True, "patched", "", id="a-queued-cronjobs-job-is-decided-at-the-job"),
+    pytest.param("CronJob", "batch/v1", False, "out-of-scope", "a Job Kueue does not queue",
+                 id="a-cronjobs-job-kueue-does-not-queue"),
+    pytest.param("Workflow", "argoproj.io/v1alpha1", True, "patched", "", id="a-job-of-a-controller-kueue-does-not-manage"),
+    pytest.param("JobSet", "jobset.x-k8s.io/v1alpha2", True, "out-of-scope", "a Job of JobSet train: decided at its owner",
+                 id="a-jobsets-job-is-counted-at-the-jobset"),
+    pytest.param("RayJob", "ray.io/v1", True, "out-of-scope", "decided at its owner", id="a-rayjobs-submitter"),
+    pytest.param("AppWrapper", "workload.codeflare.dev/v1beta2", True, "out-of-scope", "decided at its owner",
+                 id="an-appwrappers-job-is-counted-at-the-appwrapper"),
+])
+def test_a_job_is_decided_at_the_job_unless_kueue_counts_it_at_its_owner(
+        owner: str, owner_api: str, queued: bool, outcome: str, message: str) -> None:
+    job = workload("batch/v1", "Job", {"template": template()}, queued=queued, owner=owner, owner_api=owner_api)
+    answer = review(job)
+    assert answer.decision.outcome == outcome and message in answer.decision.message, answer.decision.message
+    if outcome == "patched":
+        t = patched(job, answer)["spec"]["template"]
+        assert t["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "2"}
+        assert required_products(t["spec"]) == {H100, A100}
 
 
 # --- the registration ----------------------------------------------------------------------------------

@@ -55,12 +55,18 @@ class TimedMetrics(InventoryMetrics):
             self.judgment_seconds.append(time.thread_time() - started)
 
 
-def placed_pod(index: int, class_name: str, types: Sequence[str], node: str | None) -> dict[str, Any]:
-    """A Pod as the webhook leaves it: class and types written, one GPU."""
+def placed_pod(index: int, class_name: str, types: Sequence[str], node: str | None,
+               required: Sequence[tuple[str, Sequence[str]]] = ()) -> dict[str, Any]:
+    """A Pod as the webhook leaves it: class and types written, with the required affinity (`required`: label
+    key, values) the inventory believes the types by; one GPU."""
     pod = make_cluster_pod(index, node, 1, "Pending")
     pod["metadata"].update(name=f"placed-{index:05d}", namespace="ml-team", uid=f"uid-placed-{index:05d}",
                            creationTimestamp="2025-01-01T00:00:00Z",
                            annotations={"gpu-class.io/class": class_name, "gpu-class.io/types": ",".join(types)})
+    if required:
+        pod["spec"]["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [{"matchExpressions": [{"key": k, "operator": "In", "values": list(v)}]}
+                                  for k, v in required]}}}
     return pod
 
 
@@ -89,7 +95,9 @@ def run_round(catalog: Catalog, fleet: list[dict[str, Any]], binds: int, *, judg
     snapshot = inventory.snapshot()
     types = {c: plan(placed_pod(0, c, (), None), snapshot, catalog, namespace="ml-team").placement for c in CLASSES}
     allowed = {c: p.types if p is not None else () for c, p in types.items()}
-    waiting = [placed_pod(i, CLASSES[i % 2], allowed[CLASSES[i % 2]], None) for i in range(binds)]
+    required = {c: p.required if p is not None else () for c, p in types.items()}
+    waiting = [placed_pod(i, CLASSES[i % 2], allowed[CLASSES[i % 2]], None, required[CLASSES[i % 2]])
+               for i in range(binds)]
     inventory._replace_pods([v for v in map(inventory._reduce_pod, bound + waiting) if v is not None])
     # each Pod bound to a node of its best type, round robin: what a scheduler keeping the order does
     nodes_of = {t: [n.name for n in inventory.snapshot().nodes.values() if n.offer(t) and n.schedulable]

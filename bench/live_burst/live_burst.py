@@ -144,6 +144,10 @@ def _gpu_pod(index: int, node: str | None) -> dict[str, Any]:
 
     pod = make_cluster_pod(index, node, 1, "Running" if node else "Pending")
     pod["metadata"].update(uid=f"uid-{index}", annotations={"gpu-class.io/class": "high", "gpu-class.io/types": "H100"})
+    # the affinity the webhook writes beside the types: the inventory believes them by it
+    pod["spec"]["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [
+            {"key": "nvidia.com/gpu.product", "operator": "In", "values": ["NVIDIA-H100-80GB-HBM3"]}]}]}}}
     return pod
 
 

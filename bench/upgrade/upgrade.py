@@ -38,6 +38,9 @@ from bench.common.workload import FLEET, make_cluster_pod, make_gpu_node
 REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 H100, A100 = FLEET[0], FLEET[1]
 TYPES = "H100,A100-80GB"  # what the webhook writes for class high on this fleet
+# and the required node affinity it writes beside them, which the upgrader believes the types by
+AFFINITY = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+    {"matchExpressions": [{"key": "nvidia.com/gpu.product", "operator": "In", "values": [A100.product, H100.product]}]}]}}}
 NOW = 1_800_000_000.0
 
 
@@ -83,6 +86,7 @@ def build(catalog: Catalog, nodes: int, room: bool) -> Inputs:
             opted = not on_h100 and rs % 4 == 0
             pod["metadata"]["annotations"] = {"gpu-class.io/class": "high", "gpu-class.io/types": TYPES,
                                               **({"gpu-class.io/upgrade": "true"} if opted else {})}
+            pod["spec"]["affinity"] = AFFINITY
             if opted:
                 owners[uid] = Owner("apps", "ReplicaSet", pod["metadata"]["namespace"], f"w{rs}", uid,
                                     f"Deployment/{pod['metadata']['namespace']}/w{rs}")

@@ -16,9 +16,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence, TypeVar
+from typing import Any, Callable, Iterator, Mapping, Sequence, TypeVar
 
+from .affinity import NodeTerm as NodeTerm  # provenance.py and the tests read it from here
+from .affinity import Constraint, node_term
 from .catalog import PRECISIONS, WAIT_FORMS, Catalog, Need, parse_compute_capability, parse_wait
+from .dra import HOSTNAME_LABEL
 from .inventory import CLASS_ANNOTATION, GROUP_LABEL, MAX_WAIT_ANNOTATION, TYPES_ANNOTATION, parse_gpu_count
 from .quantity import quantity_mib
 
@@ -51,6 +54,11 @@ POD_ANNOTATIONS = (CLASS_ANNOTATION, COUNT_ANNOTATION, CONTAINER_ANNOTATION, EXC
 T = TypeVar("T")
 
 _COUNT_RE = re.compile(r"[0-9]{1,6}")
+# The most a Pod may ask for in an annotation. Beyond them a value is a slip (or a probe), never a need: no
+# node offers a thousand GPUs, no GPU has 64 TiB, and a group of more Pods than this is not a job.
+MAX_COUNT = 1024  # gpu-class.io/count: GPUs for one Pod
+MAX_GROUP_SIZE = 65536  # gpu-class.io/group-size: Pods of one group
+MAX_MIN_MEMORY_MIB = 64 * 1024 * 1024  # gpu-class.io/min-memory: 64Ti per GPU
 # a label value: the group's name becomes the Pod label its affinity selects on
 _NAME_RE = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
 _SIZE_RE = re.compile(r"[0-9]{1,6}")
@@ -67,8 +75,6 @@ class Malformed:
     message: str
 
 
-# A required node affinity term as far as it names label values: its (key, values) `In` expressions, ANDed
-NodeTerm = tuple[tuple[str, tuple[str, ...]], ...]
 # A Pod's tolerations, each as its sorted (field, text) items: hashable, so a decision can be memoised on them
 Tolerations = tuple[tuple[tuple[str, str], ...], ...]
 
@@ -119,12 +125,15 @@ class PodAsk:
     group: GroupAsk | None | str
     group_name: str  # gpu-class.io/group as written, "" when absent: a refused group is still named
     max_wait: str | None | Malformed  # gpu-class.io/max-wait as written (checked); None: absent
+    upgrade: bool | None | str  # gpu-class.io/upgrade, which the upgrader reads; None: absent
     scheduler_name: str | None
     kueue_started: bool  # Kueue's podset label: kueue.py's rules apply
     counted_at_parent: bool  # SUSPENDING_PARENT_ANNOTATION: Kueue counts the Pod's parent, not the Pod
     types_written: str | None  # gpu-class.io/types as the Pod came; gpu-class writes it
     # what the scheduler and kubelet enforce on the Pod as it came (provenance.py reads them)
     node_terms: tuple[NodeTerm, ...]  # spec.affinity.nodeAffinity's required terms, ORed; () for none
+    preferred_terms: tuple[NodeTerm, ...]  # its preferred terms' `In` expressions: where the Pod steers itself
+    node_name: str | None  # spec.nodeName: a Pod bound at creation skips the scheduler
     tolerations: Tolerations
     claims: tuple[str, ...] | Malformed  # the names of spec.resourceClaims
     node_selector: Mapping[str, Any] | Malformed
@@ -148,6 +157,19 @@ class PodAsk:
         app = sum(count if c.index == container.index else c.held.get(resource, 0) for c in self.containers)
         return max(app, self.init_held.get(resource, 0))
 
+    def own_constraints(self) -> Iterator[Constraint]:
+        """The node label values the Pod's own spec asks for or steers to, with where it wrote each: its
+        nodeSelector, the `In` expressions of its required and preferred node affinity, and its nodeName
+        (a node's name, which names it as its hostname usually does)."""
+        if not isinstance(self.node_selector, Malformed):
+            yield from (("nodeSelector", k, v) for k, v in self.node_selector.items() if isinstance(v, str))
+        yield from (("required node affinity", k, v) for term in self.node_terms for k, values in term
+                    for v in values)
+        yield from (("preferred node affinity", k, v) for term in self.preferred_terms for k, values in term
+                    for v in values)
+        if self.node_name is not None:
+            yield "spec.nodeName", HOSTNAME_LABEL, self.node_name
+
 
 def read_pod(pod: Any, catalog: Catalog) -> PodAsk | None:
     """The Pod's ask; None for a mirror Pod (the kubelet's copy of a static Pod: nothing to place).
@@ -160,7 +182,7 @@ def read_pod(pod: Any, catalog: Catalog) -> PodAsk | None:
     if MIRROR_ANNOTATION in annotations:
         return None
     containers = _containers(pod)
-    labels, node_terms, tolerations = _check_patchable(pod)
+    labels, node_terms, preferred_terms, tolerations = _check_patchable(pod)
     spec = _mapping(pod.get("spec"), "spec")
     requested = _caught(lambda: _requested_resources(pod, catalog.resources))
     wanted = _wanted_count(annotations)
@@ -186,11 +208,14 @@ def read_pod(pod: Any, catalog: Catalog) -> PodAsk | None:
         group=read_group(annotations),
         group_name=annotations.get(GROUP_ANNOTATION, ""),
         max_wait=_max_wait(annotations),
+        upgrade=_upgrade(annotations),
         scheduler_name=spec.get("schedulerName"),
         kueue_started=PODSET_LABEL in labels,
         counted_at_parent=SUSPENDING_PARENT_ANNOTATION in annotations,
         types_written=annotations.get(TYPES_ANNOTATION),
         node_terms=node_terms,
+        preferred_terms=preferred_terms,
+        node_name=spec.get("nodeName") if isinstance(spec.get("nodeName"), str) and spec.get("nodeName") else None,
         tolerations=tolerations,
         claims=_caught(lambda: _own_claims(spec)),
         node_selector=_caught(lambda: _mapping(spec.get("nodeSelector"), "spec.nodeSelector")),
@@ -215,8 +240,8 @@ def read_group(annotations: Mapping[str, str]) -> GroupAsk | None | str:
         size = _size(raw_size)
         if size is None:
             shown = repr(raw_size) if len(raw_size) <= 30 else repr(raw_size[:27]) + "..."
-            return (f"gpu-class: {GROUP_SIZE_ANNOTATION} must be a positive whole number of Pods (like \"8\"), "
-                    f"not {shown}")
+            return (f"gpu-class: {GROUP_SIZE_ANNOTATION} must be a positive whole number of Pods, at most "
+                    f"{MAX_GROUP_SIZE} (like \"8\"), not {shown}")
         return GroupAsk(name, size, GROUP_SIZE_ANNOTATION)
     # LeaderWorkerSet's webhook refuses a Pod whose size it cannot read, so a bad value never gets here
     lws = _size(annotations.get(LWS_SIZE_ANNOTATION))
@@ -287,18 +312,20 @@ def _own_claims(spec: Mapping[str, Any]) -> tuple[str, ...]:
 
 
 def _check_patchable(pod: Mapping[str, Any]
-                     ) -> tuple[Mapping[str, str], tuple[NodeTerm, ...], Tolerations]:
-    """The parts patch.py reads and extends must have their API shapes. Returns three of them: the
-    Pod's labels, its required node affinity terms and its tolerations."""
+                     ) -> tuple[Mapping[str, str], tuple[NodeTerm, ...], tuple[NodeTerm, ...], Tolerations]:
+    """The parts patch.py reads and extends must have their API shapes. Returns four of them: the
+    Pod's labels, its required and its preferred node affinity terms, and its tolerations."""
     spec = _mapping(pod.get("spec"), "spec")
     node_affinity = _mapping(_mapping(spec.get("affinity"), "spec.affinity").get("nodeAffinity"), "nodeAffinity")
     required = _mapping(node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution"), "nodeAffinity.required")
     terms = tuple(
-        _node_term(_list(_item(term, f"nodeSelectorTerms[{i}]").get("matchExpressions"),
-                         f"nodeSelectorTerms[{i}].matchExpressions"))
+        node_term(_list(_item(term, f"nodeSelectorTerms[{i}]").get("matchExpressions"),
+                        f"nodeSelectorTerms[{i}].matchExpressions"))
         for i, term in enumerate(_list(required.get("nodeSelectorTerms"), "nodeSelectorTerms")))
-    for i, pref in enumerate(_list(node_affinity.get("preferredDuringSchedulingIgnoredDuringExecution"), "nodeAffinity.preferred")):
-        _item(pref, f"nodeAffinity.preferred[{i}]")
+    preferred = tuple(
+        _preferred_term(_item(pref, f"nodeAffinity.preferred[{i}]"))
+        for i, pref in enumerate(_list(node_affinity.get("preferredDuringSchedulingIgnoredDuringExecution"),
+                                       "nodeAffinity.preferred")))
     tolerations = tuple(
         tuple(sorted((k, v) for k, v in _item(toleration, f"spec.tolerations[{i}]").items() if isinstance(v, str)))
         for i, toleration in enumerate(_list(spec.get("tolerations"), "spec.tolerations")))
@@ -309,17 +336,14 @@ def _check_patchable(pod: Mapping[str, Any]
     labels = _string_map(_mapping(pod.get("metadata"), "metadata").get("labels"), "metadata.labels")
     if not isinstance(spec.get("schedulerName", ""), (str, type(None))):
         raise MalformedPod("spec.schedulerName must be a string")
-    return labels, terms, tolerations
+    return labels, terms, preferred, tolerations
 
 
-def _node_term(expressions: Sequence[Any]) -> NodeTerm:
-    """A required term's `In` expressions: the only ones that keep a Pod to named label values. An
-    expression of another shape or operator is left out, which can only make the term admit more."""
-    return tuple(
-        (e["key"], tuple(v for v in e["values"] if isinstance(v, str)))
-        for e in expressions
-        if isinstance(e, dict) and e.get("operator") == "In" and isinstance(e.get("key"), str)
-        and isinstance(e.get("values"), list) and e["values"])
+def _preferred_term(preference: Mapping[str, Any]) -> NodeTerm:
+    """A preferred term's `In` expressions: where the Pod steers itself (a term of another shape names nothing)."""
+    term = preference.get("preference")
+    expressions = term.get("matchExpressions") if isinstance(term, dict) else None
+    return node_term(expressions) if isinstance(expressions, list) else ()
 
 
 def _requested_resources(pod: Mapping[str, Any], resources: Sequence[str]) -> tuple[str, ...]:
@@ -400,8 +424,9 @@ def _parse_count(value: Any) -> int | None:
 def _wanted_count(annotations: Mapping[str, str]) -> int | None | str:
     raw = annotations.get(COUNT_ANNOTATION)
     wanted = None if raw is None else _parse_count(raw)
-    if raw is not None and wanted is None:
-        return f"gpu-class: {COUNT_ANNOTATION} must be a positive whole number of GPUs (like \"1\" or \"4\"), not {quoted(raw)}"
+    if raw is not None and (wanted is None or wanted > MAX_COUNT):
+        return (f"gpu-class: {COUNT_ANNOTATION} must be a positive whole number of GPUs, at most {MAX_COUNT} (like "
+                f"\"1\" or \"4\"), not {quoted(raw)}")
     return wanted
 
 
@@ -450,15 +475,26 @@ def _max_wait(annotations: Mapping[str, str]) -> str | None | Malformed:
     return raw.strip()
 
 
+def _upgrade(annotations: Mapping[str, str]) -> bool | None | str:
+    """gpu-class.io/upgrade as the upgrader reads it ("true" or "false", any case), or the message refusing it:
+    a value the upgrader would pass over silently leaves the Pod where it is while its author thinks otherwise."""
+    raw = annotations.get(UPGRADE_ANNOTATION)
+    if raw is None:
+        return None
+    if raw.lower() not in ("true", "false"):
+        return f"gpu-class: {UPGRADE_ANNOTATION} must be \"true\" or \"false\", not {quoted(raw)}"
+    return raw.lower() == "true"
+
+
 def _min_memory_mib(annotations: Mapping[str, str]) -> float | None | str:
     """gpu-class.io/min-memory as MiB (a Kubernetes quantity), or the message refusing it."""
     raw = annotations.get(MIN_MEMORY_ANNOTATION)
     if raw is None:
         return None
     mib = quantity_mib(raw)
-    if mib is None:
-        return (f"gpu-class: {MIN_MEMORY_ANNOTATION} must be a positive Kubernetes quantity of memory per GPU, "
-                f"like \"40Gi\", \"40960Mi\" or \"48G\", not {quoted(raw)}")
+    if mib is None or mib > MAX_MIN_MEMORY_MIB:
+        return (f"gpu-class: {MIN_MEMORY_ANNOTATION} must be a positive Kubernetes quantity of memory per GPU, at "
+                f"most 64Ti, like \"40Gi\", \"40960Mi\" or \"48G\", not {quoted(raw)}")
     return mib
 
 
@@ -483,4 +519,4 @@ def read_need(annotations: Mapping[str, str]) -> Need | None | str:
 
 def _size(raw: str | None) -> int | None:
     text = raw.strip() if isinstance(raw, str) else ""
-    return int(text) if _SIZE_RE.fullmatch(text) and int(text) > 0 else None
+    return int(text) if _SIZE_RE.fullmatch(text) and 0 < int(text) <= MAX_GROUP_SIZE else None

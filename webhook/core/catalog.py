@@ -483,7 +483,8 @@ TYPE_KEYS = frozenset({"name", "score", "memoryGiB", "products", "match", "resou
 CLASS_KEYS = frozenset({"name", "types", "minScore", "maxScore", "minMemoryGiB", "strategy", "requires", "upgrade",
                         "maxWait"})
 MAX_WAIT_SECONDS = 24 * 3600  # the longest wait: a scheduler keeps a timer per waiting Pod until its end
-_WAIT = re.compile(r"(?=\d)(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?")
+# digits bounded: int() of a few thousand digits raises, and 24h is 86400s
+_WAIT = re.compile(r"(?=\d)(?:(\d{1,6})h)?(?:(\d{1,6})m)?(?:(\d{1,6})s)?")
 
 
 def parse_wait(raw: Any) -> int | None:

@@ -23,6 +23,7 @@ the reason, for `gpuclass inventory` and the watch's log: nothing is dropped sil
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -70,6 +71,8 @@ class SliceInfo:
 class DeviceClassInfo:
     name: str
     resources: tuple[str, ...]  # extended resources it serves: its extendedResourceName, and the implicit one
+    # the driver a selector pins it to (`device.driver == "..."`); None: it may select any driver's devices
+    pinned_driver: str | None = None
 
 
 @dataclass(frozen=True)
@@ -91,6 +94,9 @@ class DraView:
     devices: int = 0  # devices on nodes, in the newest generation of their pools
     problems: tuple[DeviceProblem, ...] = ()
     claims_read: bool = True  # False: devices taken by claims are not known (counted from Pods instead)
+    # DeviceClasses whose selectors pin them to a driver no GPU type names (a NIC's, a ComputeDomain
+    # channel's): the only ones a tenant bounded to classes may claim devices of (core/boundary.py)
+    other_device_classes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -200,7 +206,14 @@ def device_class_from_object(obj: Mapping[str, Any]) -> DeviceClassInfo | None:
         return None
     explicit = _map(obj.get("spec")).get("extendedResourceName")
     resources = ((explicit,) if isinstance(explicit, str) and explicit else ()) + (IMPLICIT_RESOURCE_PREFIX + name,)
-    return DeviceClassInfo(name, resources)
+    expressions = [_map(_map(s).get("cel")).get("expression") for s in _list(_map(obj.get("spec")).get("selectors"))]
+    pins = {m.group(2) or m.group(4) for e in expressions if isinstance(e, str) for m in DRIVER_PIN.finditer(e)}
+    # selectors are ANDed: one pin is enough; two different ones select nothing, which is no GPU either
+    return DeviceClassInfo(name, resources, pinned_driver=min(pins) if pins else None)
+
+
+# `device.driver == "x"` (either quote, either side): the one selector form that rules a driver's devices out
+DRIVER_PIN = re.compile(r"""device\.driver\s*==\s*(["'])([^"']+)\1|(["'])([^"']+)\3\s*==\s*device\.driver""")
 
 
 # --- a node's devices -------------------------------------------------------------------------
@@ -383,6 +396,12 @@ class DraState:
 
     def replace_classes(self, infos: Iterable[DeviceClassInfo]) -> None:
         self.classes = {c.name: c for c in infos}
+
+    def other_device_classes(self, gpu_drivers: Iterable[str]) -> tuple[str, ...]:
+        """The DeviceClasses pinned to a driver not among `gpu_drivers`: they cannot hand out a GPU."""
+        drivers = frozenset(gpu_drivers)
+        return tuple(sorted(c.name for c in self.classes.values()
+                            if c.pinned_driver is not None and c.pinned_driver not in drivers))
 
     def mapped_resources(self) -> frozenset[str]:
         return frozenset(r for c in self.classes.values() for r in c.resources)

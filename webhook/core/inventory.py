@@ -28,6 +28,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from immutables import Map
 
+from .affinity import Hosts, NodeTerm, keeps_within, no_hosts, required_terms, resource_sets
 from .catalog import Catalog, GpuType, LabelType, parse_wait
 from .dra import (
     HOSTNAME_LABEL, DeviceClassInfo, DeviceId, DeviceProblem, DraState, DraView, SliceInfo, claim_from_object,
@@ -260,7 +261,9 @@ class UnboundGpuPod:
 
     `resource` is the first of the catalog's resources the Pod requests and `devices` how many of it
     one node must offer (pod_gpus), as the scheduler extender reads the Pod. `types` is what the
-    webhook allowed it (gpu-class.io/types, best first; empty: gpu-class did not place it).
+    webhook allowed it (gpu-class.io/types, best first; empty: gpu-class did not place it). The
+    annotation is anyone's to write, so InventoryState keeps it only where the Pod's required node
+    affinity (`node_terms`, which the scheduler enforces) keeps the Pod to those types (enforced_types).
     """
 
     uid: str
@@ -274,6 +277,7 @@ class UnboundGpuPod:
     group: GroupName | None = None  # the gpu-class.io/group label the webhook wrote
     gated: bool = False  # spec.schedulingGates: held back (by a queue such as Kueue), not yet asking for a node
     max_wait_seconds: int | None = None  # gpu-class.io/max-wait: kept to its best type this long after creation
+    node_terms: tuple[NodeTerm, ...] = ()  # its required node affinity's `In` expressions (affinity.required_terms)
 
     def waits_by_choice(self, now_seconds: float) -> bool:
         """Whether it is within its max-wait: kept to its best type by its own choice, not stuck."""
@@ -320,6 +324,17 @@ class Snapshot:
     def namespace(self, name: str) -> NamespaceInfo | None:
         return None if self.namespaces is None else self.namespaces.get(name)
 
+    def types_of_host(self, hostname: str) -> frozenset[str]:
+        """The types the node of this kubernetes.io/hostname (or, failing that, of this name) offers; none for
+        a node the view does not hold: what an affinity to the hostname keeps a Pod to (affinity.Hosts)."""
+        info = self.nodes.get(hostname)
+        if info is None or info.hostname not in ("", hostname):
+            by_host = self.memo.get(_BY_HOSTNAME)
+            if by_host is None:
+                by_host = self.memo[_BY_HOSTNAME] = {n.hostname: n for n in self.nodes.values() if n.hostname}
+            info = by_host.get(hostname, info)
+        return frozenset(o.type_name for o in info.offers) if info is not None else frozenset()
+
     @property
     def node_count(self) -> int:
         return len(self.nodes)
@@ -328,6 +343,7 @@ class Snapshot:
         return max(offer.allocatable - self.requested.get((node, offer.resource), 0), 0)
 
 
+_BY_HOSTNAME = ("nodes by hostname",)  # Snapshot.memo's key for them
 EMPTY_SNAPSHOT = Snapshot(groups_by_type=MappingProxyType({}), synced=False)
 
 
@@ -525,7 +541,25 @@ def unbound_gpu_pod(obj: Mapping[str, Any], resources: Iterable[str]) -> Unbound
                          types=split_types(annotations.get(TYPES_ANNOTATION)),
                          created_seconds=timestamp_seconds(metadata.get("creationTimestamp")), group=pod_group(obj),
                          gated=bool((obj.get("spec") or {}).get("schedulingGates")),
-                         max_wait_seconds=parse_wait(annotations.get(MAX_WAIT_ANNOTATION)))
+                         max_wait_seconds=parse_wait(annotations.get(MAX_WAIT_ANNOTATION)),
+                         node_terms=required_terms(obj))
+
+
+def enforced_types(types: tuple[str, ...], node_terms: Sequence[NodeTerm], resources: Sequence[str],
+                   catalog: Catalog, hosts: Hosts = no_hosts) -> tuple[str, ...]:
+    """The gpu-class.io/types a Pod lists, when its required node affinity keeps it to them for the GPU
+    resources it holds; () when it does not (all or nothing: a part of the list would be an order the
+    webhook never wrote).
+
+    Anyone who creates a Pod can write the annotation, and a Pod the webhook leaves alone (its namespace
+    not opted in, or created while the webhook was down) keeps what its author wrote. Readers that act on
+    it for other Pods' sake (the upgrader reserving room, the extender counting GPUs, the pending metrics)
+    must not take a string's word: the affinity is what the scheduler and kubelet enforce, and the webhook
+    writes it beside the types on every Pod it places, so the list is believed exactly as far as it is true."""
+    listed = frozenset(types)
+    if types and keeps_within(node_terms, listed, resource_sets(resources, ()), catalog, hosts):
+        return types
+    return ()
 
 
 def split_types(value: Any) -> tuple[str, ...]:
@@ -734,6 +768,8 @@ class InventoryState:
     _unknown: tuple[ProductGroup, ...] = field(default=(), init=False, repr=False)
     _label_types: dict[str, GpuType] = field(default_factory=dict, init=False, repr=False)  # kept as nodes join
     _dra_device_total: int = field(default=0, init=False, repr=False)
+    # unbound Pods, as they came, whose gpu-class.io/types their affinity did not enforce when judged (by uid)
+    _unenforced: dict[str, UnboundGpuPod] = field(default_factory=dict, init=False, repr=False)
     _problems: tuple[DeviceProblem, ...] = field(default=(), init=False, repr=False)
 
     # --- nodes -------------------------------------------------------------------------
@@ -904,10 +940,17 @@ class InventoryState:
         self._refresh_all()
 
     def upsert_device_class(self, info: DeviceClassInfo) -> bool:
-        return self.dra.upsert_class(info) and self._refresh_nodes(self.dra.nodes())
+        if not self.dra.upsert_class(info):
+            return False
+        # published even when no node changes: which classes may hand out a GPU is the boundary's (boundary.py)
+        self._refresh_nodes(self.dra.nodes())
+        return True
 
     def remove_device_class(self, name: str) -> bool:
-        return self.dra.remove_class(name) and self._refresh_nodes(self.dra.nodes())
+        if not self.dra.remove_class(name):
+            return False
+        self._refresh_nodes(self.dra.nodes())
+        return True
 
     def replace_device_classes(self, infos: Iterable[DeviceClassInfo]) -> None:
         self.dra.replace_classes(infos)
@@ -991,13 +1034,39 @@ class InventoryState:
     # --- GPU Pods not yet bound --------------------------------------------------------------
     def set_unbound_pod(self, uid: str, pod: UnboundGpuPod | None) -> bool:
         """Keep the Pod of `uid` as known unbound, or (None: bound, finished, deleted) forget it."""
+        pod = None if pod is None else self._enforced(pod, self.snapshot)
+        if pod is None:
+            self._unenforced.pop(uid, None)
         if self.unbound_pods.get(uid) == pod:
             return False
         self.unbound_pods = self.unbound_pods.delete(uid) if pod is None else self.unbound_pods.set(uid, pod)
         return True
 
     def replace_unbound_pods(self, pods: Iterable[UnboundGpuPod]) -> None:
-        self.unbound_pods = Map((p.uid, p) for p in pods)
+        self._unenforced = {}
+        self.unbound_pods = Map((p.uid, self._enforced(p, self.snapshot)) for p in pods)
+
+    def _enforced(self, pod: UnboundGpuPod, snapshot: Snapshot) -> UnboundGpuPod:
+        """The Pod with the types its own affinity enforces (enforced_types), judged with the catalog and the
+        nodes of `snapshot`. One whose list its affinity does not enforce is kept as it came, to be judged
+        again when the nodes change: its affinity may name a DRA node by hostname, or a product no type
+        claims, that the view did not hold yet (the Pods' list may come before the nodes')."""
+        types = pod.types and enforced_types(pod.types, pod.node_terms, (pod.resource,),
+                                             placing_catalog(self.catalog, snapshot), snapshot.types_of_host)
+        if types == pod.types or not pod.node_terms:  # without terms no view of the nodes could enforce them
+            self._unenforced.pop(pod.uid, None)
+        else:
+            self._unenforced[pod.uid] = pod
+        return pod if types == pod.types else replace(pod, types=types)
+
+    def _judged_again(self, snapshot: Snapshot) -> Snapshot:
+        """`snapshot` with the Pods whose listed types were not enforced judged again on its nodes."""
+        for uid, pod in list(self._unenforced.items()):
+            kept = self.unbound_pods.get(uid)
+            judged = self._enforced(pod, snapshot)
+            if judged.types and kept == replace(pod, types=()):  # still the Pod as it was judged before
+                self.unbound_pods = self.unbound_pods.set(uid, judged)
+        return replace(snapshot, unbound_pods=self.unbound_pods) if self.watch_pods else snapshot
 
     def _add_requests(self, node_name: str, held: Mapping[str, int], sign: int) -> None:
         for resource, n in held.items():
@@ -1073,11 +1142,14 @@ class InventoryState:
             requested=self.requested,
             pod_groups=self.pod_groups,
             unbound_pods=self.unbound_pods if self.watch_pods else None,
-            dra=DraView(self.dra_off, self._dra_device_total, self._problems, self.claims_read),
+            dra=DraView(self.dra_off, self._dra_device_total, self._problems, self.claims_read,
+                        self.dra.other_device_classes(self.catalog.drivers)),
             pools_by_type=self._pools[1],
             pools_off=self.pools_off,
             label_types=self._published_label_types(old.label_types) if groups_changed else old.label_types,
         )
+        if groups_changed and self._unenforced:
+            new = self._judged_again(new)
         # Only Pods waiting for a node changed (a Pod created, or written while it waits): the answers
         # worked out from the last snapshot hold for this one. Without this, each Pod of a Job created
         # one after the other would find the memo its predecessor's own event had just emptied.

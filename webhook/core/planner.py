@@ -13,6 +13,7 @@ import functools
 from dataclasses import dataclass
 from typing import Any, Callable, Literal, Mapping, Sequence
 
+from .affinity import first_outside, named, resource_sets
 from .ask import EXCLUDE_ANNOTATION as EXCLUDE_ANNOTATION  # e2e tests import it from here
 from .ask import POD_ANNOTATIONS, PREFIX, GroupAsk, Malformed, MalformedPod, PodAsk, Tolerations, quoted, read_pod
 from .catalog import Catalog, GpuClass, Need, Strategy, fastest_first, profile_suffix
@@ -21,7 +22,8 @@ from .inventory import CLASS_ANNOTATION as CLASS_ANNOTATION  # the inventory rea
 from .inventory import TYPES_ANNOTATION as TYPES_ANNOTATION
 from .inventory import MAX_WAIT_ANNOTATION
 from .inventory import (
-    GIB_MIB, NamespaceInfo, Pool, ProductGroup, Snapshot, Taint, placing_catalog, split_types, tolerates_all,
+    ALLOWED_CLASSES_ANNOTATION, GIB_MIB, NamespaceInfo, Pool, ProductGroup, Snapshot, Taint, placing_catalog,
+    split_types, tolerates_all,
 )
 from .kueue import flavor_disagreement, uncounted_gpus
 from .provenance import provenance
@@ -88,6 +90,10 @@ class Decision:
     resource: str | None = None  # the resource chosen for the Pod
     resource_notes: tuple[tuple[str, str], ...] = ()  # (resource, why it was or was not chosen)
     group: GroupPlan | None = None  # for a Pod with gpu-class.io/group
+    # left as it came because its own node affinity keeps it to its class (provenance.py): what it carries,
+    # gpu-class.io/types included, is the decision it came with. Any other Pod answered without a placement
+    # loses a gpu-class.io/types of its own (review.py)
+    kept_as_decided: bool = False
 
     @property
     def allowed(self) -> bool:
@@ -160,39 +166,20 @@ def decide(ask: PodAsk, snapshot: Snapshot, catalog: Catalog, *, namespace: str 
             f"{ns_info.error}; retry in a few seconds",
             class_name=class_name,
         )
-    if class_name is None:
-        class_name, source = _default_class(ns_info, catalog)
-        if class_name is None:
-            return Decision("out-of-scope", "no class annotation and no default class")
-        if class_name not in catalog.classes:
-            return Decision(
-                "refused",
-                f"gpu-class: the {source} names class {quoted(class_name)}, which does not exist; "
-                f"an administrator must set it to one of: {', '.join(catalog.classes)}",
-            )
-    gpu_class = catalog.classes.get(class_name)
-    if gpu_class is None:
-        return Decision(
-            "refused",
-            f"gpu-class: unknown class {quoted(class_name)} in {CLASS_ANNOTATION}; "
-            f"write one of: {', '.join(_allowed(catalog, ns_info))}",
-            class_name=class_name,
-        )
-    if ns_info is not None and ns_info.allowed_classes is not None and class_name not in ns_info.allowed_classes:
-        return Decision(
-            "refused",
-            f"gpu-class: class {quoted(class_name)} is not allowed in namespace {namespace}; "
-            f"allowed classes: {', '.join(ns_info.allowed_classes) or '(none)'}",
-            class_name=class_name,
-        )
-    decided = provenance(ask, gpu_class, catalog, queued=queued)
+    chosen = _class_of(ask, ns_info, catalog, namespace)
+    if isinstance(chosen, Decision):
+        return chosen
+    gpu_class = chosen
+    class_name = gpu_class.name
+    decided = provenance(ask, gpu_class, catalog, queued=queued, hosts=snapshot.types_of_host)
     if decided == "decided-with-workload":
         return Decision("out-of-scope", f"decided with its workload, which Kueue started: its node affinity "
-                                        f"keeps it to class {class_name}", class_name=class_name)
+                                        f"keeps it to class {class_name}", class_name=class_name,
+                        kept_as_decided=True)
     if decided == "decided-at-an-earlier-call":
         return Decision("out-of-scope", f"decided at an earlier call: its node affinity keeps it to class {class_name} "
                                         "and it asks for its GPUs; deciding again could only narrow it",
-                        class_name=class_name)
+                        class_name=class_name, kept_as_decided=True)
 
     if isinstance(ask.claims, Malformed):
         return _malformed(ask.claims.message)
@@ -240,6 +227,8 @@ def decide(ask: PodAsk, snapshot: Snapshot, catalog: Catalog, *, namespace: str 
         return Decision("refused", group_ask, class_name=class_name, group=GroupPlan(ask.group_name, "refused"))
     if isinstance(ask.max_wait, Malformed):
         return Decision("refused", ask.max_wait.message, class_name=class_name)
+    if isinstance(ask.upgrade, str):
+        return Decision("refused", ask.upgrade, class_name=class_name)
 
     # with no resource fixed the Pod asks for none of the class's, so every one needs the same
     gpus_needed = ask.gpus_needed(resource, container, gpus.count)
@@ -257,13 +246,7 @@ def decide(ask: PodAsk, snapshot: Snapshot, catalog: Catalog, *, namespace: str 
                                 namespace, wait is not None)
     ignored = _ignored_input(ask.unknown_annotations, gpu_class, excluded)
     if fit.unsatisfiable is not None:
-        # a group that can never fit is the Pod's mistake, not the cluster's state: refused either way
-        if catalog.on_unsatisfiable == "admit" and not queued and (group is None or group.outcome != "refused"):
-            return _from_fit("admitted-unsatisfiable", class_name, fit, fit.unsatisfiable,
-                             warnings=fit.warnings + (_short(fit.unsatisfiable),) + ignored,
-                             group=_ended(group, "unplaced"))
-        refusal = fit.unsatisfiable + (_QUEUED_UNSATISFIABLE if queued and catalog.on_unsatisfiable == "admit" else "")
-        return _from_fit("refused", class_name, fit, refusal, group=_ended(group, "refused"))
+        return _unsatisfiable(ask, gpu_class, fit, snapshot, catalog, queued=queued, group=group, ignored=ignored)
     assert fit.resource is not None  # a satisfiable fit has chosen one
     placement = Placement(
         container_index=container.index,
@@ -317,6 +300,50 @@ def kept_wait(ask: PodAsk, gpu_class: GpuClass, scheduler_name: str | None,
     if why_not is None:
         return wait, None
     return None, (f"gpu-class: {MAX_WAIT_ANNOTATION} dropped: {why_not}" if asked else None)
+
+
+def _unsatisfiable(ask: PodAsk, gpu_class: GpuClass, fit: ClassFit, snapshot: Snapshot, catalog: Catalog, *,
+                   queued: bool, group: GroupPlan | None, ignored: tuple[str, ...]) -> Decision:
+    """A Pod no type of its class can take now: admitted unplaced where the catalog says so (onUnsatisfiable:
+    admit), else refused. Refused whatever the catalog says: a queued template (Kueue would count no GPUs
+    for it), a group that can never fit (the Pod's mistake, not the cluster's state), and a Pod whose own
+    node constraints reach a GPU type outside its class: admitted unplaced, they alone would steer it, so
+    a Pod could step over its class by making itself unsatisfiable (a min-memory no type has, its every
+    type excluded) and naming the type it wants itself."""
+    assert fit.unsatisfiable is not None
+    admit = catalog.on_unsatisfiable == "admit"
+    if admit and not queued and (group is None or group.outcome != "refused"):
+        reach = _reaches_outside(ask, gpu_class, snapshot, catalog)
+        if reach is None:
+            return _from_fit("admitted-unsatisfiable", gpu_class.name, fit, fit.unsatisfiable,
+                             warnings=fit.warnings + (_short(fit.unsatisfiable),) + ignored,
+                             group=_ended(group, "unplaced"))
+        return _from_fit("refused", gpu_class.name, fit, f"{fit.unsatisfiable}. {reach}",
+                         group=_ended(group, "refused"))
+    refusal = fit.unsatisfiable + (_QUEUED_UNSATISFIABLE if queued and admit else "")
+    return _from_fit("refused", gpu_class.name, fit, refusal, group=_ended(group, "refused"))
+
+
+def _reaches_outside(ask: PodAsk, gpu_class: GpuClass, snapshot: Snapshot, catalog: Catalog) -> str | None:
+    """What of the Pod's own node constraints (nodeSelector, required and preferred node affinity, nodeName)
+    names a GPU type outside its class for the GPU resources it asks for, said as what to write instead; None
+    when nothing does (no constraint at all, or only constraints within its class). A resource no type of the
+    class is given as was refused before (_fixed_resource), so the resources are the class's own."""
+    if isinstance(ask.node_selector, Malformed):
+        return f"gpu-class: malformed Pod: {ask.node_selector.message}"
+    asked = () if isinstance(ask.requested, Malformed) else ask.requested
+    resources = resource_sets(asked, catalog.class_resources(gpu_class.name))
+    found = first_outside(ask.own_constraints(), frozenset(gpu_class.types), resources, catalog,
+                          snapshot.types_of_host)
+    if found is None:
+        return None
+    where, key, value = found
+    hosts = snapshot.types_of_host
+    types = sorted({t for rs in resources for r in rs for t in named(key, value, r, catalog, hosts)})
+    what = f"which is {', '.join(types)}" if types else "which is no type gpu-class knows"
+    return (f"It is refused rather than admitted unplaced (onUnsatisfiable: admit): its own {where} names "
+            f"{key}={quoted(value)[1:-1]}, {what}, not a type of class {gpu_class.name}. Drop that constraint and "
+            f"let gpu-class write the class's own, or ask for a class that has the type you need")
 
 
 _QUEUED_UNSATISFIABLE = (
@@ -397,10 +424,64 @@ def _fixed_resource(asked: Sequence[str], gpu_class: GpuClass, catalog: Catalog)
     return (asked[0] if asked else None), None
 
 
+def _class_of(ask: PodAsk, ns_info: NamespaceInfo | None, catalog: Catalog, namespace: str) -> GpuClass | Decision:
+    """The Pod's class, from its annotation or, for a GPU Pod that names none, its namespace's default; or the
+    decision when there is none to place it by (out of scope, or refused)."""
+    class_name = ask.class_name
+    if class_name is None:
+        class_name, source = _default_class(ns_info, catalog)
+        if class_name is None and ns_info is not None and ns_info.allowed_classes is not None:
+            return Decision("refused", _name_a_class(ns_info, catalog))
+        if class_name is None:
+            return Decision("out-of-scope", "no class annotation and no default class")
+        if class_name not in catalog.classes:
+            return Decision(
+                "refused",
+                f"gpu-class: the {source} names class {quoted(class_name)}, which does not exist; "
+                f"an administrator must set it to one of: {', '.join(catalog.classes)}",
+            )
+    gpu_class = catalog.classes.get(class_name)
+    if gpu_class is None:
+        return Decision(
+            "refused",
+            f"gpu-class: unknown class {quoted(class_name)} in {CLASS_ANNOTATION}; "
+            f"write one of: {', '.join(_allowed(catalog, ns_info))}",
+            class_name=class_name,
+        )
+    if ns_info is not None and ns_info.allowed_classes is not None and class_name not in ns_info.allowed_classes:
+        return Decision(
+            "refused",
+            f"gpu-class: class {quoted(class_name)} is not allowed in namespace {namespace}; "
+            f"allowed classes: {', '.join(ns_info.allowed_classes) or '(none)'}",
+            class_name=class_name,
+        )
+    return gpu_class
+
+
 def _default_class(ns_info: NamespaceInfo | None, catalog: Catalog) -> tuple[str | None, str]:
+    """The class of a GPU Pod that names none, and who set it: the namespace's default-class label; in a
+    namespace allowed one class only, that one; else the catalog's defaultClass where the namespace allows
+    it. None where there is none: in a namespace with allowed-classes every GPU Pod is the namespace's to
+    bound, so none is left out of scope there (the caller refuses it, saying which classes to write)."""
     if ns_info is not None and ns_info.default_class:
         return ns_info.default_class, f"default-class label of namespace {ns_info.name}"
-    return catalog.default_class, "catalog's defaultClass"
+    allowed = None if ns_info is None else ns_info.allowed_classes
+    if ns_info is not None and allowed is not None and len(allowed) == 1:
+        return allowed[0], f"{ALLOWED_CLASSES_ANNOTATION} annotation of namespace {ns_info.name}"
+    if allowed is None or catalog.default_class in allowed:
+        return catalog.default_class, "catalog's defaultClass"
+    return None, ""
+
+
+def _name_a_class(ns_info: NamespaceInfo, catalog: Catalog) -> str:
+    """The refusal of a GPU Pod with no class where the namespace allows several and sets no default."""
+    allowed = _allowed(catalog, ns_info)
+    if not allowed:
+        return (f"gpu-class: namespace {ns_info.name} allows no class of the catalog ({ALLOWED_CLASSES_ANNOTATION}: "
+                f"{quoted(', '.join(ns_info.allowed_classes or ()))}), so its GPU Pods cannot be placed; ask an "
+                "administrator to allow one")
+    return (f"gpu-class: namespace {ns_info.name} allows only some classes and sets no default class: write "
+            f"{CLASS_ANNOTATION}: <one of {', '.join(allowed)}> on the Pod (or its pod template)")
 
 
 def _allowed(catalog: Catalog, ns_info: NamespaceInfo | None) -> list[str]:

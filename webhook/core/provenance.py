@@ -8,22 +8,30 @@ lets a Pod skip or narrow the decision (docs/operators/security.md has the table
 
 What the cluster does enforce on a Pod is its required node affinity: the scheduler places, and the
 kubelet admits, only where it holds. So a Pod is left as it came only when its affinity already
-keeps it to the types of a class its namespace allows, which is what gpu-class wrote into the
-template of a workload it decided (workload.py). A Pod whose author wrote the same affinity itself
-gets no more than the class gives it; any other Pod is decided in full, whatever marks it carries.
+keeps it to the types of a class its namespace allows, for the GPU resources it asks for, which is
+what gpu-class wrote into the template of a workload it decided (workload.py). A Pod whose author
+wrote the same affinity itself gets no more than the class gives it; any other Pod is decided in
+full, whatever marks it carries.
+
+The resource is part of the type: under NVIDIA's mixed MIG strategy an H100's product value is also
+the product of its slices, so an affinity to that value keeps a Pod to a slice class only if what it
+asks for is a slice. Every GPU resource the Pod holds (any container or init container, limit or
+request) must be one a type of the class is given as on every value the affinity names (affinity.py).
 """
 
 from __future__ import annotations
 
 from typing import Literal
 
-from .ask import Malformed, NodeTerm, PodAsk
+from .affinity import Hosts, NodeTerm, ResourceSets, keeps_within as keeps_types_within, no_hosts, resource_sets
+from .ask import Malformed, PodAsk
 from .catalog import Catalog, GpuClass
 
 Provenance = Literal["decide", "decided-with-workload", "decided-at-an-earlier-call"]
 
 
-def provenance(ask: PodAsk, gpu_class: GpuClass, catalog: Catalog, *, queued: bool = False) -> Provenance:
+def provenance(ask: PodAsk, gpu_class: GpuClass, catalog: Catalog, *, queued: bool = False,
+               hosts: Hosts = no_hosts) -> Provenance:
     """`decided-with-workload` for a Pod Kueue started, or gates for the parent whose templates it counted
     (a StatefulSet's, a LeaderWorkerSet's: Kueue's label comes only when it ungates them), whose required
     node affinity keeps it within `gpu_class` (already checked to be allowed in its namespace);
@@ -36,21 +44,25 @@ def provenance(ask: PodAsk, gpu_class: GpuClass, catalog: Catalog, *, queued: bo
     started was counted from its workload's template, so deciding it again could write a narrower
     affinity that disagrees with the flavor Kueue chose while its quota is held. The nodeSelector is
     not read: Kueue writes its flavor there, gpu-class writes the affinity, so a Pod with only a
-    flavor was never decided by gpu-class (its workload came while no replica answered, say)."""
-    if not keeps_within(ask.node_terms, gpu_class, catalog):
+    flavor was never decided by gpu-class (its workload came while no replica answered, say).
+
+    `hosts`: the types of a node by its kubernetes.io/hostname, from the live view (DRA nodes no
+    product label names are kept to by hostname)."""
+    if isinstance(ask.requested, Malformed):
+        return "decide"  # what it asks for is unknown: the decision refuses it as malformed
+    resources = resource_sets(ask.requested, catalog.class_resources(gpu_class.name))
+    if not keeps_within(ask.node_terms, gpu_class, catalog, resources, hosts):
         return "decide"
     if ask.kueue_started or ask.counted_at_parent:
         return "decided-with-workload"
-    asks_gpus = not isinstance(ask.requested, Malformed) and bool(ask.requested)
-    if queued and asks_gpus and ask.types_written is not None:
+    if queued and ask.requested and ask.types_written is not None:
         return "decided-at-an-earlier-call"
     return "decide"
 
 
-def keeps_within(node_terms: tuple[NodeTerm, ...], gpu_class: GpuClass, catalog: Catalog) -> bool:
-    """Whether required node affinity terms admit only nodes of `gpu_class`'s types: the terms are
-    ORed, so each must hold an `In` expression all of whose values name a type of the class."""
-    in_class = frozenset(gpu_class.types)
-    return bool(node_terms) and all(
-        any(values and all(catalog.types_of_label(key, v) & in_class for v in values) for key, values in term)
-        for term in node_terms)
+def keeps_within(node_terms: tuple[NodeTerm, ...], gpu_class: GpuClass, catalog: Catalog,
+                 resources: ResourceSets, hosts: Hosts = no_hosts) -> bool:
+    """Whether required node affinity terms admit only nodes where the Pod's GPU resources are types of
+    `gpu_class`: the terms are ORed, so each must hold an `In` expression all of whose values give each
+    resource as a type of the class, and as no other type."""
+    return keeps_types_within(node_terms, frozenset(gpu_class.types), resources, catalog, hosts)

@@ -7,16 +7,18 @@ webhook will not admit is a normal answer: HTTP 200 with allowed false and a mes
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 from dataclasses import dataclass
 from typing import Any, Mapping, NotRequired, TypedDict
 
 import orjson
 
+from .ask import MIRROR_ANNOTATION
 from .catalog import Catalog
 from .inventory import Snapshot
-from .patch import PatchOp, build_patch, build_unplaced_patch
-from .planner import Decision, NamespacePolicy, plan
+from .patch import PatchOp, build_patch, build_unplaced_patch, escape
+from .planner import TYPES_ANNOTATION, Decision, NamespacePolicy, plan
 from .workload import plan_workload, workload_kind
 
 # the standard encoder every answer is written as; json.dumps with options builds a new one per call
@@ -215,8 +217,28 @@ def review_pod(request: Request, snapshot: Snapshot, catalog: Catalog, policy: N
     if decision.outcome == "admitted-unsatisfiable":
         return Review(decision, build_unplaced_patch(request.object))
     if decision.placement is None:
-        return Review(decision, [])
+        return _without_own_types(request.object, decision)
     return Review(decision, build_patch(request.object, decision.placement))
+
+
+def _without_own_types(pod: Mapping[str, Any], decision: Decision) -> Review:
+    """An admitted Pod gpu-class does not place loses a gpu-class.io/types it came with.
+
+    The annotation says "gpu-class placed this Pod, on these types", and the backstop, the extender, the
+    metrics and the upgrader read it so; written by the Pod's author it is a claim nobody checked. So on
+    every Pod the webhook answers the value is gpu-class's own: the types it placed on (build_patch), ""
+    for a Pod admitted unplaced (build_unplaced_patch), and none at all here. A Pod left as it came
+    because its own node affinity keeps it to its class (provenance.py) keeps it: it is what gpu-class
+    wrote into the workload's template, and its readers believe it only as far as that affinity enforces
+    it (inventory.enforced_types), which also covers the Pods the webhook never answers (a namespace not
+    opted in, or one created while no replica answered)."""
+    annotations = (pod.get("metadata") or {}).get("annotations") if isinstance(pod.get("metadata"), dict) else None
+    if (decision.outcome != "out-of-scope" or decision.kept_as_decided or not isinstance(annotations, dict)
+            or TYPES_ANNOTATION not in annotations or MIRROR_ANNOTATION in annotations):
+        return Review(decision, [])
+    warning = f"gpu-class: {TYPES_ANNOTATION} is written by gpu-class, which did not place this Pod: removed"
+    return Review(dataclasses.replace(decision, warnings=(*decision.warnings, warning)),
+                  [{"op": "remove", "path": f"/metadata/annotations/{escape(TYPES_ANNOTATION)}"}])
 
 
 def build_response(request: Request, review: Review) -> ReviewResponse:

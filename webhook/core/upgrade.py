@@ -7,6 +7,8 @@ recreates it and the strict path places the new Pod on the best type with room, 
 - its controller recreates it: the controller ownerReference names a ReplicaSet, StatefulSet, Job
   that replaces failed Pods, or LeaderWorkerSet, and the cluster layer found that object by UID (a
   reference the Pod's author wrote to nothing, or to another object, moves nothing); a bare Pod never;
+- gpu-class placed it: its required node affinity keeps it to the types its gpu-class.io/types lists
+  (an annotation anyone may write is believed only as far as the scheduler enforces it);
 - a type strictly better in the Pod's own order (the one the webhook wrote and the extender keeps,
   extender.type_order) has room for it now, after the Pods waiting for a node have taken theirs in
   that order, and has had such room for `settle_seconds` (a burst of free GPUs moves nothing);
@@ -28,10 +30,13 @@ from collections import defaultdict
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Literal, Mapping, Sequence
 
+from .affinity import required_terms
 from .ask import EXCLUDE_ANNOTATION, UPGRADE_ANNOTATION
 from .catalog import Catalog
 from .extender import PodNeeds, PodProblem, ordering_for, pod_offer, read_pod, type_order
-from .inventory import GroupName, Offer, Snapshot, pod_group, split_types, timestamp_seconds, tolerates_all
+from .inventory import (
+    GroupName, Offer, Snapshot, enforced_types, pod_group, split_types, timestamp_seconds, tolerates_all,
+)
 
 
 # (API group, kind) of the controllers that recreate a Pod evicted from them
@@ -136,6 +141,8 @@ class PodState:
 
 def read_pod_state(pod: Mapping[str, Any], catalog: Catalog, owners: Mapping[str, Owner]) -> PodState | None:
     """The Pod as the decision reads it; None for a Pod gpu-class did not place, or that cannot be read.
+    gpu-class placed a Pod when its required node affinity keeps it to the gpu-class.io/types it lists (judged
+    with `catalog` alone: one kept to DRA nodes by hostname, or to a product no type claims, is not moved).
 
     `owners` are the controllers the cluster layer read by UID: the Pod's owner counts only when its
     controller reference names one of them, with the same kind and name.
@@ -146,7 +153,12 @@ def read_pod_state(pod: Mapping[str, Any], catalog: Catalog, owners: Mapping[str
         return None
     metadata = pod.get("metadata") or {}
     uid = metadata.get("uid")
-    if needs is None or not needs.types or not isinstance(uid, str) or not uid:
+    if needs is None or not isinstance(uid, str) or not uid:
+        return None
+    # gpu-class.io/types only as far as the Pod's own affinity enforces it: a forged list would move
+    # the Pod, and take room that other namespaces' Pods are moved by (inventory.enforced_types)
+    needs = replace(needs, types=enforced_types(needs.types, required_terms(pod), (needs.resource,), catalog))
+    if not needs.types:
         return None
     group = pod_group(pod)
     if group is not None:

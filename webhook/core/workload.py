@@ -7,8 +7,11 @@ Kueue reads gets the GPU limit, the class's node affinity, tolerations, schedule
 types annotation. Its Pods come with the decision made, and provenance.py leaves them as they are
 because their node affinity, copied from the template, keeps them to the class (not because of a label).
 
-KINDS says, per kind, where Kueue (v0.19.2, pkg/controller/jobs) reads its pod sets. A Job owned by
-another controller (a JobSet's child Job) is that controller's: decided at its owner, not again.
+KINDS says, per kind, where Kueue (v0.19.2, pkg/controller/jobs) reads its pod sets. A Job whose
+controller is a kind Kueue manages (a JobSet's child Job) is counted at that owner: decided there, not
+again. A Job of any other controller, a CronJob's above all, is its own workload to Kueue
+(jobframework.IsOwnerManagedByKueue asks only whether the owner's kind is one of its integrations, and
+CronJob is none): it is decided at the Job, when the CronJob controller creates it, like any Job.
 Other workloads are placed Pod by Pod, as before: a Pod created an hour after its Job should be
 placed on the cluster of that hour.
 """
@@ -59,6 +62,15 @@ KINDS = {(k.group, k.kind): k for k in (
 )}
 
 
+# (API group, kind) of the controllers Kueue manages that create Jobs: a Job they control is counted at them.
+# KINDS (a JobSet's Jobs, a RayJob's submitter, an MPIJob's launcher), and the integrations whose templates
+# gpu-class does not decide (docs/users/kueue.md: they carry the GPU limit in their templates themselves).
+COUNTED_AT_OWNER = frozenset({(k.group, k.kind) for k in KINDS.values()} | {
+    ("workload.codeflare.dev", "AppWrapper"),
+    ("trainer.kubeflow.org", "TrainJob"),
+})
+
+
 def workload_kind(kind: str, group: str, operation: str, sub_resource: str) -> WorkloadKind | None:
     """The kind of a workload CREATE that is decided at the workload, or None."""
     if operation != "CREATE" or sub_resource:
@@ -101,13 +113,17 @@ def _walk(node: Any, path: tuple[str, ...], pointer: str, dotted: str,
     yield from _walk(child, rest, f"{pointer}/{escape(step)}", f"{dotted}.{step}", required)
 
 
-def controller_of(obj: Mapping[str, Any]) -> str | None:
-    """`Kind name` of the object's controlling owner, or None."""
+def counting_owner(obj: Mapping[str, Any]) -> str | None:
+    """`Kind name` of the object's controlling owner when Kueue counts the object at that owner
+    (COUNTED_AT_OWNER), or None: no controller, or one Kueue does not manage (a CronJob)."""
     metadata = obj.get("metadata")
     owners = metadata.get("ownerReferences") if isinstance(metadata, dict) else None
     for owner in owners if isinstance(owners, list) else ():
         if isinstance(owner, dict) and owner.get("controller") is True:
-            return f"{owner.get('kind')} {owner.get('name')}"
+            api_version = str(owner.get("apiVersion") or "")
+            group = api_version.rsplit("/", 1)[0] if "/" in api_version else ""
+            counted = (group, str(owner.get("kind") or "")) in COUNTED_AT_OWNER
+            return f"{owner.get('kind')} {owner.get('name')}" if counted else None
     return None
 
 
@@ -124,7 +140,7 @@ def plan_workload(obj: Mapping[str, Any], kind: WorkloadKind, snapshot: Snapshot
     if not isinstance(labels, dict) or QUEUE_LABEL not in labels:
         return Decision("out-of-scope", f"a {kind.kind} Kueue does not queue: its Pods are placed as they are "
                                         "created"), []
-    owner = controller_of(obj)
+    owner = counting_owner(obj)
     if owner is not None:
         return Decision("out-of-scope", f"a {kind.kind} of {owner}: decided at its owner, where Kueue counts it"), []
     try:
