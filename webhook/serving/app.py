@@ -17,6 +17,7 @@ from ..core.review import (
     BadReview, Review, build_response, encode_compact, parse_review, request_namespace, review_request,
 )
 from . import logs
+from .config import MAX_ADMISSION_REVIEW_BYTES
 from .extender_routes import CallerCheck, register_extender_routes
 from .responses import json_response
 from .tls import extender_caller
@@ -28,8 +29,7 @@ def create_app(
     catalog: Catalog,
     inventory: InventorySource,
     *,
-    max_body_bytes: int = 3 * 1024 * 1024,
-    read_budget_seconds: float = 2.0,
+    max_body_bytes: int = MAX_ADMISSION_REVIEW_BYTES,
     extender_caller_of: CallerCheck = extender_caller,
 ) -> Flask:
     # imported here, not at the top: under gunicorn the multiprocess directory must be set first
@@ -37,7 +37,7 @@ def create_app(
 
     metrics.start_admission_series(catalog)
     app = Flask("gpu_class")
-    # the API server caps objects near 3 MiB; more than that is not an AdmissionReview it sent
+    # more than the API server can send (config.py); under gunicorn the worker refuses it first (intake.py)
     app.config["MAX_CONTENT_LENGTH"] = max_body_bytes
 
     @app.errorhandler(HTTPException)
@@ -47,17 +47,15 @@ def create_app(
     def admit(environ: dict[str, Any]) -> tuple[bytes, int]:
         """/mutate: the encoded answer and its HTTP status."""
         started = time.perf_counter()
-        sock = environ.get("gunicorn.socket")
-        if sock is not None:
-            # a client that trickles its body must not hold a thread past the API server's timeout
-            sock.settimeout(read_budget_seconds)
+        # under gunicorn the body is in memory already: the worker reads each request whole, by a
+        # deadline, before a thread takes it (intake.py), so this read never waits on a slow client
         reader = WerkzeugRequest(environ)
         reader.max_content_length = max_body_bytes  # larger: RequestEntityTooLarge, before reading
         try:
             body = reader.get_data(cache=False)
-        except (OSError, ClientDisconnected):  # the read budget ran out (werkzeug reports it as a disconnect)
+        except (OSError, ClientDisconnected):  # shorter than its Content-Length (werkzeug reports a disconnect)
             metrics.observe_admission(None, time.perf_counter() - started, catalog, "bad-request")
-            return encode_compact({"error": "Request Timeout", "message": f"body not received within {read_budget_seconds}s"}), 408
+            return encode_compact({"error": "Bad Request", "message": "body shorter than its Content-Length"}), 400
         try:
             req = parse_review(body)
         except BadReview as exc:

@@ -36,7 +36,7 @@ import threading
 import time
 from typing import Any
 
-from gunicorn.workers.gthread import ThreadWorker
+from .intake import IntakeThreadWorker
 
 SLOTS = 256  # more than any worker count; a slot is freed when its worker exits
 NOT_ACCEPTING = -1
@@ -90,8 +90,9 @@ class ConnectionTable:
         return first
 
 
-class BalancedThreadWorker(ThreadWorker):  # type: ignore[misc]
-    """gunicorn's gthread worker that leaves a new connection to a sibling holding fewer."""
+class BalancedThreadWorker(IntakeThreadWorker):
+    """gunicorn's gthread worker that leaves a new connection to a sibling holding fewer (and reads each
+    request whole before a thread takes it: intake.py)."""
 
     connection_table: ConnectionTable | None = None  # set by ConnectionTable.assign before fork
     connection_slot: int = 0

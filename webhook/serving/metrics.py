@@ -151,7 +151,10 @@ EVICTION_OUTCOMES = ("evicted", "pdb", "gone", "error")
 log = logging.getLogger("gpu_class.placement")
 UNKNOWN = "unknown"
 NO_CLASS = "none"
-REQUEST_FAILURES = ("bad-request", "error")  # answered without a decision, so without a class
+# answered without a decision, so without a class; the last three by the worker before the app saw the request
+# (intake.py): not read whole by its deadline, a body over the limit, no buffer memory free by the deadline
+REQUEST_CUTS = ("too-slow", "too-large", "busy")
+REQUEST_FAILURES = ("bad-request", "error", *REQUEST_CUTS)
 
 
 _children: dict[tuple[Any, ...], Any] = {}
@@ -178,6 +181,11 @@ def observe_admission(review: Review | None, duration_seconds: float, catalog: C
     if decision is not None and decision.group is not None:
         _child(GROUP_PODS, decision.group.outcome).inc()
     LATENCY.observe(duration_seconds)
+
+
+def observe_cut(outcome: str) -> None:
+    """A /mutate request the worker answered itself (refused or cut, intake.py): no review, no duration."""
+    _child(ADMISSIONS, outcome if outcome in REQUEST_FAILURES else "bad-request", NO_CLASS).inc()
 
 
 def admission_label_sets(catalog: Catalog) -> list[tuple[str, str]]:

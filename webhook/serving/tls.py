@@ -29,12 +29,15 @@ class ClientAuthSocket(ssl.SSLSocket):
     """A connection to the extender's listener: the client was asked for a certificate.
 
     A certificate the client CA does not verify fails the handshake, before any request: that
-    refusal is logged here, since gunicorn logs failed handshakes only at debug level.
+    refusal is logged here, since gunicorn logs failed handshakes only at debug level. The worker
+    shakes hands on a non-blocking socket (intake.py): "wants more bytes" is no refusal.
     """
 
     def do_handshake(self, block: bool = False) -> None:
         try:
             super().do_handshake(block)
+        except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
+            raise
         except ssl.SSLError as exc:
             if exc.args and exc.args[0] != ssl.SSL_ERROR_EOF:
                 log.warning("extender connection refused", extra={"fields": {
@@ -50,21 +53,18 @@ def _peer(sock: socket.socket) -> str | None:
 
 
 class ServerContext(ssl.SSLContext):
-    """Puts a deadline on a new connection's handshake and first request.
+    """Routes a connection accepted on the extender's port to the extender's context.
 
-    gunicorn's gthread worker gives each new connection a thread, shakes hands and reads the first
-    request there, blocking: a client that connects and then says nothing would hold the thread
-    until it went away, and a few such clients would stop the server. gunicorn wraps every accepted
-    socket through this context, so the deadline is set before anything is read.
+    gunicorn has one context factory for all its listeners; the worker wraps every accepted socket
+    through this context (without a handshake: it shakes hands in its event loop, by the request's
+    deadline, intake.py).
     """
 
-    first_request_timeout_seconds: float = 3.0
     # connections accepted on this port go to `extender` (the listener that asks for certificates)
     extender_port: int | None = None
     extender: ssl.SSLContext | None = None
 
     def wrap_socket(self, sock: socket.socket, *args: Any, **kwargs: Any) -> ssl.SSLSocket:
-        sock.settimeout(self.first_request_timeout_seconds)
         if self.extender is not None and sock.getsockname()[1] == self.extender_port:
             return self.extender.wrap_socket(sock, *args, **kwargs)
         return super().wrap_socket(sock, *args, **kwargs)
@@ -98,14 +98,12 @@ def _common_name(certificate: Mapping[str, Any]) -> str:
 
 class CertReloader:
     def __init__(self, cert_file: str, key_file: str, *, client_ca_file: str | None = None,
-                 extender_port: int | None = None, check_interval_seconds: float = 1.0,
-                 first_request_timeout_seconds: float = 3.0) -> None:
+                 extender_port: int | None = None, check_interval_seconds: float = 1.0) -> None:
         self.cert_file = cert_file
         self.key_file = key_file
         self.client_ca_file = client_ca_file  # with extender_port: the extender's listener verifies clients
         self.extender_port = extender_port
         self.check_interval_seconds = check_interval_seconds
-        self.first_request_timeout_seconds = first_request_timeout_seconds
         self._lock = threading.Lock()
         self._stamp = self._file_stamp()
         self._context = self._load()  # a bad pair at start is a misconfiguration: raise
@@ -132,7 +130,6 @@ class CertReloader:
 
     def _server_context(self) -> ServerContext:
         context = ServerContext(ssl.PROTOCOL_TLS_SERVER)
-        context.first_request_timeout_seconds = self.first_request_timeout_seconds
         context.minimum_version = ssl.TLSVersion.TLSv1_2
         context.load_cert_chain(self.cert_file, self.key_file)
         return context
