@@ -177,7 +177,7 @@ SAFETY_CHECKS: Sequence[Callable[..., None]] = (
     deploy.test_webhook_resources_and_shutdown,
     deploy.test_webhook_priority_is_admitted,
     deploy.test_webhook_args_name_mounted_files,
-    deploy.test_rbac_reads_the_cluster_and_writes_only_its_published_configmap,
+    deploy.test_rbac_reads_the_cluster_and_writes_only_its_own_configmaps,
     deploy.test_everyone_signed_in_may_read_the_published_configmap_and_nothing_else,
     deploy.test_service_reaches_the_webhook_port,
     deploy.test_network_policy_keeps_the_extender_port_to_the_scheduler,
@@ -480,8 +480,9 @@ def test_label_guard_lets_the_named_groups_set_namespace_policy(groups: list[str
 
 
 def test_label_guard_is_off_by_default(chart_renders: dict[str, list[Obj]]) -> None:
-    assert all_of(chart_renders["defaults"], "ValidatingAdmissionPolicy") == [
-        one_of(chart_renders["defaults"], "ValidatingAdmissionPolicy", deploy.BACKSTOP_POLICY)]
+    """The default install's policies: the backstop and the tenant boundary's, no label guard."""
+    assert {p["metadata"]["name"] for p in all_of(chart_renders["defaults"], "ValidatingAdmissionPolicy")} == {
+        deploy.BACKSTOP_POLICY, "gpu-class.io-boundary", "gpu-class.io-boundary-claims", "gpu-class.io-queued-gpus"}
 
 
 @pytest.mark.parametrize("name", ["prometheusrule.yaml", "gpu-class-dashboard.json"])

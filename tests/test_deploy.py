@@ -43,6 +43,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from webhook.cluster.watch import HERALDS
+from webhook.core.boundary import BOUNDARY_CONFIGMAP
 from webhook.core.published import PUBLISHED_CONFIGMAP
 
 Obj = dict[str, Any]
@@ -982,7 +983,7 @@ def test_install_provides_the_tls_secrets(renders: Renders, rel: str, secret: st
 
 
 @pytest.mark.parametrize("rel", WITH_WEBHOOK)
-def test_rbac_reads_the_cluster_and_writes_only_its_published_configmap(renders: Renders, rel: str) -> None:
+def test_rbac_reads_the_cluster_and_writes_only_its_own_configmaps(renders: Renders, rel: str) -> None:
     objects = objects_of(renders, rel)
     deployment = webhook_deployment(objects)
     pod_spec = deployment["spec"]["template"]["spec"]
@@ -1017,10 +1018,11 @@ def test_rbac_reads_the_cluster_and_writes_only_its_published_configmap(renders:
     assert bound == [{"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": CLUSTER_ROLE},
                      {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "gpu-class-publish"}]
     publish = one_of(objects, "Role", "gpu-class-publish", SYSTEM_NAMESPACE)
-    # create cannot be limited to a name; get and update (never delete, patch or list) are, to the one ConfigMap
+    # create cannot be limited to a name; get and update (never delete, patch or list) are, to its two ConfigMaps
     assert publish["rules"] == [
         {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"]},
-        {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": [PUBLISHED_CONFIGMAP], "verbs": ["get", "update"]}]
+        {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": [PUBLISHED_CONFIGMAP, BOUNDARY_CONFIGMAP],
+         "verbs": ["get", "update"]}]
 
 
 @pytest.mark.parametrize("rel", WITH_WEBHOOK)

@@ -258,3 +258,66 @@ def test_a_job_queued_while_its_best_type_was_cordoned_runs_on_it_once_it_is_bac
         core.delete_namespace(ns)
         kueue.objects.delete_cluster_custom_object("kueue.x-k8s.io", "v1beta2", "clusterqueues", ns)
         delete_nodes(core, [node])
+
+
+# --- a template edited after Kueue counted it ----------------------------------------------------------
+
+def _read(api_client: kubernetes.client.ApiClient, kind: Kind, namespace: str, name: str) -> dict[str, Any]:
+    if kind.group == "apps":
+        response = kubernetes.client.AppsV1Api(api_client).read_namespaced_stateful_set(
+            name, namespace, _preload_content=False)
+        return yaml.safe_load(response.data)  # type: ignore[no-any-return]
+    return kubernetes.client.CustomObjectsApi(api_client).get_namespaced_custom_object(  # type: ignore[no-any-return]
+        kind.group, kind.version, namespace, kind.plural, name)
+
+
+def _replace(api_client: kubernetes.client.ApiClient, kind: Kind, namespace: str, obj: Mapping[str, Any]) -> None:
+    name = obj["metadata"]["name"]
+    if kind.group == "apps":
+        kubernetes.client.AppsV1Api(api_client).replace_namespaced_stateful_set(name, namespace, obj)
+    else:
+        kubernetes.client.CustomObjectsApi(api_client).replace_namespaced_custom_object(
+            kind.group, kind.version, namespace, kind.plural, name, obj)
+
+
+def _templates(kind: Kind, obj: dict[str, Any]) -> list[dict[str, Any]]:
+    if kind.group == "apps":
+        return [obj["spec"]["template"]]
+    lws = obj["spec"]["leaderWorkerTemplate"]
+    return [lws["workerTemplate"], *([lws["leaderTemplate"]] if "leaderTemplate" in lws else [])]
+
+
+@pytest.mark.parametrize("kind_id", ["statefulset", "leaderworkerset"])
+def test_a_queued_workloads_gpus_do_not_change_after_kueue_counted_them(
+        core: kubernetes.client.CoreV1Api, api_client: kubernetes.client.ApiClient, kueue: Kueue,
+        queued_namespace: str, kind_id: str) -> None:
+    """Kueue builds the Workload once and compares only container requests on update: a template whose GPU
+    limit grew would run more GPUs than counted. The edit is refused; the Pods run what the Workload counts."""
+    ns, kind = queued_namespace, KINDS[kind_id]
+    name = f"{kind_id[:3]}-edited"
+    kind.create(api_client, ns, kind.build(name, True))
+
+    def counted_and_bound() -> tuple[int, dict[str, tuple[str, int]]] | None:
+        admitted = [w for w in kueue.workloads(ns) if is_admitted(w)]
+        bound = bound_gpus(core, ns)
+        return (sum(podset_gpus(w) for w in admitted), bound) if admitted and len(bound) == 2 else None
+
+    counted, bound = wait_for(f"{kind.kind} admitted and its 2 Pods bound", counted_and_bound, seconds=SETTLE_SECONDS)
+    assert counted == sum(g for _, g in bound.values()) == QUOTA
+
+    obj = _read(api_client, kind, ns, name)
+    for template in _templates(kind, obj):
+        template["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = "8"
+    with pytest.raises(kubernetes.client.exceptions.ApiException) as refused:
+        _replace(api_client, kind, ns, obj)
+    assert refused.value.status == 403 and "gpu-class.io-queued-gpus" in refused.value.body, refused.value.body
+
+    # a change of anything else goes through, and nothing runs more GPUs than Kueue counts
+    obj = _read(api_client, kind, ns, name)
+    for template in _templates(kind, obj):
+        template["metadata"].setdefault("annotations", {})["example.com/note"] = "edited"
+    _replace(api_client, kind, ns, obj)
+    time.sleep(HOLD_SECONDS)
+    counted, bound = wait_for("the Workload and Pods again", counted_and_bound, seconds=SETTLE_SECONDS)
+    assert all(g == 2 for _, g in bound.values()), bound
+    assert sum(g for _, g in bound.values()) <= counted == QUOTA

@@ -4,6 +4,9 @@ Each webhook worker writes the ConfigMap once at start, on a thread of its own, 
 backoff until it holds the worker's data: the API server may not be reachable yet, and serving never
 waits on it. It writes only when the data differs, so the workers and replicas of one release
 write it once between them; during a rollout the new release's workers write last.
+
+Each worker also keeps the tenant boundary's table (core/boundary.py) current, in a ConfigMap of
+its own: unlike the settings it follows the live view, so it is checked again every few seconds.
 """
 
 from __future__ import annotations
@@ -11,12 +14,14 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from typing import Any, Callable
 
 import kubernetes
 import urllib3
 from kubernetes.client.exceptions import ApiException
 
+from ..core.boundary import BOUNDARY_CONFIGMAP, BoundaryError
 from ..core.published import PUBLISHED_CONFIGMAP
 
 log = logging.getLogger(__name__)
@@ -27,15 +32,16 @@ REQUEST_TIMEOUT_SECONDS = 30
 LABELS = {"app.kubernetes.io/name": "gpu-class", "app.kubernetes.io/part-of": "gpu-class"}
 
 
-def write_published(api: kubernetes.client.CoreV1Api, namespace: str, data: dict[str, str]) -> bool:
-    """Make the ConfigMap hold `data`; True when it wrote, False when it already did."""
+def write_published(api: kubernetes.client.CoreV1Api, namespace: str, data: dict[str, str],
+                    name: str = PUBLISHED_CONFIGMAP) -> bool:
+    """Make the ConfigMap `name` hold `data`; True when it wrote, False when it already did."""
     try:
-        response: Any = api.read_namespaced_config_map(PUBLISHED_CONFIGMAP, namespace, _preload_content=False,
+        response: Any = api.read_namespaced_config_map(name, namespace, _preload_content=False,
                                                        _request_timeout=REQUEST_TIMEOUT_SECONDS)
     except ApiException as exc:
         if exc.status != 404:
             raise
-        body: Any = {"metadata": {"name": PUBLISHED_CONFIGMAP, "namespace": namespace, "labels": LABELS}, "data": data}
+        body: Any = {"metadata": {"name": name, "namespace": namespace, "labels": LABELS}, "data": data}
         api.create_namespaced_config_map(namespace, body, _request_timeout=REQUEST_TIMEOUT_SECONDS)
         return True
     current = json.loads(response.data)
@@ -43,10 +49,10 @@ def write_published(api: kubernetes.client.CoreV1Api, namespace: str, data: dict
         return False
     metadata = current.get("metadata") or {}
     # a replace with the resourceVersion read: a writer that raced us gets 409 and reads again
-    replaced: Any = {"metadata": {"name": PUBLISHED_CONFIGMAP, "namespace": namespace,
+    replaced: Any = {"metadata": {"name": name, "namespace": namespace,
                                   "labels": {**(metadata.get("labels") or {}), **LABELS},
                                   "resourceVersion": metadata.get("resourceVersion")}, "data": data}
-    api.replace_namespaced_config_map(PUBLISHED_CONFIGMAP, namespace, replaced, _request_timeout=REQUEST_TIMEOUT_SECONDS)
+    api.replace_namespaced_config_map(name, namespace, replaced, _request_timeout=REQUEST_TIMEOUT_SECONDS)
     return True
 
 
@@ -78,4 +84,58 @@ def start_publishing(api: kubernetes.client.CoreV1Api, namespace: str, data: dic
     """Publish on a daemon thread; the event stops it."""
     stop = threading.Event()
     threading.Thread(target=publish, args=(api, namespace, data, stop), name="publish", daemon=True).start()
+    return stop
+
+
+BOUNDARY_CHECK_SECONDS = 2.0
+# then the ConfigMap is read again even if the table did not change: one deleted or overwritten (by an apply
+# of manifests that hold it) is written back within this
+BOUNDARY_REREAD_SECONDS = 30.0
+
+
+def keep_boundary(api: kubernetes.client.CoreV1Api, namespace: str, data_of: Callable[[], dict[str, str]],
+                  stop: threading.Event, check_seconds: float = BOUNDARY_CHECK_SECONDS,
+                  reread_seconds: float = BOUNDARY_REREAD_SECONDS, write: Callable[..., bool] = write_published) -> None:
+    """Keep the boundary policy's table (core/boundary.py) equal to what this worker decides with.
+
+    The table follows the live view (a node of a product no type claims, a DRA node by its hostname),
+    so it is worked out again every `check_seconds` and written when it changed. A worker whose view
+    is behind may write an older table; it writes the newer one as soon as its view has it, so the
+    workers agree once their views do. Until it is first written the policy refuses every Pod it
+    would judge: it fails closed.
+    """
+    written: dict[str, str] | None = None
+    read_at = 0.0
+    said: set[Any] = set()
+    where = f"{namespace}/{BOUNDARY_CONFIGMAP}"
+    while not stop.is_set():
+        try:
+            data = data_of()
+            if data != written or time.monotonic() - read_at >= reread_seconds:
+                wrote = write(api, namespace, data, BOUNDARY_CONFIGMAP)
+                if wrote or written is None:
+                    log.info("%s %s (%d entries)", "wrote the tenant boundary's table to" if wrote else
+                             "the tenant boundary's table is current in", where, len(data))
+                written, read_at = data, time.monotonic()
+                said.clear()
+        except (ApiException, urllib3.exceptions.HTTPError, OSError) as exc:
+            status = getattr(exc, "status", None)
+            if status not in said:
+                said.add(status)
+                log.warning("cannot write %s, the tenant boundary's table (%s); GPU Pods of namespaces with "
+                            "allowed-classes are refused until it is written; retrying",
+                            where, getattr(exc, "reason", None) or exc)
+        except BoundaryError as exc:
+            if "boundary" not in said:
+                said.add("boundary")
+                log.error("cannot build the tenant boundary's table: %s", exc)
+        stop.wait(check_seconds)
+
+
+def start_keeping_boundary(api: kubernetes.client.CoreV1Api, namespace: str,
+                           data_of: Callable[[], dict[str, str]]) -> threading.Event:
+    """keep_boundary on a daemon thread; the event stops it."""
+    stop = threading.Event()
+    threading.Thread(target=keep_boundary, args=(api, namespace, data_of, stop), name="boundary",
+                     daemon=True).start()
     return stop

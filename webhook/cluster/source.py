@@ -29,6 +29,7 @@ __all__ = [
     "check_live_config",
     "read_file_snapshot",
     "start_live_inventory",
+    "start_keeping_boundary",
     "start_publishing",
 ]
 
@@ -90,11 +91,23 @@ def start_live_inventory(
     return watch.start_live_inventory(catalog, kubeconfig=kubeconfig, observer=observer, after_list=after_list)
 
 
-def start_publishing(kubeconfig: str | None, namespace: str, data: dict[str, str]) -> None:
-    """Write the install's published settings (core/published.py) in `namespace`, on a thread of their own."""
+def _core_api(kubeconfig: str | None) -> Any:
     import kubernetes  # the kubernetes client only where it is used
 
-    from . import publish, watch
+    from . import watch
 
-    api = kubernetes.client.CoreV1Api(kubernetes.client.ApiClient(watch.check_kube_config(kubeconfig)))
-    publish.start_publishing(api, namespace, data)
+    return kubernetes.client.CoreV1Api(kubernetes.client.ApiClient(watch.check_kube_config(kubeconfig)))
+
+
+def start_publishing(kubeconfig: str | None, namespace: str, data: dict[str, str]) -> None:
+    """Write the install's published settings (core/published.py) in `namespace`, on a thread of their own."""
+    from . import publish
+
+    publish.start_publishing(_core_api(kubeconfig), namespace, data)
+
+
+def start_keeping_boundary(kubeconfig: str | None, namespace: str, boundary_of: Callable[[], dict[str, str]]) -> None:
+    """Keep the tenant boundary's table (core/boundary.py) in `namespace` as `boundary_of` works it out."""
+    from . import publish
+
+    publish.start_keeping_boundary(_core_api(kubeconfig), namespace, boundary_of)

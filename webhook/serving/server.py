@@ -22,10 +22,11 @@ from flask import Flask
 from gunicorn.app.base import BaseApplication
 
 from ..cluster.source import (
-    InputError, InventorySource, StaticInventory, check_live_config, read_file_snapshot, start_live_inventory,
-    start_publishing,
+    InputError, InventorySource, StaticInventory, check_live_config, read_file_snapshot, start_keeping_boundary,
+    start_live_inventory, start_publishing,
 )
 from ..core.catalog import Catalog, default_catalog_text, load_catalog_text
+from ..core.boundary import BoundaryError, BoundaryTable, boundary_data
 from ..core.published import published_data
 from ..core.inventory import Snapshot
 from . import logs
@@ -101,8 +102,13 @@ def make_inventory(config: ServeConfig, loaded: Loaded) -> InventorySource:
         return StaticInventory(loaded.snapshot)
     if config.publish_namespace:
         start_publishing(config.kubeconfig, config.publish_namespace, published_data(loaded.catalog_text, loaded.catalog))
-    return start_live_inventory(loaded.catalog, kubeconfig=config.kubeconfig, observer=observer,
-                                after_list=keep_listed_from_gc)
+    inventory = start_live_inventory(loaded.catalog, kubeconfig=config.kubeconfig, observer=observer,
+                                     after_list=keep_listed_from_gc)
+    if config.publish_namespace:
+        # after the first sync: a table from a partial view would refuse Pods of nodes it has not seen yet
+        table = BoundaryTable(loaded.catalog)
+        start_keeping_boundary(config.kubeconfig, config.publish_namespace, lambda: table.data(inventory.snapshot()))
+    return inventory
 
 
 def build_app(config: ServeConfig, loaded: Loaded | None = None) -> Flask:
@@ -119,6 +125,10 @@ def check_config(config: ServeConfig) -> Loaded:
     """Fail at start, in the master, with a message that says what to fix."""
     text = read_catalog_text(config)
     catalog = load_catalog(config, text)
+    try:
+        boundary_data(catalog)
+    except BoundaryError as exc:
+        raise InputError(f"{config.catalog_file or 'the built-in catalog'}: {exc}") from None
     snapshot = None
     if config.nodes_files:
         snapshot = read_file_snapshot(config.nodes_files, catalog)
@@ -143,6 +153,11 @@ class WebhookServer(BaseApplication):  # type: ignore[misc]
         extender_port = check_extender_listener(c)
         reloader: dict[str, CertReloader] = {}
         table = ConnectionTable()  # mapped here, in the master, so every worker forked later shares it
+        limits = c.intake_limits()
+
+        def pre_fork(_arbiter: Any, worker: Any) -> None:
+            table.assign(worker)
+            worker.intake_limits = limits
 
         def child_exit(_arbiter: Any, worker: Any) -> None:
             table.release(worker)
@@ -175,7 +190,7 @@ class WebhookServer(BaseApplication):  # type: ignore[misc]
             # gunicorn's runtime control socket is not needed and would write under $HOME (read-only in the image)
             "control_socket_disable": True,
             "post_worker_init": _post_worker_init,
-            "pre_fork": lambda _arbiter, worker: table.assign(worker),
+            "pre_fork": pre_fork,
             "child_exit": child_exit,
         }
         for key, value in settings.items():
