@@ -11,7 +11,9 @@ times the Pod watch per event of each kind, every line decoded against the raw l
 gpu-class-scheduler on the real control plane (bench/wait/wait.py); `python -m bench churn` checks that
 gpu-class-scheduler still narrows, and places right, through bursts of node changes (bench/churn/churn.py);
 `python -m bench single` times single Pods one after another where the class is most of the nodes, per scheduling
-path (bench/single/single.py). One subpackage per command, what they share in bench/common (bench/README.md, "Files").
+path (bench/single/single.py); `python -m bench stall` times honest Pod creates while slow and oversized requests
+attack the webhook, and what the tenant boundary's policy adds to a create (bench/stall/stall.py). One subpackage
+per command, what they share in bench/common (bench/README.md, "Files").
 """
 
 import sys
@@ -60,6 +62,10 @@ if sys.argv[1:2] == ["single"]:
     from bench.single.single import main as single_main
 
     sys.exit(single_main(sys.argv[2:]))
+if sys.argv[1:2] == ["stall"]:
+    from bench.stall.stall import main as stall_main
+
+    sys.exit(stall_main(sys.argv[2:]))
 if sys.argv[1:2] == ["dra"]:
     from bench.dra.dra import main as dra_main
 

@@ -160,7 +160,7 @@ COMMANDS = [
     ("-m", "bench", "faults"), ("-m", "bench", "groups"), ("-m", "bench", "dra"), ("-m", "bench", "live_burst"),
     ("-m", "bench", "live_burst", "events"), ("-m", "bench", "live_burst", "pods"), ("-m", "bench", "live_burst", "burst"),
     ("-m", "bench", "pod_events"), ("-m", "bench", "single"), ("-m", "bench", "upgrade"), ("-m", "bench", "upgrade", "--live"), ("-m", "bench.live_burst.live_burst", "follow"),
-    ("-m", "bench.common.variant"), ("-m", "bench.http.live_sync"),
+    ("-m", "bench", "stall"), ("-m", "bench.common.variant"), ("-m", "bench.http.live_sync"),
 ]
 
 

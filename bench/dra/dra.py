@@ -44,7 +44,7 @@ sys.path.insert(0, str(REPO_ROOT / "tests"))
 
 import local_cluster  # noqa: E402  (tests/e2e is not a package)
 from builders import make_bare_node, make_device_node, make_pod, make_slice, nvidia_device_classes, nvidia_gpus  # noqa: E402
-from kubeobjects import delete_if_present  # noqa: E402
+from kubeobjects import delete_if_present, wait_for  # noqa: E402
 
 from bench.common.commit import measured_at  # noqa: E402
 from bench.common.sections import write_section  # noqa: E402
@@ -141,6 +141,10 @@ class Stream:
     def create(self) -> None:
         labels = {"gpu-class.io/inject": "enabled"} if self.path != "first-available" else {}
         self.core.create_namespace({"metadata": {"name": self.namespace, "labels": labels}})
+        # the ServiceAccount admission plugin refuses a Pod until the controller manager has made `default`,
+        # later on a busy machine than the first busy Pod below is created
+        wait_for(f"the default ServiceAccount of {self.namespace}", lambda: self.core.list_namespaced_service_account(
+            self.namespace, field_selector="metadata.name=default").items, seconds=60)
         for n in FLEET:
             name = self.node(n)
             obj = (make_device_node(name, {"nvidia.com/gpu.product": GFD[n.gpu_type]}, {}, taints=[GPU_TAINT])

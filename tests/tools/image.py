@@ -175,6 +175,22 @@ def podman(*args: str, timeout: float = 1800) -> str:
     return run(podman_argv(*args), timeout=timeout, env=podman_env())
 
 
+def remove_rootfs(root: Path) -> None:
+    """Remove a root filesystem left by an earlier try, with what is still mounted in it.
+
+    debootstrap mounts /proc (and /sys) inside the root for its second stage and leaves them mounted when
+    a package fails to install; a tree removed around them keeps files, and the next debootstrap then
+    stops at the first one ("file already exists")."""
+    inside = str(root) + "/"
+    with open("/proc/mounts", encoding="utf-8") as fh:
+        mounts = [line.split()[1] for line in fh]
+    for point in sorted((m for m in mounts if m.startswith(inside)), key=len, reverse=True):
+        subprocess.run(["umount", "-l", point], check=False)
+    shutil.rmtree(root, ignore_errors=True)
+    if root.exists():
+        raise RuntimeError(f"cannot remove {root}, left by an earlier try: remove it by hand (rm -rf) and run again")
+
+
 def rootfs_tarball(log: Callable[[str], None]) -> Path:
     tarball = work_dir() / f"debian-{SUITE}-python-{recipe_digest()}.tar"
     if tarball.exists():
@@ -183,7 +199,7 @@ def rootfs_tarball(log: Callable[[str], None]) -> Path:
     started = time.monotonic()
     # debootstrap is most of the time; a finishing step that failed need not repeat it.
     if not (root / ".debootstrapped").exists():
-        shutil.rmtree(root, ignore_errors=True)
+        remove_rootfs(root)
         log(f"debootstrap {SUITE} with {', '.join(PACKAGES)} into {root}")
         run(["debootstrap", "--variant=minbase", f"--include={','.join(PACKAGES)}", SUITE, str(root), MIRROR])
         (root / ".debootstrapped").touch()
@@ -191,7 +207,7 @@ def rootfs_tarball(log: Callable[[str], None]) -> Path:
     partial = tarball.with_suffix(".partial")
     run(["tar", "-C", str(root), "--numeric-owner", "--exclude=./.debootstrapped", "-cf", str(partial), "."])
     partial.rename(tarball)
-    shutil.rmtree(root, ignore_errors=True)
+    remove_rootfs(root)
     log(f"base root filesystem made in {time.monotonic() - started:.0f} s")
     return tarball
 
