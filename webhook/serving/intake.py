@@ -57,7 +57,8 @@ log = logging.getLogger("gpu_class.server")
 READ_CHUNK_BYTES = 256 * 1024  # the most one recv() asks for
 LINGER_SECONDS = 1.0  # a closed connection is read (and discarded) this long, so the answer is not lost to a reset
 # and at most this much of it: a client still sending the rest of a body refused as too large is no caller that
-# reads answers (the API server never sends one), and reading its megabytes costs the loop every other request
+# reads answers (the API server never sends one). Past it the connection is no longer read but held to its
+# deadline: closed at once, the sender would open the next one (and cost the loop a TLS handshake) at full speed
 LINGER_MAX_BYTES = 256 * 1024
 MIN_WRITE_SECONDS = 0.5  # a thread writes its answer with at least this timeout, even past the deadline
 
@@ -572,8 +573,11 @@ class IntakeThreadWorker(ThreadWorker):  # type: ignore[misc]
             for _ in range(4):  # then the other connections' turn: the poller calls again while bytes remain
                 read = len(conn.sock.recv(65536))
                 conn.lingered = getattr(conn, "lingered", 0) + read
-                if not read or conn.lingered >= LINGER_MAX_BYTES:
+                if not read:
                     break
+                if conn.lingered >= LINGER_MAX_BYTES:
+                    self._unregister(conn)  # held unread until its deadline (_cut_late closes it)
+                    return
             else:
                 return
         except (BlockingIOError, InterruptedError):
