@@ -8,7 +8,9 @@ replace only their own section.
 from __future__ import annotations
 
 import re
+import shlex
 from pathlib import Path
+from typing import Sequence
 
 
 def _pattern(name: str) -> re.Pattern[str]:
@@ -36,3 +38,22 @@ def carry_sections(old: str, new: str) -> str:
         if not _pattern(match.group(1)).search(new):
             new = new.rstrip("\n") + "\n\n" + match.group(0)
     return new
+
+
+# Options that say where a section is written and how it is labelled, not what was measured: a heading leaves them out.
+REPORT_OPTIONS = ("--section", "--label", "--note", "--output")
+
+
+def command_line(bench: str, argv: Sequence[str], *, measuring_only: bool = False) -> str:
+    """`python -m bench BENCH ...` as a shell takes it; `measuring_only`: without REPORT_OPTIONS (for the
+    heading, which the note would otherwise fill)."""
+    kept: list[str] = []
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif measuring_only and arg in REPORT_OPTIONS:
+            skip = True
+        elif not (measuring_only and arg.startswith(tuple(f"{o}=" for o in REPORT_OPTIONS))):
+            kept.append(arg)
+    return shlex.join(["python", "-m", "bench", bench, *kept])

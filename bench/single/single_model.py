@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import math
 import re
-import shlex
 from dataclasses import dataclass
 from typing import AbstractSet as Set, Literal, Mapping, Sequence
 
+from bench.common import sections
 from bench.common.percentiles import percentile
 from bench.placement.placement_model import NodeSpec
 
@@ -247,22 +247,9 @@ PATH_TITLE: Mapping[Path_, str] = {"default": "default scheduler", "profiles": "
 
 
 # Options that say where and under what heading the report goes, not what is measured.
-REPORT_OPTIONS = ("--section", "--label", "--note", "--output")
-
-
 def command_line(argv: Sequence[str], *, measuring_only: bool = False) -> str:
-    """`python -m bench single ...` as a shell takes it; `measuring_only`: without REPORT_OPTIONS (for
-    the heading, which the note would otherwise fill)."""
-    kept: list[str] = []
-    skip = False
-    for arg in argv:
-        if skip:
-            skip = False
-        elif measuring_only and arg in REPORT_OPTIONS:
-            skip = True
-        elif not (measuring_only and arg.startswith(tuple(f"{o}=" for o in REPORT_OPTIONS))):
-            kept.append(arg)
-    return shlex.join(["python", "-m", "bench", "single", *kept])
+    """`python -m bench single ...` as a shell takes it (bench.common.sections.command_line)."""
+    return sections.command_line("single", argv, measuring_only=measuring_only)
 
 
 @dataclass(frozen=True)

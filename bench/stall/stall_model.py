@@ -13,13 +13,13 @@ alternating), so that drift on a shared machine falls on both arms alike:
 
 from __future__ import annotations
 
-import shlex
 import statistics
 from dataclasses import dataclass, field
 from typing import Any, Literal, Mapping, NamedTuple, Sequence
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from bench.common import sections
 from bench.common.percentiles import rounded_rank_percentile
 from bench.common.scrape import read_counter
 
@@ -395,21 +395,9 @@ def judge_boundary(runs: Sequence[ArmRun], kind: str = BOUNDED) -> BoundaryCost:
 
 # --- the report ---------------------------------------------------------------------------------------------------
 
-REPORT_OPTIONS = ("--output", "--section", "--label", "--note")  # what the heading leaves out: where it is written
-
-
 def command_line(argv: Sequence[str], *, measuring_only: bool = False) -> str:
-    """`python -m bench stall ...` as a shell takes it; `measuring_only`: without REPORT_OPTIONS."""
-    kept: list[str] = []
-    skip = False
-    for arg in argv:
-        if skip:
-            skip = False
-        elif measuring_only and arg in REPORT_OPTIONS:
-            skip = True
-        elif not (measuring_only and arg.startswith(tuple(f"{o}=" for o in REPORT_OPTIONS))):
-            kept.append(arg)
-    return shlex.join(["python", "-m", "bench", "stall", *kept])
+    """`python -m bench stall ...` as a shell takes it (bench.common.sections.command_line)."""
+    return sections.command_line("stall", argv, measuring_only=measuring_only)
 
 
 @dataclass(frozen=True)
@@ -529,11 +517,7 @@ def render_stall(runs: Sequence[ArmRun], s: Setting) -> list[str]:
         ]
     lines += ["", "| round | quiet p50 / p99 ms | attacked p50 / p99 ms | p99 ratio | cut: too-slow / too-large / busy "
               "| slow opened | oversized sent | /readyz failed |", "|---|---|---|---|---|---|---|---|"]
-    for r in sorted({run.round for run in runs}):
-        quiet = next((run for run in runs if run.round == r and run.arm == QUIET), None)
-        hit = next((run for run in runs if run.round == r and run.arm == ATTACKED), None)
-        if quiet is None or hit is None:
-            continue
+    for r, quiet, hit in _pairs_by_round(runs, QUIET, ATTACKED):
         q, h = percentiles(quiet.latencies_ms), percentiles(hit.latencies_ms)
         lines.append(f"| {r + 1} | {q.p50:.2f} / {q.p99:.2f} | {h.p50:.2f} / {h.p99:.2f} | {_times(ratio(h.p99, q.p99))} "
                      f"| {_counts(hit.cuts)} | {hit.attack.slow_opened if hit.attack else 0:,} "
@@ -578,18 +562,22 @@ def render_boundary(runs: Sequence[ArmRun], s: Setting, namespace_classes: str) 
         "with / without, mean ms |",
         "|---|---|---|---|---|---|---|",
     ]
-    for r in sorted({run.round for run in runs}):
-        for kind in kinds:
-            w = next((run for run in runs if run.round == r and run.arm == boundary_arm(kind, WITH)), None)
-            wo = next((run for run in runs if run.round == r and run.arm == boundary_arm(kind, WITHOUT)), None)
-            if w is None or wo is None:
-                continue
-            pw, pwo = percentiles(w.latencies_ms), percentiles(wo.latencies_ms)
-            lines.append(f"| {r + 1} | {kind} | {pw.p50:.2f} / {pw.p99:.2f} | {pwo.p50:.2f} / {pwo.p99:.2f} "
-                         f"| {pw.p50 - pwo.p50:+.2f} | {pw.p99 - pwo.p99:+.2f} "
-                         f"| {_ms(w.policy_step.mean_ms)} / {_ms(wo.policy_step.mean_ms)} |")
+    rows = sorted((r, i, kind, w, wo) for i, kind in enumerate(kinds)
+                  for r, w, wo in _pairs_by_round(runs, boundary_arm(kind, WITH), boundary_arm(kind, WITHOUT)))
+    for r, _, kind, w, wo in rows:
+        pw, pwo = percentiles(w.latencies_ms), percentiles(wo.latencies_ms)
+        lines.append(f"| {r + 1} | {kind} | {pw.p50:.2f} / {pw.p99:.2f} | {pwo.p50:.2f} / {pwo.p99:.2f} "
+                     f"| {pw.p50 - pwo.p50:+.2f} | {pw.p99 - pwo.p99:+.2f} "
+                     f"| {_ms(w.policy_step.mean_ms)} / {_ms(wo.policy_step.mean_ms)} |")
     lines += _wrong_lines(runs)
     return lines
+
+
+def _pairs_by_round(runs: Sequence[ArmRun], first: str, second: str) -> list[tuple[int, ArmRun, ArmRun]]:
+    """(round, run of `first`, run of `second`) for each round that has both, in round order."""
+    by_arm = {(run.round, run.arm): run for run in runs}
+    return [(r, by_arm[(r, first)], by_arm[(r, second)]) for r in sorted({run.round for run in runs})
+            if (r, first) in by_arm and (r, second) in by_arm]
 
 
 def _wrong_lines(runs: Sequence[ArmRun]) -> list[str]:
