@@ -9,9 +9,9 @@ from typing import Any, Callable, Iterable, Mapping
 import kubernetes_validate
 import yaml
 
-from webhook.core.affinity import NodeTerm
-from webhook.core.catalog import Catalog, load_catalog_text
-from webhook.core.inventory import UnboundGpuPod
+from webhook.core.view.affinity import NodeTerm
+from webhook.core.catalog.model import Catalog, load_catalog_text
+from webhook.core.view.inventory import UnboundGpuPod
 
 # the oldest Kubernetes minor still supported upstream when this was written; schemas ship with kubernetes-validate
 K8S_VERSION = "1.35"

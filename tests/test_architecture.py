@@ -16,6 +16,7 @@ import pytest
 import bench
 import webhook
 import webhook.cluster
+import webhook.core
 
 REPO = Path(__file__).resolve().parent.parent
 SETUP_CFG = REPO / "setup.cfg"
@@ -72,3 +73,13 @@ def test_bench_layers_name_every_subpackage() -> None:
     top = {m.name for m in pkgutil.iter_modules(bench.__path__)}
     layers = {name.strip() for line in listed(contract("bench-layers"), "layers") for name in line.split("|")}
     assert top == layers, f"bench/ holds {sorted(top)}; the bench-layers contract names {sorted(layers)}"
+
+
+def test_core_rooms_name_every_subpackage_and_nothing_lies_loose() -> None:
+    # a module dropped in webhook/core itself, or a room the contract does not name, would be outside every layer
+    entries = list(pkgutil.iter_modules(webhook.core.__path__))
+    loose = sorted(m.name for m in entries if not m.ispkg)
+    assert not loose, f"webhook/core/ holds modules outside its rooms: {loose}; put each in the room of its concern"
+    rooms = {m.name for m in entries}
+    layers = {name.strip() for line in listed(contract("core-rooms"), "layers") for name in line.split("|")}
+    assert rooms == layers, f"webhook/core/ holds {sorted(rooms)}; the core-rooms contract names {sorted(layers)}"

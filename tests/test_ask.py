@@ -1,4 +1,4 @@
-"""What a Pod asks, read once (webhook/core/ask.py): the values read, the messages refusing what the Pod
+"""What a Pod asks, read once (webhook/core/admission/ask.py): the values read, the messages refusing what the Pod
 wrote, and the parts kept as Malformed until the decision reaches them."""
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ import pytest
 
 import builders
 from builders import make_namespace, make_node, make_pod
-from webhook.core.ask import GroupAsk, Gpus, Malformed, MalformedPod, PodAsk, read_pod
-from webhook.core.catalog import load_catalog_text
-from webhook.core.inventory import build_snapshot
-from webhook.core.planner import plan
-from webhook.core.quantity import quantity_mib
+from webhook.core.admission.ask import GroupAsk, Gpus, Malformed, MalformedPod, PodAsk, read_pod
+from webhook.core.catalog.model import load_catalog_text
+from webhook.core.view.inventory import build_snapshot
+from webhook.core.admission.planner import plan
+from webhook.core.catalog.quantity import quantity_mib
 
 AMD = "  - {name: MI300X, score: 1300, memoryGiB: 192, products: [AMD_Instinct_MI300X_OAM], resource: amd.com/gpu}\n"
 # the test catalog, with a second GPU resource: its resources are nvidia.com/gpu, amd.com/gpu in that order

@@ -1,4 +1,4 @@
-"""The tenant boundary's table (webhook/core/boundary.py): what the policy may look up, and nothing more.
+"""The tenant boundary's table (webhook/core/published/boundary.py): what the policy may look up, and nothing more.
 
 The policy itself (deploy/components/backstop/boundary.yaml) is judged by the real API server's CEL in
 tests/e2e/test_boundary_e2e.py; here, the table it reads: which (label key, value, resource) each class
@@ -22,13 +22,13 @@ from builders import (
     make_bare_node, make_node, make_slice, nvidia_device_classes, nvidia_gpus,
 )
 from webhook.cluster.publish import keep_boundary
-from webhook.core.boundary import (
+from webhook.core.published.boundary import (
     BOUNDARY_CONFIGMAP, CLASSES_KEY, OTHER_DEVICE_CLASSES_KEY, RESOURCES_KEY, BoundaryError, BoundaryTable, Entry,
     boundary_data, build_data, class_key, entry_text, glob_regex, globs_key,
 )
-from webhook.core.catalog import load_catalog_text, load_default_catalog
-from webhook.core.dra import device_class_from_object
-from webhook.core.inventory import InventoryState, build_snapshot
+from webhook.core.catalog.model import load_catalog_text, load_default_catalog
+from webhook.core.view.dra import device_class_from_object
+from webhook.core.view.inventory import InventoryState, build_snapshot
 
 CATALOG = load_default_catalog()
 PRODUCT = "nvidia.com/gpu.product"

@@ -43,8 +43,8 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from webhook.cluster.watch import HERALDS
-from webhook.core.boundary import BOUNDARY_CONFIGMAP
-from webhook.core.published import PUBLISHED_CONFIGMAP
+from webhook.core.published.boundary import BOUNDARY_CONFIGMAP
+from webhook.core.published.public import PUBLISHED_CONFIGMAP
 
 Obj = dict[str, Any]
 
@@ -1027,7 +1027,7 @@ def test_rbac_reads_the_cluster_and_writes_only_its_own_configmaps(renders: Rend
 
 @pytest.mark.parametrize("rel", WITH_WEBHOOK)
 def test_everyone_signed_in_may_read_the_published_configmap_and_nothing_else(renders: Renders, rel: str) -> None:
-    """What `kubectl gpu-class explain` reads of the install with a tenant's rights (core/published.py)."""
+    """What `kubectl gpu-class explain` reads of the install with a tenant's rights (core/published/public.py)."""
     objects = objects_of(renders, rel)
     everyone = {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "system:authenticated"}
     bound = [(b["roleRef"], b["metadata"].get("namespace")) for b in
@@ -1145,7 +1145,7 @@ def test_match_condition_pods_are_valid_pods() -> None:
 def test_gpu_resources_match_the_catalog(renders: Renders) -> None:
     """A Pod asking for any resource a shipped type is requested as is sent to the webhook, and
     checked by the backstop; a catalog with another resource needs new expressions."""
-    from webhook.core.catalog import load_catalog_file
+    from webhook.core.catalog.model import load_catalog_file
 
     catalog = load_catalog_file(str(DEPLOY / BASE / "catalog.yaml"))
     objects = objects_of(renders, SELF_MANAGED)
@@ -1161,7 +1161,7 @@ def test_gpu_resources_match_the_catalog(renders: Renders) -> None:
 def test_shipped_catalog_loads(renders: Renders) -> None:
     """The ConfigMap's catalog is one the server accepts at startup."""
     # Imported here: a broken webhook package fails this test, not every manifest check.
-    from webhook.core.catalog import load_catalog_text
+    from webhook.core.catalog.model import load_catalog_text
 
     objects = objects_of(renders, BASE)
     deployment = webhook_deployment(objects)
@@ -1342,7 +1342,7 @@ def test_labeller_changes_only_its_own_labels_on_its_own_node(renders: Renders, 
 
 
 def test_labeller_policy_is_bound_to_deny_and_fails_closed(renders: Renders) -> None:
-    from webhook.core.labels import OWNED_LABELS
+    from webhook.core.labeller.labels import OWNED_LABELS
 
     objects = objects_of(renders, "labeller")
     policy, binding = policy_and_binding(objects, LABELLER_POLICY)
@@ -1354,7 +1354,7 @@ def test_labeller_policy_is_bound_to_deny_and_fails_closed(renders: Renders) -> 
     assert f"'system:serviceaccount:{account['metadata']['namespace']}:{account['metadata']['name']}'" in (
         spec["matchConditions"][0]["expression"])
     own = compile_cel(next(v["expression"] for v in spec["variables"] if v["name"] == "ownKeys")).evaluate({})
-    assert tuple(own) == OWNED_LABELS, "the keys the labeller sets (webhook/core/labels.py)"
+    assert tuple(own) == OWNED_LABELS, "the keys the labeller sets (webhook/core/labeller/labels.py)"
     for validation in spec["validations"]:
         assert validation["reason"] == "Forbidden"
     for entry in [*spec["matchConditions"], *spec["variables"]]:
@@ -1453,8 +1453,8 @@ def test_label_guard(renders: Renders, case: GuardCase) -> None:
 def test_label_guard_covers_what_gpu_class_reads_and_fails_closed(renders: Renders) -> None:
     """The node policy guards every label the labeller writes and every productLabels key of the shipped
     catalog; both policies refuse (Deny) and fail closed on UPDATE alone."""
-    from webhook.core.catalog import load_default_catalog
-    from webhook.core.labels import OWNED_LABELS
+    from webhook.core.catalog.model import load_default_catalog
+    from webhook.core.labeller.labels import OWNED_LABELS
 
     objects = objects_of(renders, LABEL_GUARD)
     for name in (NAMESPACE_POLICY, NODE_LABELS_POLICY):

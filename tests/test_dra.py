@@ -16,14 +16,14 @@ from builders import (
     AMD_DRIVER, NVIDIA_DRIVER, amd_device_class, amd_gpus, make_bare_node, make_claim, make_device_node, make_pod,
     make_slice, nvidia_device_classes, nvidia_gpus, nvidia_migs,
 )
-from webhook.core.catalog import load_default_catalog
-from webhook.core.dra import DeviceProblem, slice_from_object
-from webhook.core.quantity import quantity_mib
-from webhook.core.inventory import (
+from webhook.core.catalog.model import load_default_catalog
+from webhook.core.view.dra import DeviceProblem, slice_from_object
+from webhook.core.catalog.quantity import quantity_mib
+from webhook.core.view.inventory import (
     InventoryState, Offer, Snapshot, build_snapshot, namespace_info_from_object, node_info_from_object, pod_gpu_requests,
 )
-from webhook.core.dra import claim_from_object, device_class_from_object
-from webhook.core.planner import plan
+from webhook.core.view.dra import claim_from_object, device_class_from_object
+from webhook.core.admission.planner import plan
 
 CATALOG = load_default_catalog()
 H100 = "NVIDIA H100 80GB HBM3"
@@ -293,7 +293,7 @@ def test_a_dra_placement_patch_is_a_valid_pod_and_placing_it_again_changes_nothi
     import jsonpatch
 
     from builders import assert_valid_pod
-    from webhook.core.patch import build_patch
+    from webhook.core.admission.patch import build_patch
 
     objects = [make_device_node("labelled", GFD_H100, {}), make_bare_node("bare"),
                make_slice("labelled", nvidia_gpus(8)), make_slice("bare", nvidia_gpus(4, "NVIDIA A100-SXM4-80GB")),

@@ -23,9 +23,9 @@ from fakeapi import FakeApiServer
 from test_watch import eventually
 from webhook.cluster import watch
 from webhook.cluster.watch import LiveInventory, NoObserver
-from webhook.core.catalog import load_default_catalog
-from webhook.core.inventory import Snapshot, UnboundGpuPod
-from webhook.core.planner import plan
+from webhook.core.catalog.model import load_default_catalog
+from webhook.core.view.inventory import Snapshot, UnboundGpuPod
+from webhook.core.admission.planner import plan
 
 CATALOG = load_default_catalog()
 DRA_PATH = "/apis/resource.k8s.io/v1/"

@@ -7,10 +7,10 @@ from typing import Any
 import pytest
 
 from builders import make_catalog, make_node, make_pod
-from webhook.core.catalog import Catalog
-from webhook.core.explain import guarantee
-from webhook.core.inventory import build_snapshot
-from webhook.core.review import Request, review_pod
+from webhook.core.catalog.model import Catalog
+from webhook.core.reports.explain import guarantee
+from webhook.core.view.inventory import build_snapshot
+from webhook.core.admission.review import Request, review_pod
 
 NODES = [make_node("h100-a", "NVIDIA-H100-80GB-HBM3", gpus=8), make_node("a100-a", "A100-SXM4-40GB", gpus=4)]
 

@@ -31,14 +31,14 @@ from servers import Server, serving_test_inventory, write_certs, write_objects
 from webhook.cluster.source import StaticInventory
 from webhook.serving.app import create_app
 from webhook.serving.certs import CLIENT_COMMON_NAME
-from webhook.core.catalog import Catalog
-from webhook.core.extender import (ASSUME_SECONDS, MAX_EXTENDER_PRIORITY, Assumed, NodeVerdict, PodNeeds,
+from webhook.core.catalog.model import Catalog
+from webhook.core.scheduling.extender import (ASSUME_SECONDS, MAX_EXTENDER_PRIORITY, Assumed, NodeVerdict, PodNeeds,
                                    filter_assuming, filter_nodes, parse_extender_args, score_nodes, share_score,
                                    with_assumed)
 from webhook.serving.extender_routes import UNKNOWN_POD_WAIT_SECONDS, register_extender_routes
 from webhook.cluster.loading import read_inventory
-from webhook.core.catalog import load_default_catalog
-from webhook.core.inventory import InventoryState, Snapshot, build_snapshot, node_info_from_object, unbound_gpu_pod
+from webhook.core.catalog.model import load_default_catalog
+from webhook.core.view.inventory import InventoryState, Snapshot, build_snapshot, node_info_from_object, unbound_gpu_pod
 
 CATALOG = make_catalog()
 TYPES = "gpu-class.io/types"
@@ -907,7 +907,7 @@ def test_filter_counts_dra_devices_and_their_claims(mode: str) -> None:
     """A node whose GPUs are DRA devices passes or fails on them, whether the scheduler sends names or
     Node objects (which carry no devices): free devices are those no ResourceClaim holds."""
     from builders import NVIDIA_DRIVER, make_bare_node, make_claim, make_slice, nvidia_device_classes, nvidia_gpus
-    from webhook.core.catalog import load_default_catalog
+    from webhook.core.catalog.model import load_default_catalog
 
     catalog = load_default_catalog()
     nodes = [make_bare_node("dra-free"), make_bare_node("dra-full")]

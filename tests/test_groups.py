@@ -13,15 +13,15 @@ import pytest
 
 from builders import assert_valid_pod, make_catalog, make_node, make_pod
 from test_planner import check_patch
-from webhook.core.catalog import Catalog
-from webhook.core.explain import explain_json, explain_text
-from webhook.core.ask import GroupAsk, read_group
-from webhook.core.groups import room, runs_on
-from webhook.core.inventory import InventoryState, Snapshot, node_info_from_object
-from webhook.core.patch import build_patch
-from webhook.core.planner import Decision, plan
-from webhook.core.pod_report import build_pod_report, can_run_now, render_pod_text
-from webhook.core.review import Request, review_pod
+from webhook.core.catalog.model import Catalog
+from webhook.core.reports.explain import explain_json, explain_text
+from webhook.core.admission.ask import GroupAsk, read_group
+from webhook.core.admission.groups import room, runs_on
+from webhook.core.view.inventory import InventoryState, Snapshot, node_info_from_object
+from webhook.core.admission.patch import build_patch
+from webhook.core.admission.planner import Decision, plan
+from webhook.core.reports.pod_report import build_pod_report, can_run_now, render_pod_text
+from webhook.core.admission.review import Request, review_pod
 
 CATALOG = make_catalog()
 C, G, SIZE, COUNT = "gpu-class.io/class", "gpu-class.io/group", "gpu-class.io/group-size", "gpu-class.io/count"

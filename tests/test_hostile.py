@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from builders import CATALOG_NODES, make_catalog, make_pod, make_review
 from webhook.cluster.source import StaticInventory
 from webhook.serving.app import create_app
-from webhook.core.inventory import build_snapshot
+from webhook.core.view.inventory import build_snapshot
 
 CATALOG = make_catalog()
 APP = create_app(CATALOG, StaticInventory(build_snapshot(CATALOG, CATALOG_NODES)), max_body_bytes=256 * 1024)

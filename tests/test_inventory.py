@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from builders import make_catalog, make_node, make_unbound_pod
-from webhook.core.catalog import default_catalog_text, load_catalog_text
-from webhook.core.inventory import (
+from webhook.core.catalog.model import default_catalog_text, load_catalog_text
+from webhook.core.view.inventory import (
     GroupKey, InventoryState, NamespaceInfo, NodeInfo, Pool, ProductGroup, Snapshot, group_keys,
     node_info_from_object, summarize_group, unbound_gpu_pod,
 )

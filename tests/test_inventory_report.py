@@ -8,9 +8,9 @@ from typing import Any, Sequence
 import pytest
 
 from builders import make_catalog, make_node, make_unbound_pod
-from webhook.core.catalog import Catalog
-from webhook.core.inventory import InventoryState, Snapshot, node_info_from_object
-from webhook.core.inventory_report import build_report, render, render_table
+from webhook.core.catalog.model import Catalog
+from webhook.core.view.inventory import InventoryState, Snapshot, node_info_from_object
+from webhook.core.reports.inventory_report import build_report, render, render_table
 
 CATALOG = make_catalog()
 H100, A100, T4, L4 = "NVIDIA-H100-80GB-HBM3", "A100-SXM4-40GB", "Tesla-T4", "NVIDIA-L4"
@@ -135,7 +135,7 @@ def test_pending_is_the_placed_pods_no_node_holds_per_class() -> None:
 
 def test_the_cli_offers_the_report_outputs() -> None:
     from webhook import cli
-    from webhook.core.inventory_report import OUTPUTS
+    from webhook.core.reports.inventory_report import OUTPUTS
 
     assert cli.OUTPUTS == OUTPUTS
 
@@ -145,8 +145,8 @@ def test_dra_devices_count_like_device_plugin_gpus_and_the_rest_is_listed_with_w
     and devices gpu-class does not place on. Claims hold DRA devices as bound Pods hold the plugin's."""
     from builders import (NVIDIA_DRIVER, amd_device_class, amd_gpus, make_bare_node, make_claim, make_slice,
                           nvidia_device_classes, nvidia_gpus)
-    from webhook.core.catalog import load_default_catalog
-    from webhook.core.inventory import build_snapshot
+    from webhook.core.catalog.model import load_default_catalog
+    from webhook.core.view.inventory import build_snapshot
 
     catalog = load_default_catalog()
     objects = [make_node("dp", H100, gpus=8), make_bare_node("dra"), make_bare_node("amd"),
@@ -172,7 +172,7 @@ def test_dra_devices_count_like_device_plugin_gpus_and_the_rest_is_listed_with_w
 def test_dra_off_is_said() -> None:
     import dataclasses
 
-    from webhook.core.dra import DraView
+    from webhook.core.view.dra import DraView
 
     snapshot = dataclasses.replace(snapshot_of([make_node("h", H100)]), dra=DraView(off="not served"))
     assert "DRA: off (not served)." in render_table(build_report(snapshot, CATALOG))

@@ -1,5 +1,5 @@
 """Beside Kueue: a queued Job decided at the Job, the Pods Kueue starts left as decided or refused, and
-the Kueue objects whose flavor order is the class's order (webhook/core/workload.py, kueue.py)."""
+the Kueue objects whose flavor order is the class's order (webhook/core/admission/workload.py, kueue.py)."""
 
 from __future__ import annotations
 
@@ -19,11 +19,11 @@ import yaml
 
 import test_deploy as deploy
 from builders import CATALOG_NODES, K8S_VERSION, assert_valid_pod, make_catalog, make_namespace, make_node, make_review
-from webhook.core.catalog import load_catalog_text, load_default_catalog
-from webhook.core.inventory import build_snapshot
-from webhook.core.kueue import (KUEUE_MAX_FLAVORS, PODSET_LABEL, QUEUE_LABEL, Flavor, Tenant, class_order, flavor_name,
+from webhook.core.catalog.model import load_catalog_text, load_default_catalog
+from webhook.core.view.inventory import build_snapshot
+from webhook.core.admission.kueue import (KUEUE_MAX_FLAVORS, PODSET_LABEL, QUEUE_LABEL, Flavor, Tenant, class_order, flavor_name,
                                 kueue_objects, share, supply_from_catalog, supply_from_snapshot)
-from webhook.core.review import Review, parse_review, review_request
+from webhook.core.admission.review import Review, parse_review, review_request
 
 CATALOG = make_catalog()
 SNAPSHOT = build_snapshot(CATALOG, [*CATALOG_NODES, make_namespace("ml"), make_namespace("plain", inject=False)])

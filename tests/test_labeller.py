@@ -1,4 +1,4 @@
-"""Tests for the node labeller (webhook.core.labels, webhook.cluster.labeller): the pure label decision and patch, nvidia-smi execution, and the
+"""Tests for the node labeller (webhook.core.labeller.labels, webhook.cluster.labeller): the pure label decision and patch, nvidia-smi execution, and the
 node round trip against the fake API server (real kubernetes client over loopback HTTP)."""
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from webhook.cluster.labeller import (
     run_label_node,
     run_nvidia_smi,
 )
-from webhook.core.labels import (
+from webhook.core.labeller.labels import (
     GPU_COUNT_LABEL,
     GPU_MEMORY_LABEL,
     GPU_MIG_ENABLED_LABEL,
@@ -43,7 +43,7 @@ from webhook.core.labels import (
     sanitise_label_value,
     summarise_gpus,
 )
-from webhook.core.nvidia_smi import Gpu, MigMode, parse_nvidia_smi_output
+from webhook.core.labeller.nvidia_smi import Gpu, MigMode, parse_nvidia_smi_output
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).parent / "fixtures" / "nvidia-smi"
@@ -247,7 +247,7 @@ def test_desired_labels_from_recorded_outputs(name: str, labels: dict[str, str])
     ],
 )
 def test_gpu_type_values_are_what_the_built_in_catalog_matches(name: str, catalog_type: str) -> None:
-    from webhook.core.catalog import load_default_catalog
+    from webhook.core.catalog.model import load_default_catalog
 
     value = gpu_model_label_value(name)
     assert value is not None

@@ -11,7 +11,7 @@ from builders import CATALOG_NODES, make_catalog, make_pod, make_review
 from webhook.serving import logs
 from webhook.cluster.source import StaticInventory
 from webhook.serving.app import create_app
-from webhook.core.inventory import build_snapshot
+from webhook.core.view.inventory import build_snapshot
 
 CATALOG = make_catalog()
 

@@ -9,12 +9,12 @@ from typing import Any, Mapping
 import pytest
 
 from builders import make_bare_node, make_node, make_pod, make_slice, nvidia_device_classes, nvidia_gpus
-from webhook.core.catalog import load_catalog_text, load_default_catalog
-from webhook.core.explain import explain_json, explain_text
-from webhook.core.inventory import build_snapshot, placing_catalog
-from webhook.core.inventory_report import build_report, render_table
-from webhook.core.planner import plan
-from webhook.core.review import Request, review_pod
+from webhook.core.catalog.model import load_catalog_text, load_default_catalog
+from webhook.core.reports.explain import explain_json, explain_text
+from webhook.core.view.inventory import build_snapshot, placing_catalog
+from webhook.core.reports.inventory_report import build_report, render_table
+from webhook.core.admission.planner import plan
+from webhook.core.admission.review import Request, review_pod
 
 BUILT_IN = load_default_catalog()
 C = "gpu-class.io/class"
@@ -192,7 +192,7 @@ def test_requires_class_takes_types_with_facts_only_and_label_types_join_it_alon
                  id="facts-without-architecture"),
 ])
 def test_requires_errors(text: str, message: str) -> None:
-    from webhook.core.catalog import CatalogError
+    from webhook.core.catalog.model import CatalogError
 
     with pytest.raises(CatalogError) as info:
         load_catalog_text(text, "c.yaml")

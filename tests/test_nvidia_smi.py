@@ -1,4 +1,4 @@
-"""Tests for webhook.core.nvidia_smi: recorded real outputs first, then hand-made edge cases."""
+"""Tests for webhook.core.labeller.nvidia_smi: recorded real outputs first, then hand-made edge cases."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from webhook.core.nvidia_smi import (
+from webhook.core.labeller.nvidia_smi import (
     FALLBACK_QUERY_COMMAND,
     QUERY_COMMAND,
     Gpu,

@@ -14,9 +14,9 @@ from bench.placement.placement_model import (
     merge, pods_per_second, promised, utilisation_spread,
 )
 from tests.builders import make_node, make_pod
-from webhook.core.catalog import load_catalog_text, load_default_catalog
-from webhook.core.inventory import build_snapshot
-from webhook.core.planner import plan
+from webhook.core.catalog.model import load_catalog_text, load_default_catalog
+from webhook.core.view.inventory import build_snapshot
+from webhook.core.admission.planner import plan
 
 # One class per strategy over the same four types (fastest first), as STRATEGY_CLASS names them, and
 # two that leave types out.

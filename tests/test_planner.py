@@ -14,10 +14,10 @@ import pytest
 from builders import (
     GPU_TAINT, assert_valid_pod, make_catalog, make_namespace, make_node, make_pod,
 )
-from webhook.core.catalog import Catalog, Strategy
-from webhook.core.inventory import InventoryState, Snapshot, Taint, build_snapshot, node_info_from_object
-from webhook.core.patch import build_patch
-from webhook.core.planner import Decision, plan, rank_gap, route_scheduler, weights_for
+from webhook.core.catalog.model import Catalog, Strategy
+from webhook.core.view.inventory import InventoryState, Snapshot, Taint, build_snapshot, node_info_from_object
+from webhook.core.admission.patch import build_patch
+from webhook.core.admission.planner import Decision, plan, rank_gap, route_scheduler, weights_for
 
 CATALOG = make_catalog()
 
@@ -457,7 +457,7 @@ def test_no_weights_keep_ranks_further_apart(n: int) -> None:
     pytest.param({"operator": "Equal"}, Taint("k", "v", "NoExecute"), False, id="empty-key-equal-tolerates-nothing"),
 ])
 def test_tolerates_follows_kubernetes(toleration: dict[str, str], taint: Taint, expected: bool) -> None:
-    from webhook.core.patch import tolerates
+    from webhook.core.admission.patch import tolerates
 
     assert tolerates(toleration, taint) is expected
 

@@ -8,7 +8,7 @@ import pytest
 
 from builders import make_node, make_pod, placed_affinity
 from test_inventory_report import A100, CATALOG, H100, snapshot_of
-from webhook.core.pod_report import build_pod_report, can_run_now, render_pod_text
+from webhook.core.reports.pod_report import build_pod_report, can_run_now, render_pod_text
 
 NODES = [make_node("h100-a", H100, gpus=8), make_node("a100-a", A100, gpus=4),
          make_node("a100-b", A100, gpus=4, unschedulable=True), make_node("cpu-a"),
@@ -95,8 +95,8 @@ def test_the_report_says_which_guarantee_the_order_had(scheduler: str | None, or
 
 def test_a_pod_on_dra_devices_names_the_claim_the_scheduler_made() -> None:
     from builders import make_bare_node, make_slice, nvidia_device_classes, nvidia_gpus
-    from webhook.core.catalog import load_default_catalog
-    from webhook.core.inventory import build_snapshot
+    from webhook.core.catalog.model import load_default_catalog
+    from webhook.core.view.inventory import build_snapshot
 
     catalog = load_default_catalog()
     snapshot = build_snapshot(catalog, [make_bare_node("dra-1"), make_slice("dra-1", nvidia_gpus(4)),

@@ -1,4 +1,4 @@
-"""Karpenter's NodePools as inventory (webhook/core/pools.py): a type valid at zero nodes while a pool can
+"""Karpenter's NodePools as inventory (webhook/core/view/pools.py): a type valid at zero nodes while a pool can
 create its nodes, with exactly the pool's label values and taints, and never through a pool at its limit."""
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ from fakeapi import FakeApiServer
 from test_watch import eventually
 from webhook.cluster import watch
 from webhook.cluster.watch import LiveInventory
-from webhook.core.groups import room
-from webhook.core.inventory import Pool, Snapshot, Taint, build_snapshot
-from webhook.core.pools import pools_from_object
-from webhook.core.review import parse_review, review_request
+from webhook.core.admission.groups import room
+from webhook.core.view.inventory import Pool, Snapshot, Taint, build_snapshot
+from webhook.core.view.pools import pools_from_object
+from webhook.core.admission.review import parse_review, review_request
 
 CATALOG = make_catalog()
 PRODUCT = "nvidia.com/gpu.product"
@@ -314,7 +314,7 @@ def test_karpenter_installed_after_the_start_is_read_in_seconds_not_at_the_next_
 
 
 def test_the_inventory_lists_pools_beside_nodes() -> None:
-    from webhook.core.inventory_report import build_report, render_table
+    from webhook.core.reports.inventory_report import build_report, render_table
 
     snapshot = snapshot_with([make_node("h100-0", H100, gpus=8)],
                              [node_pool("h100", H100, limit="16", used="8"), POOLS[1]])

@@ -1,4 +1,4 @@
-"""What an install publishes of itself for `gpuclass explain` (core/published.py), and how a worker writes it
+"""What an install publishes of itself for `gpuclass explain` (core/published/public.py), and how a worker writes it
 (cluster/publish.py): the catalog and scheduler names read back as the webhook runs them, and a write retried
 until it lands, with each kind of failure logged once."""
 
@@ -14,8 +14,8 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 
 from webhook.cluster import publish
-from webhook.core.catalog import CatalogError, default_catalog_text, load_default_catalog
-from webhook.core.published import catalog_of, published_data
+from webhook.core.catalog.model import CatalogError, default_catalog_text, load_default_catalog
+from webhook.core.published.public import catalog_of, published_data
 
 BUILT_IN = load_default_catalog()
 

@@ -33,10 +33,10 @@ from test_deploy import (CERT_MANAGER, CLIENT_SECRET, DEPLOY, EXTENDER, SELF_MAN
                          SYSTEM_NAMESPACE, WITHOUT_STRICT, Obj, Renders, all_of, make_test_certificates, objects_of, one_of, port_number,
                          renders, webhook_container, webhook_deployment)
 from test_extender import make_app
-from webhook.core.catalog import (
+from webhook.core.catalog.model import (
     MIG_RESOURCE_PREFIX, PROFILE_SUFFIX, SLICES_SUFFIX, STRATEGIES, STRICT_SCHEDULER, load_catalog_file, PROFILE_SUFFIXES,
 )
-from webhook.core.planner import rank_gap, route_scheduler, weights_for
+from webhook.core.admission.planner import rank_gap, route_scheduler, weights_for
 
 __all__ = ["renders"]  # the fixture, shared with test_deploy.py
 

@@ -1,4 +1,4 @@
-"""Which Pods the upgrader moves up to a better type, and which it holds back and why (webhook/core/upgrade.py)."""
+"""Which Pods the upgrader moves up to a better type, and which it holds back and why (webhook/core/after_bind/upgrade.py)."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ import pytest
 
 from builders import TEST_CATALOG_YAML, make_node, make_pod, make_unbound_pod, placed_affinity
 from test_inventory_report import A100, CATALOG, H100, snapshot_of
-from webhook.core.catalog import CatalogError, load_catalog_text
-from webhook.core.extender import PodNeeds
-from webhook.core.inventory import InventoryState, Snapshot, node_info_from_object, timestamp_seconds, unbound_gpu_pod
-from webhook.core.lease import held_spec, may_hold, micro_time
-from webhook.core.upgrade import (
+from webhook.core.catalog.model import CatalogError, load_catalog_text
+from webhook.core.scheduling.extender import PodNeeds
+from webhook.core.view.inventory import InventoryState, Snapshot, node_info_from_object, timestamp_seconds, unbound_gpu_pod
+from webhook.core.after_bind.lease import held_spec, may_hold, micro_time
+from webhook.core.after_bind.upgrade import (
     Eviction, History, Owner, PodState, UpgradeSettings, better_types, current_type, decide_moves, disruptions_allowed,
     job_recreates, read_pod_state,
     with_refused,

@@ -10,9 +10,9 @@ import kubernetes
 import pytest
 
 from webhook.cluster.upgrader import OWNER_REFRESH_SECONDS, Upgrader, may_move
-from webhook.core.catalog import load_default_catalog
-from webhook.core.inventory import EMPTY_SNAPSHOT
-from webhook.core.upgrade import Owner
+from webhook.core.catalog.model import load_default_catalog
+from webhook.core.view.inventory import EMPTY_SNAPSHOT
+from webhook.core.after_bind.upgrade import Owner
 
 CATALOG = load_default_catalog()
 OWNERS = {uid: Owner("apps", "ReplicaSet", "ml", name, uid, f"Deployment/ml/{name}")

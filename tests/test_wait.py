@@ -10,14 +10,14 @@ import jsonpatch
 import pytest
 
 from builders import make_catalog, make_node, make_pod
-from webhook.core.ask import quoted
-from webhook.core.catalog import CatalogError, parse_wait
-from webhook.core.inventory import (InventoryState, Snapshot, UnboundGpuPod, build_snapshot,
+from webhook.core.admission.ask import quoted
+from webhook.core.catalog.model import CatalogError, parse_wait
+from webhook.core.view.inventory import (InventoryState, Snapshot, UnboundGpuPod, build_snapshot,
                                     node_info_from_object)
-from webhook.core.fidelity import pending_by_class, waiting_by_class
-from webhook.core.patch import build_patch
-from webhook.core.planner import plan
-from webhook.core.pod_report import wait_outlook
+from webhook.core.reports.fidelity import pending_by_class, waiting_by_class
+from webhook.core.admission.patch import build_patch
+from webhook.core.admission.planner import plan
+from webhook.core.reports.pod_report import wait_outlook
 
 W = "gpu-class.io/max-wait"
 STRICT = "gpu-class-scheduler"

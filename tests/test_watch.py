@@ -19,8 +19,8 @@ from kubernetes.watch.watch import iter_resp_lines
 from builders import make_catalog, make_namespace, make_node, make_pod, make_review, record_decoded_lines
 from fakeapi import FakeApiServer
 from servers import running_server
-from webhook.core.inventory import NamespaceInfo, Snapshot, UnboundGpuPod, pod_gpu_requests, unbound_gpu_pod
-from webhook.core.planner import UnreadNamespace, plan
+from webhook.core.view.inventory import NamespaceInfo, Snapshot, UnboundGpuPod, pod_gpu_requests, unbound_gpu_pod
+from webhook.core.admission.planner import UnreadNamespace, plan
 from webhook.cluster import watch
 from webhook.cluster.watch import UNFINISHED_PODS, LiveInventory, NoObserver, check_kube_config
 from webhook.serving.server import keep_listed_from_gc

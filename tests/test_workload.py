@@ -1,5 +1,5 @@
 """A queued workload of every kind Kueue counts at the workload is decided in its pod templates
-(webhook/core/workload.py KINDS), for as long as it waits; the webhook configuration sends exactly those kinds."""
+(webhook/core/admission/workload.py KINDS), for as long as it waits; the webhook configuration sends exactly those kinds."""
 
 from __future__ import annotations
 
@@ -15,11 +15,11 @@ import pytest
 import yaml
 
 from builders import CATALOG_NODES, make_catalog, make_namespace, make_node, make_review
-from webhook.core.catalog import Catalog
-from webhook.core.inventory import Snapshot, build_snapshot
-from webhook.core.kueue import QUEUE_LABEL
-from webhook.core.review import Review, parse_review, review_request
-from webhook.core.workload import KINDS, EACH
+from webhook.core.catalog.model import Catalog
+from webhook.core.view.inventory import Snapshot, build_snapshot
+from webhook.core.admission.kueue import QUEUE_LABEL
+from webhook.core.admission.review import Review, parse_review, review_request
+from webhook.core.admission.workload import KINDS, EACH
 
 REPO = Path(__file__).resolve().parents[1]
 CATALOG = make_catalog()

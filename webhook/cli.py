@@ -23,9 +23,9 @@ from .serving import logs  # the standard library only
 
 if TYPE_CHECKING:
     from .cluster.query import Connection
-    from .core.catalog import Catalog
-    from .core.inventory import Snapshot
-    from .core.kueue import Tenant
+    from .core.catalog.model import Catalog
+    from .core.view.inventory import Snapshot
+    from .core.admission.kueue import Tenant
 
 OUTPUTS = ("table", "wide", "json")  # core.inventory_report.OUTPUTS, without importing PyYAML for label-node
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -171,7 +171,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "gpuclass") -> int:
     if args.command == "label-node":  # raises neither error below, and must not need PyYAML to catch them
         return cmd_label_node(args)
     from .cluster.loading import InputError
-    from .core.catalog import CatalogError
+    from .core.catalog.model import CatalogError
 
     try:
         return int(COMMANDS[args.command](args) or 0)
@@ -344,7 +344,7 @@ def _inventory(args: argparse.Namespace, catalog: Catalog) -> tuple[Snapshot, Co
 
 
 def cmd_inventory(args: argparse.Namespace) -> int:
-    from .core.inventory_report import build_report, render
+    from .core.reports.inventory_report import build_report, render
 
     catalog = _catalog(args)
     snapshot, _ = _inventory(args, catalog)
@@ -379,9 +379,9 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
 def _explain_file_pod(args: argparse.Namespace, pod: dict[str, Any], namespace: str, snapshot: Snapshot,
                       catalog: Catalog) -> int:
-    from .core.explain import explain_json, explain_text
-    from .core.inventory import placing_catalog
-    from .core.review import Request, review_pod
+    from .core.reports.explain import explain_json, explain_text
+    from .core.view.inventory import placing_catalog
+    from .core.admission.review import Request, review_pod
 
     review = admission_request(pod, namespace)
     req = Request(
@@ -401,7 +401,7 @@ def _explain_file_pod(args: argparse.Namespace, pod: dict[str, Any], namespace: 
 def _explain_existing(args: argparse.Namespace, name: str, catalog: Catalog) -> int:
     from .cluster.loading import InputError
     from .cluster.query import Refused, read_pod, read_snapshot
-    from .core.pod_report import build_pod_report, can_run_now, render_pod_json, render_pod_text
+    from .core.reports.pod_report import build_pod_report, can_run_now, render_pod_json, render_pod_text
 
     if args.nodes:
         raise InputError(f"{args.pod} is read from the cluster, with the cluster's inventory: drop --nodes")
@@ -422,8 +422,8 @@ def _explain_existing(args: argparse.Namespace, name: str, catalog: Catalog) -> 
 def _installed_catalog(connection: Connection, install_namespace: str | None, builtin: Catalog) -> Catalog:
     """The catalog and scheduler names the install's webhook runs with; the built-in ones, said so, if unreadable."""
     from .cluster.query import ClusterError, read_published
-    from .core.catalog import CatalogError
-    from .core.published import INSTALL_NAMESPACE, PUBLISHED_CONFIGMAP, catalog_of
+    from .core.catalog.model import CatalogError
+    from .core.published.public import INSTALL_NAMESPACE, PUBLISHED_CONFIGMAP, catalog_of
 
     install_namespace = install_namespace or INSTALL_NAMESPACE
     try:
@@ -437,7 +437,7 @@ def _installed_catalog(connection: Connection, install_namespace: str | None, bu
 def _one_node(connection: Connection, catalog: Catalog, node: str | None) -> Snapshot:
     """The inventory of the Pod's node alone; empty where there is none or the user may not get it."""
     from .cluster.query import ClusterError, read_node
-    from .core.inventory import Reduced, fixed_snapshot
+    from .core.view.inventory import Reduced, fixed_snapshot
 
     empty = fixed_snapshot(catalog, Reduced((), (), (), (), ()))
     if not node:
@@ -449,8 +449,8 @@ def _one_node(connection: Connection, catalog: Catalog, node: str | None) -> Sna
 
 
 def cmd_catalog(args: argparse.Namespace) -> int:
-    from .core.catalog import default_catalog_text
-    from .core.catalog_table import render_catalog_table
+    from .core.catalog.model import default_catalog_text
+    from .core.catalog.table import render_catalog_table
 
     if args.output == "table":
         sys.stdout.write(render_catalog_table(_catalog(args)))
@@ -466,7 +466,7 @@ def cmd_kueue(args: argparse.Namespace) -> int:
     import yaml
 
     from .cluster.loading import InputError
-    from .core.kueue import kueue_objects, supply_from_catalog, supply_from_snapshot
+    from .core.admission.kueue import kueue_objects, supply_from_catalog, supply_from_snapshot
 
     catalog = _catalog(args)
     tenants = _tenants(args.tenant, tuple(catalog.classes), args.cohort)
@@ -496,7 +496,7 @@ def _tenants(given: Sequence[str], classes: Sequence[str], root: str) -> tuple[T
     import re
 
     from .cluster.loading import InputError
-    from .core.kueue import Tenant, queue_name
+    from .core.admission.kueue import Tenant, queue_name
 
     dns_label = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
     if not dns_label.fullmatch(root):
@@ -562,7 +562,7 @@ def cmd_upgrader(args: argparse.Namespace) -> int:
     from .cluster.loading import InputError
     from .cluster.upgrader import Upgrader, UpgraderConfig
     from .cluster.watch import start_live_inventory
-    from .core.upgrade import UpgradeSettings
+    from .core.after_bind.upgrade import UpgradeSettings
     from .serving.metrics import UpgradeMetrics, serve_upgrade_metrics
 
     if min(args.moves_per_minute, args.in_flight_per_workload) < 1 or args.interval_seconds <= 0:

@@ -358,7 +358,7 @@ def measure_binds(bench: Bench, bursts: int, binds: int, per_arm: int) -> Scenar
         pending = []
         for name in names:
             pod = make_cluster_pod(0, None, 1)
-            # as gpu-class leaves the Pods it places: the watch judges each bind (core/fidelity.py)
+            # as gpu-class leaves the Pods it places: the watch judges each bind (core/reports/fidelity.py)
             pod["metadata"] = {"name": name, "annotations": {"gpu-class.io/class": "high", "gpu-class.io/types": "H100"}}
             pod["spec"]["schedulerName"] = UNSCHEDULED
             pending.append((f"/api/v1/namespaces/{namespace}/pods", pod))

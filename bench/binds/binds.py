@@ -1,4 +1,4 @@
-"""`python -m bench binds`: what judging each bind (webhook/core/fidelity.py) costs the watch, in-process.
+"""`python -m bench binds`: what judging each bind (webhook/core/reports/fidelity.py) costs the watch, in-process.
 
 A LiveInventory that is not started (no threads, no HTTP) holds a fleet of GPU nodes
 (bench/common/workload.py's mix, a bound GPU Pod on each) and 1,000 Pods gpu-class placed and not yet
@@ -27,9 +27,9 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from webhook.cluster.watch import HERALDS, LiveInventory, _events
-from webhook.core.catalog import Catalog, load_default_catalog
-from webhook.core.inventory import Snapshot, UnboundGpuPod
-from webhook.core.planner import plan
+from webhook.core.catalog.model import Catalog, load_default_catalog
+from webhook.core.view.inventory import Snapshot, UnboundGpuPod
+from webhook.core.admission.planner import plan
 from webhook.serving.metrics import InventoryMetrics
 
 from bench.common.noapi import NoApi

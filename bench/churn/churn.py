@@ -41,7 +41,7 @@ from bench.placement.placement_cluster import (
     parallel, run_stream, scheduler_metrics,
 )
 from bench.placement.placement_model import NodeSpec, Outcome, judge, make_fleet, merge
-from webhook.core.catalog import Catalog
+from webhook.core.catalog.model import Catalog
 
 sys.path.insert(0, str(REPO_ROOT / "tests" / "e2e"))
 import local_cluster  # noqa: E402  (tests/e2e is not a package)

@@ -25,7 +25,7 @@ from bench.common.scrape import read_counter, read_scheduler_times, read_value
 from bench.placement.placement_model import (
     BEST_NODES, CPU_NODE_CORES, GPU_NODES_IN_20, OTHER_GPU_NODES, NodeSpec, Verdicts, Workload,
 )
-from webhook.core.catalog import Catalog
+from webhook.core.catalog.model import Catalog
 
 ChangeKind = Literal["delete", "add", "move", "out", "in"]
 CHANGE_KINDS: tuple[ChangeKind, ...] = ("delete", "add", "move", "out", "in")

@@ -44,7 +44,7 @@ from kubernetes.client.exceptions import ApiException
 from bench.placement.placement import PATH_TITLE, PATHS, REPO_ROOT, SCHEDULER, Path_, read_catalog
 from bench.placement.placement_cluster import GPU_TAINT, cluster_state, drop_namespace, held_connections, make_namespace
 from bench.placement.placement_model import GPU, NodeState
-from webhook.core.catalog import Catalog
+from webhook.core.catalog.model import Catalog
 from bench.common.commit import measured_at
 from bench.common.sections import write_section
 

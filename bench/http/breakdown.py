@@ -42,11 +42,11 @@ def measure_steps(nodes_file: str) -> list[Step]:
     from webhook.serving import logs, metrics
     from webhook.cluster.source import StaticInventory
     from webhook.serving.app import create_app
-    from webhook.core.catalog import load_default_catalog
+    from webhook.core.catalog.model import load_default_catalog
     from webhook.serving.config import ServeConfig
     from webhook.cluster.loading import load_snapshot
-    from webhook.core.planner import plan
-    from webhook.core.review import build_response, encode_compact, load_json, parse_review, review_pod
+    from webhook.core.admission.planner import plan
+    from webhook.core.admission.review import build_response, encode_compact, load_json, parse_review, review_pod
 
     from bench.common.variant import create_baseline_app
 

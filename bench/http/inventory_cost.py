@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from webhook.core.catalog import load_default_catalog
-from webhook.core.inventory import build_snapshot
+from webhook.core.catalog.model import load_default_catalog
+from webhook.core.view.inventory import build_snapshot
 
 from bench.common.procs import REPO_ROOT
 from bench.common.workload import make_fleet

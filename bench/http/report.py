@@ -266,7 +266,7 @@ def render(r: Results) -> str:
     if r.snapshot or r.live:
         parts += ["", "## Building the inventory", ""]
         if r.snapshot:
-            parts.append(f"- `webhook.core.inventory.build_snapshot` over {r.snapshot.nodes:,} parsed Node objects: "
+            parts.append(f"- `webhook.core.view.inventory.build_snapshot` over {r.snapshot.nodes:,} parsed Node objects: "
                          f"{r.snapshot.build_snapshot_seconds * 1000:,.0f} ms ({r.snapshot.product_groups} product groups). "
                          "Reading the node file is the expensive part: see `master check` above.")
         if r.live:

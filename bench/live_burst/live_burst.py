@@ -88,7 +88,7 @@ def node_object(n: NodeSpec, stage: int, labels: dict[str, str] | None = None) -
 
 def event_cost_us(size: int, burst: int = 300, rounds: int = 3) -> float:
     """µs per node event through LiveInventory's own path (reduce, apply, publish), with `size` nodes."""
-    from webhook.core.catalog import load_default_catalog
+    from webhook.core.catalog.model import load_default_catalog
     from webhook.cluster.watch import LiveInventory
 
     catalog = load_default_catalog()
@@ -111,7 +111,7 @@ def pod_event_cost_us(size: int, pending: int, burst: int = 300, rounds: int = 3
     """µs per Pod event through LiveInventory's own path (reduce, apply, publish): `burst` GPU Pods
     created pending, then bound, on `size` nodes whose GPU nodes each hold a bound GPU Pod, with
     `pending` other GPU Pods waiting."""
-    from webhook.core.catalog import load_default_catalog
+    from webhook.core.catalog.model import load_default_catalog
     from webhook.cluster.watch import LiveInventory
 
     catalog = load_default_catalog()
@@ -157,7 +157,7 @@ def follow(kubeconfig: Path, want: dict[str, int], timeout_seconds: float) -> di
     """A worker: sync, say so, then poll until the view holds `want` ready nodes of each type."""
     import kubernetes
 
-    from webhook.core.catalog import load_default_catalog
+    from webhook.core.catalog.model import load_default_catalog
     from webhook.cluster.watch import LiveInventory, check_kube_config
 
     api = kubernetes.client.CoreV1Api(kubernetes.client.ApiClient(check_kube_config(str(kubeconfig))))

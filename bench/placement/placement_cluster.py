@@ -26,7 +26,7 @@ import kubernetes
 from kubernetes.client.exceptions import ApiException
 from kubernetes.watch.watch import iter_resp_lines
 
-from webhook.core.catalog import Catalog
+from webhook.core.catalog.model import Catalog
 
 from bench.common.scrape import read_scheduler_times
 from bench.placement.placement_model import GPU, POD_MEMORY_MIB, NodeSpec, NodeState, Outcome, Workload

@@ -36,8 +36,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Literal, Mapping, Sequence
 
-from webhook.core.catalog import Catalog
-from webhook.core.extender import PodNeeds, share_after, type_order
+from webhook.core.catalog.model import Catalog
+from webhook.core.scheduling.extender import PodNeeds, share_after, type_order
 
 GPU = "nvidia.com/gpu"
 # The built-in catalog's classes, one per strategy.

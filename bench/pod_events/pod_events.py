@@ -84,7 +84,7 @@ def event_lines(kind: str, count: int, first_rv: int) -> list[bytes]:
 def inventory_holding(held: int) -> Any:
     """A LiveInventory, not started, with `held` GPU Pods bound and the gpu events' Pod (their uids are what
     the check looks up)."""
-    from webhook.core.catalog import load_default_catalog
+    from webhook.core.catalog.model import load_default_catalog
     from webhook.cluster.watch import LiveInventory
 
     api: Any = NoApi()  # stands in for the kubernetes client's CoreV1Api

@@ -8,7 +8,7 @@ the Pods on A100 of one ReplicaSet in four opted in (gpu-class.io/upgrade: "true
 - room: 4 GPUs free on one H100 node in ten (some Pods can move; the pass judges every candidate).
 
 A pass is what webhook/cluster/upgrader.py does: decode the list of unfinished Pods, decode the Node list it
-reads labels from (as metadata only), keep the Pods that opted in or are in a group, read each one's state (webhook.core.upgrade.read_pod_state) and decide (decide_moves) on the
+reads labels from (as metadata only), keep the Pods that opted in or are in a group, read each one's state (webhook.core.after_bind.upgrade.read_pod_state) and decide (decide_moves) on the
 webhook's own inventory snapshot. The API is not called: the bytes it would send are made once and decoded each
 pass, so the figures are the upgrader's CPU, not the API server's. Reported per layout and size: CPU ms of each
 stage (time.process_time, mean of the rounds) and the bytes read.
@@ -28,8 +28,8 @@ from typing import Any, Callable
 
 from webhook.cluster.upgrader import may_move
 from webhook.cluster.watch import HERALDS, LiveInventory
-from webhook.core.catalog import Catalog, load_default_catalog
-from webhook.core.upgrade import History, Owner, UpgradeSettings, decide_moves, read_pod_state
+from webhook.core.catalog.model import Catalog, load_default_catalog
+from webhook.core.after_bind.upgrade import History, Owner, UpgradeSettings, decide_moves, read_pod_state
 
 from bench.common.noapi import NoApi
 from bench.common.sections import write_section

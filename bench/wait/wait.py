@@ -45,7 +45,7 @@ from bench.wait.wait_model import (
     EVENTS, FLUSH_EVENT, Arm, ArmRun, Cost, Counters, EventCost, EventKind, Setting, arm_order, cost_between,
     is_busy_loop, read_counters, render,
 )
-from webhook.core.catalog import Catalog
+from webhook.core.catalog.model import Catalog
 
 sys.path.insert(0, str(REPO_ROOT / "tests" / "e2e"))
 import local_cluster  # noqa: E402  (tests/e2e is not a package)

@@ -19,7 +19,7 @@ import pytest
 import local_cluster
 from kubeobjects import make_pod, read_pod, wait_bound, wait_for
 from webhook.cluster.publish import write_published
-from webhook.core.published import PUBLISHED_CONFIGMAP
+from webhook.core.published.public import PUBLISHED_CONFIGMAP
 
 TENANT = "tenant"
 TYPES = "gpu-class.io/types"

@@ -25,8 +25,8 @@ import local_cluster
 from bench.placement.placement import read_catalog
 from bench.placement.placement_cluster import cluster_state
 from bench.placement.placement_model import NodeState
-from webhook.core.catalog import Catalog
-from webhook.core.extender import share_after
+from webhook.core.catalog.model import Catalog
+from webhook.core.scheduling.extender import share_after
 from kubeobjects import (create_node, delete_nodes, force_delete_pods, make_namespace, make_pod, wait_bound, wait_for,
                          webhook_metrics)
 

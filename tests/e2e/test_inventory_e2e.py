@@ -14,7 +14,7 @@ from kubeobjects import (
     TYPES, create_node, delete_nodes, dry_run_create, expired_restarts, make_pod, set_node_status, wait_for,
 )
 from webhook.cluster import watch
-from webhook.core.catalog import load_default_catalog
+from webhook.core.catalog.model import load_default_catalog
 
 L4_LABELS = {"nvidia.com/gpu.product": "NVIDIA-L4", "nvidia.com/gpu.memory": "23034", "nvidia.com/gpu.count": "4"}
 NODE = "e2e-live-l4"
@@ -90,7 +90,7 @@ def test_compaction_and_api_server_restart_force_a_relist(cluster: local_cluster
 
 def test_the_pod_watch_skips_the_real_api_servers_cpu_pod_events_undecoded(
         core: kubernetes.client.CoreV1Api, plain_namespace: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The raw-line check (webhook/core/pod_lines.py) knows the head the API server writes: a CPU Pod's events
+    """The raw-line check (webhook/core/view/pod_lines.py) knows the head the API server writes: a CPU Pod's events
     are skipped undecoded, a GPU Pod's are read and counted, and a held Pod's deletion forgets it."""
     decoded = record_decoded_lines(monkeypatch)
     inventory = watch.LiveInventory(load_default_catalog(), core).start()

@@ -1,7 +1,7 @@
 """The node labeller's I/O (``gpuclass label-node``): the manual ``kubectl label nodes <node> gpu-type=<model>``
 done by a DaemonSet on clusters without GPU Feature Discovery.
 
-What the labels are and when they change is decided in ``webhook.core.labels`` (pure); this module runs
+What the labels are and when they change is decided in ``webhook.core.labeller.labels`` (pure); this module runs
 ``nvidia-smi`` (``run_nvidia_smi``, a subprocess with a timeout), reads and patches the Node
 (``label_node_once``), repeats that with backoff (``run_label_node``) and is what the CLI calls
 (``main_label_node``). The command line itself is ``webhook.cli``'s: there is one parser.
@@ -27,14 +27,14 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final, Literal, TextIO
 
-from ..core.labels import (
+from ..core.labeller.labels import (
     NodeLabelPatch,
     build_desired_labels,
     build_full_label_patch,
     build_label_patch,
     summarise_gpus,
 )
-from ..core.nvidia_smi import (
+from ..core.labeller.nvidia_smi import (
     FALLBACK_QUERY_COMMAND,
     QUERY_COMMAND,
     Gpu,

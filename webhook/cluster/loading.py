@@ -8,8 +8,8 @@ from typing import Any
 
 import yaml
 
-from ..core.catalog import Catalog
-from ..core.inventory import Reduced, Snapshot, fixed_snapshot, reduce_objects
+from ..core.catalog.model import Catalog
+from ..core.view.inventory import Reduced, Snapshot, fixed_snapshot, reduce_objects
 
 
 # libyaml's loader when PyYAML has it: 5,000 Nodes take seconds instead of a minute

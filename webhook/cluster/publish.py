@@ -1,11 +1,11 @@
-"""Writing the install's published settings (core/published.py) to the API server, and reading them back.
+"""Writing the install's published settings (core/published/public.py) to the API server, and reading them back.
 
 Each webhook worker writes the ConfigMap once at start, on a thread of its own, retrying with capped
 backoff until it holds the worker's data: the API server may not be reachable yet, and serving never
 waits on it. It writes only when the data differs, so the workers and replicas of one release
 write it once between them; during a rollout the new release's workers write last.
 
-Each worker also keeps the tenant boundary's table (core/boundary.py) current, in a ConfigMap of
+Each worker also keeps the tenant boundary's table (core/published/boundary.py) current, in a ConfigMap of
 its own: unlike the settings it follows the live view, so it is checked again every few seconds.
 """
 
@@ -21,8 +21,8 @@ import kubernetes
 import urllib3
 from kubernetes.client.exceptions import ApiException
 
-from ..core.boundary import BOUNDARY_CONFIGMAP, BoundaryError
-from ..core.published import PUBLISHED_CONFIGMAP
+from ..core.published.boundary import BOUNDARY_CONFIGMAP, BoundaryError
+from ..core.published.public import PUBLISHED_CONFIGMAP
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +96,7 @@ BOUNDARY_REREAD_SECONDS = 30.0
 def keep_boundary(api: kubernetes.client.CoreV1Api, namespace: str, data_of: Callable[[], dict[str, str]],
                   stop: threading.Event, check_seconds: float = BOUNDARY_CHECK_SECONDS,
                   reread_seconds: float = BOUNDARY_REREAD_SECONDS, write: Callable[..., bool] = write_published) -> None:
-    """Keep the boundary policy's table (core/boundary.py) equal to what this worker decides with.
+    """Keep the boundary policy's table (core/published/boundary.py) equal to what this worker decides with.
 
     The table follows the live view (a node of a product no type claims, a DRA node by its hostname),
     so it is worked out again every `check_seconds` and written when it changed. A worker whose view

@@ -20,9 +20,9 @@ import kubernetes
 import urllib3
 from kubernetes.client.exceptions import ApiException
 
-from ..core.catalog import Catalog
-from ..core.inventory import Snapshot, fixed_snapshot, reduce_objects
-from ..core.published import PUBLISHED_CONFIGMAP
+from ..core.catalog.model import Catalog
+from ..core.view.inventory import Snapshot, fixed_snapshot, reduce_objects
+from ..core.published.public import PUBLISHED_CONFIGMAP
 from .loading import InputError
 from .watch import SERVICE_ACCOUNT_TOKEN, LiveInventory, check_kube_config
 
@@ -175,7 +175,7 @@ def read_pod(api: kubernetes.client.CoreV1Api, namespace: str, name: str) -> dic
 
 
 def read_published(api: kubernetes.client.CoreV1Api, namespace: str) -> dict[str, Any]:
-    """The data of the install's published settings (core/published.py), which every signed-in user may read."""
+    """The data of the install's published settings (core/published/public.py), which every signed-in user may read."""
     configmap = _read_object(api, "configmap", f"{namespace}/{PUBLISHED_CONFIGMAP}",
                              functools.partial(api.read_namespaced_config_map, PUBLISHED_CONFIGMAP, namespace),
                              f": no gpu-class webhook runs in {namespace} (give --install-namespace)")

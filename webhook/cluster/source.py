@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
-from ..core.catalog import Catalog
-from ..core.inventory import Snapshot
-from ..core.planner import NamespacePolicy
+from ..core.catalog.model import Catalog
+from ..core.view.inventory import Snapshot
+from ..core.admission.planner import NamespacePolicy
 from .loading import InputError, load_snapshot_in_child
 
 if TYPE_CHECKING:
@@ -100,14 +100,14 @@ def _core_api(kubeconfig: str | None) -> Any:
 
 
 def start_publishing(kubeconfig: str | None, namespace: str, data: dict[str, str]) -> None:
-    """Write the install's published settings (core/published.py) in `namespace`, on a thread of their own."""
+    """Write the install's published settings (core/published/public.py) in `namespace`, on a thread of their own."""
     from . import publish
 
     publish.start_publishing(_core_api(kubeconfig), namespace, data)
 
 
 def start_keeping_boundary(kubeconfig: str | None, namespace: str, boundary_of: Callable[[], dict[str, str]]) -> None:
-    """Keep the tenant boundary's table (core/boundary.py) in `namespace` as `boundary_of` works it out."""
+    """Keep the tenant boundary's table (core/published/boundary.py) in `namespace` as `boundary_of` works it out."""
     from . import publish
 
     publish.start_keeping_boundary(_core_api(kubeconfig), namespace, boundary_of)

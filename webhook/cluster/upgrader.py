@@ -1,6 +1,6 @@
 """The upgrader's I/O (`gpuclass upgrader`): leader election, reading Pods and their owners, evictions, Events.
 
-What to move is decided in webhook.core.upgrade (pure). This module runs one pass every
+What to move is decided in webhook.core.after_bind.upgrade (pure). This module runs one pass every
 `interval_seconds` while it holds the Lease:
 
 1. the inventory snapshot the webhook's own watch keeps (watch.LiveInventory: Nodes, GPU Pods,
@@ -31,10 +31,10 @@ from typing import Any, Callable, Mapping, Protocol, Sequence
 import kubernetes
 from kubernetes.client.exceptions import ApiException
 
-from ..core.catalog import Catalog
-from ..core.inventory import Snapshot, pod_group
-from ..core.lease import held_spec, may_hold, micro_time
-from ..core.upgrade import (
+from ..core.catalog.model import Catalog
+from ..core.view.inventory import Snapshot, pod_group
+from ..core.after_bind.lease import held_spec, may_hold, micro_time
+from ..core.after_bind.upgrade import (
     Eviction, Held, History, Move, Owner, PodState, UpgradeDecision, UpgradeSettings, controller_ref, decide_moves,
     disruptions_allowed, is_opted_in, is_recreating_ref, job_recreates, read_pod_state, ref_group, with_refused,
 )

@@ -20,7 +20,7 @@ What real API servers do, and what the reflector does about it:
 - `410 Gone` (as an ERROR event or a status): the history is compacted, list again;
 - BOOKMARK events: only a newer resourceVersion to resume from;
 - Pod events that cannot change the GPU view (no resource of the catalog, a Pod the view does not hold)
-  are told apart on the raw line and never decoded (core/pod_lines.py); only their resourceVersion is kept;
+  are told apart on the raw line and never decoded (core/view/pod_lines.py); only their resourceVersion is kept;
 - unreachable or failing (at start or for minutes): retry with capped, jittered backoff, forever,
   serving meanwhile from the last known inventory; an answer that says when to ask again (Retry-After, as
   the 429 of a watch cache that is starting after an API server restart) is asked again then;
@@ -50,17 +50,17 @@ import kubernetes
 import urllib3
 from kubernetes.client.exceptions import ApiException
 
-from ..core.catalog import Catalog, GpuType
+from ..core.catalog.model import Catalog, GpuType
 from .loading import InputError
-from ..core.dra import (
+from ..core.view.dra import (
     DeviceClassInfo, DeviceId, DeviceProblem, SliceInfo, claim_from_object, device_class_from_object,
     extended_resource_claim, slice_from_object,
 )
-from ..core.planner import NamespacePolicy, UnreadNamespace
-from ..core.pod_lines import resource_needles, skipped_pod_event
-from ..core.pools import NODEPOOL_API, pools_from_object
-from ..core.review import load_json
-from ..core.inventory import (
+from ..core.admission.planner import NamespacePolicy, UnreadNamespace
+from ..core.view.pod_lines import resource_needles, skipped_pod_event
+from ..core.view.pools import NODEPOOL_API, pools_from_object
+from ..core.admission.review import load_json
+from ..core.view.inventory import (
     GroupName, InventoryState, NamespaceInfo, NodeInfo, Pool, Snapshot, UnboundGpuPod, namespace_info_from_object,
     node_info_from_object, pod_gpu_requests, pod_group, unbound_gpu_pod,
 )

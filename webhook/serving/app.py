@@ -12,8 +12,8 @@ from werkzeug.http import HTTP_STATUS_CODES
 from werkzeug.wrappers import Request as WerkzeugRequest
 
 from ..cluster.source import InventorySource
-from ..core.catalog import Catalog
-from ..core.review import (
+from ..core.catalog.model import Catalog
+from ..core.admission.review import (
     BadReview, Review, build_response, encode_compact, parse_review, request_namespace, review_request,
 )
 from . import logs

@@ -49,7 +49,7 @@ class ServeConfig:
     stock_schedulers: tuple[str, ...] = ()  # strict schedulers that run the stock kube-scheduler binary
     nodes_files: tuple[str, ...] = ()  # empty: watch the cluster
     kubeconfig: str | None = None  # None: in-cluster service account
-    # where to publish the catalog and scheduler names for gpuclass explain (core/published.py); None: nowhere
+    # where to publish the catalog and scheduler names for gpuclass explain (core/published/public.py); None: nowhere
     publish_namespace: str | None = None
     workers: int = 2
     threads: int = 1  # measured: one thread per worker has the best tail latency (bench/RESULTS.md)

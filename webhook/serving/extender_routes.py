@@ -20,8 +20,8 @@ from typing import Any, Callable, Mapping
 from flask import Flask, Response, request
 
 from ..cluster.source import InventorySource
-from ..core.catalog import Catalog
-from ..core.extender import (
+from ..core.catalog.model import Catalog
+from ..core.scheduling.extender import (
     Assumed,
     BadExtenderArgs,
     ExtenderArgs,

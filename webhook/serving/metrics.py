@@ -11,7 +11,7 @@ placements by class and outcome): a series that first appears
 with its first increment hides that increment from rate() and increase(). In multiprocess mode
 creating the child writes its 0 to the worker's file, so /metrics shows it from the first scrape.
 
-Placements (core/fidelity.py) are judged from the watch, and every worker watches: each sees every
+Placements (core/reports/fidelity.py) are judged from the watch, and every worker watches: each sees every
 bind. One worker counts them, the one that holds an exclusive lock (flock) on a file in the
 multiprocess directory; the kernel releases it when that worker exits, and the next worker to see a
 bind takes it. So each bind is counted once, except the few a worker change falls between: binds
@@ -34,13 +34,13 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client import multiprocess
 from prometheus_client import CONTENT_TYPE_LATEST, start_http_server
 
-from ..core.catalog import Catalog
-from ..core.fidelity import PLACEMENT_OUTCOMES, judge_bind, pending_by_class, waiting_by_class
-from ..core.groups import GroupOutcome
-from ..core.inventory import Snapshot, UnboundGpuPod
-from ..core.planner import Outcome
-from ..core.review import Review
-from ..core.upgrade import HELD_REASONS, Held, Move
+from ..core.catalog.model import Catalog
+from ..core.reports.fidelity import PLACEMENT_OUTCOMES, judge_bind, pending_by_class, waiting_by_class
+from ..core.admission.groups import GroupOutcome
+from ..core.view.inventory import Snapshot, UnboundGpuPod
+from ..core.admission.planner import Outcome
+from ..core.admission.review import Review
+from ..core.after_bind.upgrade import HELD_REASONS, Held, Move
 from . import logs
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST

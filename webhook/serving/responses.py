@@ -6,7 +6,7 @@ from typing import Any
 
 from flask import Response
 
-from ..core.review import encode_compact
+from ..core.admission.review import encode_compact
 
 
 def json_response(body: Any, status: int = 200) -> Response:

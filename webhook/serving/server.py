@@ -25,10 +25,10 @@ from ..cluster.source import (
     InputError, InventorySource, StaticInventory, check_live_config, read_file_snapshot, start_keeping_boundary,
     start_live_inventory, start_publishing,
 )
-from ..core.catalog import Catalog, default_catalog_text, load_catalog_text
-from ..core.boundary import BoundaryError, BoundaryTable, boundary_data
-from ..core.published import published_data
-from ..core.inventory import Snapshot
+from ..core.catalog.model import Catalog, default_catalog_text, load_catalog_text
+from ..core.published.boundary import BoundaryError, BoundaryTable, boundary_data
+from ..core.published.public import published_data
+from ..core.view.inventory import Snapshot
 from . import logs
 from .app import create_app
 from .balance import BalancedThreadWorker, ConnectionTable

@@ -16,11 +16,11 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Iterable, Literal, Mapping, TypedDict
 
-from .catalog import Catalog
-from .extender import PodNeeds, judge_node
+from ..catalog.model import Catalog
+from ..scheduling.extender import PodNeeds, judge_node
 from .fidelity import placed_pending
-from .inventory import NodeInfo, Snapshot, placing_catalog
-from .planner import class_fit
+from ..view.inventory import NodeInfo, Snapshot, placing_catalog
+from ..admission.planner import class_fit
 
 Output = Literal["table", "wide", "json"]
 OUTPUTS: tuple[Output, ...] = ("table", "wide", "json")

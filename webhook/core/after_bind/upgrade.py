@@ -30,11 +30,11 @@ from collections import defaultdict
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Literal, Mapping, Sequence
 
-from .affinity import required_terms
-from .ask import EXCLUDE_ANNOTATION, UPGRADE_ANNOTATION
-from .catalog import Catalog
-from .extender import PodNeeds, PodProblem, ordering_for, pod_offer, read_pod, type_order
-from .inventory import (
+from ..view.affinity import required_terms
+from ..admission.ask import EXCLUDE_ANNOTATION, UPGRADE_ANNOTATION
+from ..catalog.model import Catalog
+from ..scheduling.extender import PodNeeds, PodProblem, ordering_for, pod_offer, read_pod, type_order
+from ..view.inventory import (
     GroupName, Offer, Snapshot, enforced_types, pod_group, split_types, timestamp_seconds, tolerates_all,
 )
 

@@ -18,12 +18,12 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Mapping, Sequence, TypeVar
 
-from .affinity import NodeTerm as NodeTerm  # provenance.py and the tests read it from here
-from .affinity import Constraint, node_term
-from .catalog import PRECISIONS, WAIT_FORMS, Catalog, Need, parse_compute_capability, parse_wait
-from .dra import HOSTNAME_LABEL
-from .inventory import CLASS_ANNOTATION, GROUP_LABEL, MAX_WAIT_ANNOTATION, TYPES_ANNOTATION, parse_gpu_count
-from .quantity import quantity_mib
+from ..view.affinity import NodeTerm as NodeTerm  # provenance.py and the tests read it from here
+from ..view.affinity import Constraint, node_term
+from ..catalog.model import PRECISIONS, WAIT_FORMS, Catalog, Need, parse_compute_capability, parse_wait
+from ..view.dra import HOSTNAME_LABEL
+from ..view.inventory import CLASS_ANNOTATION, GROUP_LABEL, MAX_WAIT_ANNOTATION, TYPES_ANNOTATION, parse_gpu_count
+from ..catalog.quantity import quantity_mib
 
 PREFIX = "gpu-class.io/"
 COUNT_ANNOTATION = PREFIX + "count"

@@ -14,13 +14,13 @@ import json
 from collections import Counter
 from typing import Any, Literal, Mapping, Sequence, TypedDict
 
-from .catalog import Catalog, parse_wait
+from ..catalog.model import Catalog, parse_wait
 from .explain import scheduler_guarantee
-from .extender import PodNeeds, PodProblem, judge_node, read_pod
-from .groups import RunsOn, runs_on
-from .inventory import MAX_WAIT_ANNOTATION, TERMINAL_PHASES, Snapshot, pod_gpus, pod_group, timestamp_seconds
-from .planner import CLASS_ANNOTATION
-from .upgrade import upgrade_outlook
+from ..scheduling.extender import PodNeeds, PodProblem, judge_node, read_pod
+from ..admission.groups import RunsOn, runs_on
+from ..view.inventory import MAX_WAIT_ANNOTATION, TERMINAL_PHASES, Snapshot, pod_gpus, pod_group, timestamp_seconds
+from ..admission.planner import CLASS_ANNOTATION
+from ..after_bind.upgrade import upgrade_outlook
 
 GPU_CLASS_PREFIX = "gpu-class: "
 

@@ -28,8 +28,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .catalog import Catalog, GpuType, LabelType, attribute_text, parse_compute_capability, qualified_attribute
-from .quantity import quantity_mib
+from ..catalog.model import Catalog, GpuType, LabelType, attribute_text, parse_compute_capability, qualified_attribute
+from ..catalog.quantity import quantity_mib
 
 DeviceId = tuple[str, str, str]  # (driver, pool, device name), as a claim's allocation names a device
 PoolId = tuple[str, str]  # (driver, pool name)
@@ -95,7 +95,7 @@ class DraView:
     problems: tuple[DeviceProblem, ...] = ()
     claims_read: bool = True  # False: devices taken by claims are not known (counted from Pods instead)
     # DeviceClasses whose selectors pin them to a driver no GPU type names (a NIC's, a ComputeDomain
-    # channel's): the only ones a tenant bounded to classes may claim devices of (core/boundary.py)
+    # channel's): the only ones a tenant bounded to classes may claim devices of (core/published/boundary.py)
     other_device_classes: tuple[str, ...] = ()
 
 

@@ -26,9 +26,9 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from .ask import GroupAsk
-from .catalog import Catalog, GpuClass
-from .dra import HOSTNAME_LABEL
-from .inventory import GROUP_LABEL, GroupName, NodeInfo, Offer, ProductGroup, Snapshot
+from ..catalog.model import Catalog, GpuClass
+from ..view.dra import HOSTNAME_LABEL
+from ..view.inventory import GROUP_LABEL, GroupName, NodeInfo, Offer, ProductGroup, Snapshot
 
 GroupOutcome = Literal["started", "followed", "no-room", "refused", "unplaced"]
 

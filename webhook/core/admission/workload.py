@@ -21,8 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterator, Mapping
 
-from .catalog import Catalog
-from .inventory import Snapshot
+from ..catalog.model import Catalog
+from ..view.inventory import Snapshot
 from .kueue import QUEUE_LABEL
 from .patch import PatchOp, build_patch, escape
 from .planner import Decision, NamespacePolicy, plan

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterable, Sequence
 
-from .catalog import Catalog
+from ..catalog.model import Catalog
 from .dra import HOSTNAME_LABEL
 
 # A required node affinity term as far as it names label values: its (key, values) `In` expressions, ANDed

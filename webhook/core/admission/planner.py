@@ -13,15 +13,15 @@ import functools
 from dataclasses import dataclass
 from typing import Any, Callable, Literal, Mapping, Sequence
 
-from .affinity import first_outside, named, resource_sets
+from ..view.affinity import first_outside, named, resource_sets
 from .ask import EXCLUDE_ANNOTATION as EXCLUDE_ANNOTATION  # e2e tests import it from here
 from .ask import POD_ANNOTATIONS, PREFIX, GroupAsk, Malformed, MalformedPod, PodAsk, Tolerations, quoted, read_pod
-from .catalog import Catalog, GpuClass, Need, Strategy, fastest_first, profile_suffix
+from ..catalog.model import Catalog, GpuClass, Need, Strategy, fastest_first, profile_suffix
 from .groups import ClassOffer, GroupOutcome, GroupPlan, GroupScope, decide_group
-from .inventory import CLASS_ANNOTATION as CLASS_ANNOTATION  # the inventory reads both of unbound Pods too
-from .inventory import TYPES_ANNOTATION as TYPES_ANNOTATION
-from .inventory import MAX_WAIT_ANNOTATION
-from .inventory import (
+from ..view.inventory import CLASS_ANNOTATION as CLASS_ANNOTATION  # the inventory reads both of unbound Pods too
+from ..view.inventory import TYPES_ANNOTATION as TYPES_ANNOTATION
+from ..view.inventory import MAX_WAIT_ANNOTATION
+from ..view.inventory import (
     ALLOWED_CLASSES_ANNOTATION, GIB_MIB, NamespaceInfo, Pool, ProductGroup, Snapshot, Taint, placing_catalog,
     split_types, tolerates_all,
 )

@@ -1,6 +1,6 @@
 """Node labels from a node's GPUs (pure): what ``gpuclass label-node`` writes, and the patch to get there.
 
-GPUs from ``webhook.core.nvidia_smi`` -> ``summarise_gpus`` -> ``build_desired_labels`` -> ``build_label_patch``
+GPUs from ``webhook.core.labeller.nvidia_smi`` -> ``summarise_gpus`` -> ``build_desired_labels`` -> ``build_label_patch``
 (a JSON merge patch holding only the labeller's keys, or None when the node already carries the right values).
 Running nvidia-smi and patching the Node is ``webhook.cluster.labeller``'s.
 

@@ -29,7 +29,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from immutables import Map
 
 from .affinity import Hosts, NodeTerm, keeps_within, no_hosts, required_terms, resource_sets
-from .catalog import Catalog, GpuType, LabelType, parse_wait
+from ..catalog.model import Catalog, GpuType, LabelType, parse_wait
 from .dra import (
     HOSTNAME_LABEL, DeviceClassInfo, DeviceId, DeviceProblem, DraState, DraView, SliceInfo, claim_from_object,
     device_class_from_object, group_problems, node_devices, slice_from_object,

@@ -19,11 +19,11 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Iterable, Literal, Mapping, Sequence, TypedDict
 
-from .catalog import Catalog
-from .inventory import (
+from ..catalog.model import Catalog
+from ..view.inventory import (
     NodeInfo, Offer, Snapshot, UnboundGpuPod, node_info_from_object, placing_catalog, pod_gpus, split_types,
 )
-from .planner import CLASS_ANNOTATION, TYPES_ANNOTATION, weights_for
+from ..admission.planner import CLASS_ANNOTATION, TYPES_ANNOTATION, weights_for
 
 MIN_EXTENDER_PRIORITY = 0
 MAX_EXTENDER_PRIORITY = 10  # extenderv1.MaxExtenderPriority; the scheduler multiplies by weight * 10

@@ -26,8 +26,8 @@ import re
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
-from .catalog import Catalog, is_glob
-from .inventory import Snapshot, placing_catalog
+from ..catalog.model import Catalog, is_glob
+from ..view.inventory import Snapshot, placing_catalog
 
 BOUNDARY_CONFIGMAP = "gpu-class-boundary"
 RESOURCES_KEY = "resources"  # `,nvidia.com/gpu,amd.com/gpu,...,`: what counts as asking for a GPU

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from .catalog import Catalog
+from ..catalog.model import Catalog
 from .inventory import NodeDevices, Pool, parse_gpu_count, split_taints
 
 NODEPOOL_API = "karpenter.sh/v1"

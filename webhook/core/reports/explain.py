@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from typing import Any, Mapping
 
-from .catalog import STRICT_SCHEDULER, Catalog
-from .groups import GroupPlan
-from .review import Review
+from ..catalog.model import STRICT_SCHEDULER, Catalog
+from ..admission.groups import GroupPlan
+from ..admission.review import Review
 
 def guarantee(pod: Mapping[str, Any], result: Review, catalog: Catalog) -> tuple[str, str]:
     """Which promise the placement gets: ("strict" | "preferred" | "none", why)."""

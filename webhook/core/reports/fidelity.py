@@ -26,10 +26,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, get_args
 
-from .catalog import Catalog
-from .extender import PodNeeds, ordering_for, pod_offer, share_after, type_order
-from .groups import GroupScope, runs_on
-from .inventory import Offer, ProductGroup, Snapshot, UnboundGpuPod, placing_catalog
+from ..catalog.model import Catalog
+from ..scheduling.extender import PodNeeds, ordering_for, pod_offer, share_after, type_order
+from ..admission.groups import GroupScope, runs_on
+from ..view.inventory import Offer, ProductGroup, Snapshot, UnboundGpuPod, placing_catalog
 
 PlacementOutcome = Literal["best", "fallback", "broken"]
 PLACEMENT_OUTCOMES: tuple[PlacementOutcome, ...] = get_args(PlacementOutcome)

@@ -15,8 +15,8 @@ from typing import Any, Mapping, NotRequired, TypedDict
 import orjson
 
 from .ask import MIRROR_ANNOTATION
-from .catalog import Catalog
-from .inventory import Snapshot
+from ..catalog.model import Catalog
+from ..view.inventory import Snapshot
 from .patch import PatchOp, build_patch, build_unplaced_patch, escape
 from .planner import TYPES_ANNOTATION, Decision, NamespacePolicy, plan
 from .workload import plan_workload, workload_kind

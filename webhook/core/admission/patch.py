@@ -12,7 +12,7 @@ import copy
 from typing import Any, Mapping, NotRequired, Sequence, TypedDict
 
 from .planner import CLASS_ANNOTATION, TYPES_ANNOTATION, Placement
-from .inventory import GROUP_LABEL, MAX_WAIT_ANNOTATION, Taint, tolerates
+from ..view.inventory import GROUP_LABEL, MAX_WAIT_ANNOTATION, Taint, tolerates
 
 
 class PatchOp(TypedDict):

@@ -23,9 +23,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from .affinity import Hosts, NodeTerm, ResourceSets, keeps_within as keeps_types_within, no_hosts, resource_sets
+from ..view.affinity import Hosts, NodeTerm, ResourceSets, keeps_within as keeps_types_within, no_hosts, resource_sets
 from .ask import Malformed, PodAsk
-from .catalog import Catalog, GpuClass
+from ..catalog.model import Catalog, GpuClass
 
 Provenance = Literal["decide", "decided-with-workload", "decided-at-an-earlier-call"]
 

@@ -559,7 +559,7 @@ def load_catalog_file(path: str) -> Catalog:
 
 
 def default_catalog_text() -> str:
-    return resources.files(__package__ or "webhook.core").joinpath("catalog.yaml").read_text(encoding="utf-8")
+    return resources.files(__package__ or "webhook.core.catalog").joinpath("catalog.yaml").read_text(encoding="utf-8")
 
 
 def load_default_catalog() -> Catalog:

@@ -18,8 +18,8 @@ from typing import Any, Mapping, Sequence
 
 from .ask import PODSET_LABEL as PODSET_LABEL  # read on the Pod by ask.py; tests and docs find it here
 from .ask import Gpus, Malformed, PodAsk
-from .catalog import Catalog, GpuClass
-from .inventory import TYPES_ANNOTATION, Snapshot, split_types
+from ..catalog.model import Catalog, GpuClass
+from ..view.inventory import TYPES_ANNOTATION, Snapshot, split_types
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"  # on a workload (a Job) or a plain Pod Kueue queues
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .catalog import PRECISIONS, Catalog, GpuClass, Need, capability_text, fastest_first
+from .model import PRECISIONS, Catalog, GpuClass, Need, capability_text, fastest_first
 
 
 def _number(value: float | None) -> str:
