@@ -10,8 +10,9 @@ import kubernetes_validate
 import yaml
 
 from webhook.core.view.affinity import NodeTerm
-from webhook.core.catalog.model import Catalog, load_catalog_text
-from webhook.core.view.inventory import UnboundGpuPod
+from webhook.core.catalog.loading import load_catalog_text
+from webhook.core.catalog.model import Catalog
+from webhook.core.view.pods import UnboundGpuPod
 
 # the oldest Kubernetes minor still supported upstream when this was written; schemas ship with kubernetes-validate
 K8S_VERSION = "1.35"
@@ -341,7 +342,7 @@ def make_bare_node(name: str, *, labels: Mapping[str, str] | None = None, ready:
 
 def record_decoded_lines(monkeypatch: Any) -> list[bytes]:
     """Every watch line the live inventory decodes from now on (its lines skipped undecoded are not)."""
-    from webhook.cluster import watch
+    from webhook.cluster import reflector as watch
 
     decoded: list[bytes] = []
     parse = watch._parse

@@ -4,12 +4,14 @@ A broken contract fails here with import-linter's own report of the offending im
 
 from __future__ import annotations
 
+import ast
 import configparser
 import pkgutil
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -83,3 +85,36 @@ def test_core_rooms_name_every_subpackage_and_nothing_lies_loose() -> None:
     rooms = {m.name for m in entries}
     layers = {name.strip() for line in listed(contract("core-rooms"), "layers") for name in line.split("|")}
     assert rooms == layers, f"webhook/core/ holds {sorted(rooms)}; the core-rooms contract names {sorted(layers)}"
+
+
+# The sizes a reader can hold in mind: a function on one screen, a class read in one sitting, and in the decision
+# path (what a Pod's admission reads) no module a reader must page through.
+MAX_FUNCTION_LINES = 60
+MAX_CLASS_LINES = 250
+MAX_DECISION_MODULE_LINES = 400
+DECISION_PATH = ("webhook/core/catalog", "webhook/core/view", "webhook/core/admission")
+
+
+def _definitions(path: Path) -> Iterator[tuple[str, int, int]]:
+    """(kind, first line, lines) of each function and class in `path`, nested ones included."""
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            assert node.end_lineno is not None
+            yield ("class" if isinstance(node, ast.ClassDef) else "function"), node.lineno, node.end_lineno - node.lineno + 1
+
+
+def test_no_function_or_class_outgrows_a_reading() -> None:
+    over = []
+    for path in sorted((REPO / "webhook").rglob("*.py")):
+        for kind, line, size in _definitions(path):
+            limit = MAX_CLASS_LINES if kind == "class" else MAX_FUNCTION_LINES
+            if size > limit:
+                over.append(f"{path.relative_to(REPO)}:{line}: a {kind} of {size} lines (at most {limit})")
+    assert not over, "split by what each part does:\n" + "\n".join(over)
+
+
+def test_no_module_of_the_decision_path_outgrows_a_reading() -> None:
+    over = [f"{path.relative_to(REPO)}: {lines} lines" for room in DECISION_PATH
+            for path in sorted((REPO / room).rglob("*.py"))
+            if (lines := len(path.read_text().splitlines())) > MAX_DECISION_MODULE_LINES]
+    assert not over, f"modules over {MAX_DECISION_MODULE_LINES} lines in the decision path:\n" + "\n".join(over)

@@ -10,8 +10,10 @@ import pytest
 
 import builders
 from builders import make_namespace, make_node, make_pod
-from webhook.core.admission.ask import GroupAsk, Gpus, Malformed, MalformedPod, PodAsk, read_pod
-from webhook.core.catalog.model import load_catalog_text
+from webhook.core.admission.annotations import GroupAsk
+from webhook.core.admission.ask import Gpus, PodAsk, read_pod
+from webhook.core.admission.shape import Malformed, MalformedPod
+from webhook.core.catalog.loading import load_catalog_text
 from webhook.core.view.inventory import build_snapshot
 from webhook.core.admission.planner import plan
 from webhook.core.catalog.quantity import quantity_mib

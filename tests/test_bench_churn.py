@@ -13,7 +13,7 @@ from bench.churn.churn_model import (
     placement_percent, plan_burst, read_counters, render, spent_between,
 )
 from bench.placement.placement_model import NodeSpec, Verdicts, make_fleet
-from webhook.core.catalog.model import load_default_catalog
+from webhook.core.catalog.loading import load_default_catalog
 
 PREFILTER = ('scheduler_framework_extension_point_duration_seconds_{}'
              '{{extension_point="PreFilter",profile="{}",status="Success"}}')

@@ -26,7 +26,7 @@ from webhook.core.published.boundary import (
     BOUNDARY_CONFIGMAP, CLASSES_KEY, OTHER_DEVICE_CLASSES_KEY, RESOURCES_KEY, BoundaryError, BoundaryTable, Entry,
     boundary_data, build_data, class_key, entry_text, glob_regex, globs_key,
 )
-from webhook.core.catalog.model import load_catalog_text, load_default_catalog
+from webhook.core.catalog.loading import load_catalog_text, load_default_catalog
 from webhook.core.view.dra import device_class_from_object
 from webhook.core.view.inventory import InventoryState, build_snapshot
 

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from builders import TEST_CATALOG_YAML, make_catalog
-from webhook.core.catalog.model import CatalogError, load_catalog_text, load_default_catalog
+from webhook.core.catalog.loading import load_catalog_text, load_default_catalog
+from webhook.core.catalog.model import CatalogError
 
 FIXTURES = Path(__file__).parent / "fixtures"
 BUILT_IN = load_default_catalog()
@@ -326,7 +327,7 @@ def test_test_catalog_is_valid() -> None:
 
 
 def test_shipped_configmap_catalog_is_the_built_in_one() -> None:
-    from webhook.core.catalog.model import load_catalog_file
+    from webhook.core.catalog.loading import load_catalog_file
 
     shipped = load_catalog_file(str(Path(__file__).parent.parent / "deploy" / "base" / "catalog.yaml"))
     assert shipped == BUILT_IN

@@ -33,7 +33,7 @@ import local_cluster
 import test_deploy as deploy
 from test_deploy import CertificateFiles, Obj, all_of, copy_deploy, kustomize, name_of, one_of
 from tools import gotools
-from webhook.core.catalog.model import MIG_RESOURCE_PREFIX, SLICES_SUFFIX, STRICT_SCHEDULER
+from webhook.core.catalog.profiles import MIG_RESOURCE_PREFIX, SLICES_SUFFIX, STRICT_SCHEDULER
 
 CHART = deploy.DEPLOY / "chart" / "gpu-class"
 VALUES_DIR = deploy.REPO / "tests" / "fixtures" / "chart"
@@ -284,7 +284,7 @@ class ResourcesCase:
 
     def resources(self) -> tuple[str, ...]:
         """What the extender manages, in this order; the Pods the webhook is sent."""
-        from webhook.core.catalog.model import load_catalog_text
+        from webhook.core.catalog.loading import load_catalog_text
 
         return load_catalog_text(self.catalog).resources if self.catalog is not None else self.named
 

@@ -16,7 +16,7 @@ from builders import make_namespace, make_node, make_pod, placed_affinity
 from fakeapi import FakeApiServer
 from servers import free_port
 from webhook.cli import kubectl_main, main
-from webhook.core.catalog.model import load_default_catalog
+from webhook.core.catalog.loading import load_default_catalog
 
 REPO = Path(__file__).resolve().parent.parent
 DEMO = REPO / "deploy" / "demo"

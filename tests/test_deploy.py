@@ -1145,7 +1145,7 @@ def test_match_condition_pods_are_valid_pods() -> None:
 def test_gpu_resources_match_the_catalog(renders: Renders) -> None:
     """A Pod asking for any resource a shipped type is requested as is sent to the webhook, and
     checked by the backstop; a catalog with another resource needs new expressions."""
-    from webhook.core.catalog.model import load_catalog_file
+    from webhook.core.catalog.loading import load_catalog_file
 
     catalog = load_catalog_file(str(DEPLOY / BASE / "catalog.yaml"))
     objects = objects_of(renders, SELF_MANAGED)
@@ -1161,7 +1161,7 @@ def test_gpu_resources_match_the_catalog(renders: Renders) -> None:
 def test_shipped_catalog_loads(renders: Renders) -> None:
     """The ConfigMap's catalog is one the server accepts at startup."""
     # Imported here: a broken webhook package fails this test, not every manifest check.
-    from webhook.core.catalog.model import load_catalog_text
+    from webhook.core.catalog.loading import load_catalog_text
 
     objects = objects_of(renders, BASE)
     deployment = webhook_deployment(objects)
@@ -1453,7 +1453,7 @@ def test_label_guard(renders: Renders, case: GuardCase) -> None:
 def test_label_guard_covers_what_gpu_class_reads_and_fails_closed(renders: Renders) -> None:
     """The node policy guards every label the labeller writes and every productLabels key of the shipped
     catalog; both policies refuse (Deny) and fail closed on UPDATE alone."""
-    from webhook.core.catalog.model import load_default_catalog
+    from webhook.core.catalog.loading import load_default_catalog
     from webhook.core.labeller.labels import OWNED_LABELS
 
     objects = objects_of(renders, LABEL_GUARD)

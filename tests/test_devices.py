@@ -14,10 +14,13 @@ import jsonpatch
 import pytest
 
 from builders import assert_valid_pod, fixture_labels, make_device_node, make_pod
-from webhook.core.catalog.model import default_catalog_text, load_catalog_text
+from webhook.core.catalog.builtin import default_catalog_text
+from webhook.core.catalog.loading import load_catalog_text
 from webhook.core.reports.explain import explain_text
 from webhook.core.scheduling.extender import PodNeeds, judge_node
-from webhook.core.view.inventory import InventoryState, Snapshot, build_snapshot, node_info_from_object
+from webhook.core.view.inventory import InventoryState, build_snapshot
+from webhook.core.view.nodes import node_info_from_object
+from webhook.core.view.snapshot import Snapshot
 from webhook.core.admission.patch import build_patch
 from webhook.core.admission.planner import Decision, plan
 from webhook.core.admission.review import Review

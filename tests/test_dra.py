@@ -16,12 +16,14 @@ from builders import (
     AMD_DRIVER, NVIDIA_DRIVER, amd_device_class, amd_gpus, make_bare_node, make_claim, make_device_node, make_pod,
     make_slice, nvidia_device_classes, nvidia_gpus, nvidia_migs,
 )
-from webhook.core.catalog.model import load_default_catalog
+from webhook.core.catalog.loading import load_default_catalog
 from webhook.core.view.dra import DeviceProblem, slice_from_object
 from webhook.core.catalog.quantity import quantity_mib
-from webhook.core.view.inventory import (
-    InventoryState, Offer, Snapshot, build_snapshot, namespace_info_from_object, node_info_from_object, pod_gpu_requests,
-)
+from webhook.core.view.inventory import InventoryState, build_snapshot
+from webhook.core.view.namespaces import namespace_info_from_object
+from webhook.core.view.nodes import Offer, node_info_from_object
+from webhook.core.view.pods import pod_gpu_requests
+from webhook.core.view.snapshot import Snapshot
 from webhook.core.view.dra import claim_from_object, device_class_from_object
 from webhook.core.admission.planner import plan
 

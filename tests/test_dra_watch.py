@@ -21,10 +21,11 @@ from builders import (
 )
 from fakeapi import FakeApiServer
 from test_watch import eventually
-from webhook.cluster import watch
+from webhook.cluster import reflector as watch
 from webhook.cluster.watch import LiveInventory, NoObserver
-from webhook.core.catalog.model import load_default_catalog
-from webhook.core.view.inventory import Snapshot, UnboundGpuPod
+from webhook.core.catalog.loading import load_default_catalog
+from webhook.core.view.pods import UnboundGpuPod
+from webhook.core.view.snapshot import Snapshot
 from webhook.core.admission.planner import plan
 
 CATALOG = load_default_catalog()

@@ -37,8 +37,11 @@ from webhook.core.scheduling.extender import (ASSUME_SECONDS, MAX_EXTENDER_PRIOR
                                    with_assumed)
 from webhook.serving.extender_routes import UNKNOWN_POD_WAIT_SECONDS, register_extender_routes
 from webhook.cluster.loading import read_inventory
-from webhook.core.catalog.model import load_default_catalog
-from webhook.core.view.inventory import InventoryState, Snapshot, build_snapshot, node_info_from_object, unbound_gpu_pod
+from webhook.core.catalog.loading import load_default_catalog
+from webhook.core.view.inventory import InventoryState, build_snapshot
+from webhook.core.view.nodes import node_info_from_object
+from webhook.core.view.pods import unbound_gpu_pod
+from webhook.core.view.snapshot import Snapshot
 
 CATALOG = make_catalog()
 TYPES = "gpu-class.io/types"
@@ -907,7 +910,7 @@ def test_filter_counts_dra_devices_and_their_claims(mode: str) -> None:
     """A node whose GPUs are DRA devices passes or fails on them, whether the scheduler sends names or
     Node objects (which carry no devices): free devices are those no ResourceClaim holds."""
     from builders import NVIDIA_DRIVER, make_bare_node, make_claim, make_slice, nvidia_device_classes, nvidia_gpus
-    from webhook.core.catalog.model import load_default_catalog
+    from webhook.core.catalog.loading import load_default_catalog
 
     catalog = load_default_catalog()
     nodes = [make_bare_node("dra-free"), make_bare_node("dra-full")]

@@ -9,7 +9,10 @@ import pytest
 
 from builders import make_catalog, make_node, placed_terms
 from webhook.core.reports.fidelity import judge_bind, pending_by_class
-from webhook.core.view.inventory import GroupName, InventoryState, Snapshot, UnboundGpuPod, node_info_from_object
+from webhook.core.view.inventory import InventoryState
+from webhook.core.view.nodes import node_info_from_object
+from webhook.core.view.pods import GroupName, UnboundGpuPod
+from webhook.core.view.snapshot import Snapshot
 
 CATALOG = make_catalog()  # high: H100, A100, H200 (performance); economy: cost; packed: binpack; balanced
 H100, A100, H200, T4, L4 = "NVIDIA-H100-80GB-HBM3", "A100-SXM4-40GB", "NVIDIA-H200", "Tesla-T4", "NVIDIA-L4"

@@ -15,9 +15,11 @@ from builders import assert_valid_pod, make_catalog, make_node, make_pod
 from test_planner import check_patch
 from webhook.core.catalog.model import Catalog
 from webhook.core.reports.explain import explain_json, explain_text
-from webhook.core.admission.ask import GroupAsk, read_group
+from webhook.core.admission.annotations import GroupAsk, read_group
 from webhook.core.admission.groups import room, runs_on
-from webhook.core.view.inventory import InventoryState, Snapshot, node_info_from_object
+from webhook.core.view.inventory import InventoryState
+from webhook.core.view.nodes import node_info_from_object
+from webhook.core.view.snapshot import Snapshot
 from webhook.core.admission.patch import build_patch
 from webhook.core.admission.planner import Decision, plan
 from webhook.core.reports.pod_report import build_pod_report, can_run_now, render_pod_text

@@ -11,11 +11,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from builders import make_catalog, make_node, make_unbound_pod
-from webhook.core.catalog.model import default_catalog_text, load_catalog_text
-from webhook.core.view.inventory import (
-    GroupKey, InventoryState, NamespaceInfo, NodeInfo, Pool, ProductGroup, Snapshot, group_keys,
-    node_info_from_object, summarize_group, unbound_gpu_pod,
-)
+from webhook.core.catalog.builtin import default_catalog_text
+from webhook.core.catalog.loading import load_catalog_text
+from webhook.core.view.inventory import InventoryState
+from webhook.core.view.namespaces import NamespaceInfo
+from webhook.core.view.nodes import NodeInfo, node_info_from_object
+from webhook.core.view.pods import unbound_gpu_pod
+from webhook.core.view.pools import Pool
+from webhook.core.view.product_groups import GroupKey, ProductGroup, group_keys, summarize_group
+from webhook.core.view.snapshot import Snapshot
 
 CATALOG = make_catalog()
 H100, A100, T4 = "NVIDIA-H100-80GB-HBM3", "A100-SXM4-40GB", "Tesla-T4"

@@ -9,7 +9,9 @@ import pytest
 
 from builders import make_catalog, make_node, make_unbound_pod
 from webhook.core.catalog.model import Catalog
-from webhook.core.view.inventory import InventoryState, Snapshot, node_info_from_object
+from webhook.core.view.inventory import InventoryState
+from webhook.core.view.nodes import node_info_from_object
+from webhook.core.view.snapshot import Snapshot
 from webhook.core.reports.inventory_report import build_report, render, render_table
 
 CATALOG = make_catalog()
@@ -134,7 +136,7 @@ def test_pending_is_the_placed_pods_no_node_holds_per_class() -> None:
 
 
 def test_the_cli_offers_the_report_outputs() -> None:
-    from webhook import cli
+    from webhook.cli import inventory as cli
     from webhook.core.reports.inventory_report import OUTPUTS
 
     assert cli.OUTPUTS == OUTPUTS
@@ -145,7 +147,7 @@ def test_dra_devices_count_like_device_plugin_gpus_and_the_rest_is_listed_with_w
     and devices gpu-class does not place on. Claims hold DRA devices as bound Pods hold the plugin's."""
     from builders import (NVIDIA_DRIVER, amd_device_class, amd_gpus, make_bare_node, make_claim, make_slice,
                           nvidia_device_classes, nvidia_gpus)
-    from webhook.core.catalog.model import load_default_catalog
+    from webhook.core.catalog.loading import load_default_catalog
     from webhook.core.view.inventory import build_snapshot
 
     catalog = load_default_catalog()

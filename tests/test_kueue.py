@@ -19,7 +19,7 @@ import yaml
 
 import test_deploy as deploy
 from builders import CATALOG_NODES, K8S_VERSION, assert_valid_pod, make_catalog, make_namespace, make_node, make_review
-from webhook.core.catalog.model import load_catalog_text, load_default_catalog
+from webhook.core.catalog.loading import load_catalog_text, load_default_catalog
 from webhook.core.view.inventory import build_snapshot
 from webhook.core.admission.kueue import (KUEUE_MAX_FLAVORS, PODSET_LABEL, QUEUE_LABEL, Flavor, Tenant, class_order, flavor_name,
                                 kueue_objects, share, supply_from_catalog, supply_from_snapshot)

@@ -247,7 +247,7 @@ def test_desired_labels_from_recorded_outputs(name: str, labels: dict[str, str])
     ],
 )
 def test_gpu_type_values_are_what_the_built_in_catalog_matches(name: str, catalog_type: str) -> None:
-    from webhook.core.catalog.model import load_default_catalog
+    from webhook.core.catalog.loading import load_default_catalog
 
     value = gpu_model_label_value(name)
     assert value is not None

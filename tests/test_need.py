@@ -9,9 +9,10 @@ from typing import Any, Mapping
 import pytest
 
 from builders import make_bare_node, make_node, make_pod, make_slice, nvidia_device_classes, nvidia_gpus
-from webhook.core.catalog.model import load_catalog_text, load_default_catalog
+from webhook.core.catalog.loading import load_catalog_text, load_default_catalog
 from webhook.core.reports.explain import explain_json, explain_text
-from webhook.core.view.inventory import build_snapshot, placing_catalog
+from webhook.core.view.inventory import build_snapshot
+from webhook.core.view.snapshot import placing_catalog
 from webhook.core.reports.inventory_report import build_report, render_table
 from webhook.core.admission.planner import plan
 from webhook.core.admission.review import Request, review_pod

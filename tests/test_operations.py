@@ -289,8 +289,9 @@ def test_inventory_gauges_follow_a_burst_of_snapshots_once_per_interval() -> Non
     """A burst of published snapshots (a burst of binds) writes the gauges once at its start and once after."""
     from prometheus_client import REGISTRY
 
-    from webhook.core.catalog.model import load_catalog_text
-    from webhook.core.view.inventory import InventoryState, node_info_from_object
+    from webhook.core.catalog.loading import load_catalog_text
+    from webhook.core.view.inventory import InventoryState
+    from webhook.core.view.nodes import node_info_from_object
     from webhook.serving.metrics import InventoryMetrics
 
     catalog = load_catalog_text(TEST_CATALOG_YAML, "catalog")

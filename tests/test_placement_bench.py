@@ -14,7 +14,7 @@ from bench.placement.placement_model import (
     merge, pods_per_second, promised, utilisation_spread,
 )
 from tests.builders import make_node, make_pod
-from webhook.core.catalog.model import load_catalog_text, load_default_catalog
+from webhook.core.catalog.loading import load_catalog_text, load_default_catalog
 from webhook.core.view.inventory import build_snapshot
 from webhook.core.admission.planner import plan
 

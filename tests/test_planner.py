@@ -14,10 +14,15 @@ import pytest
 from builders import (
     GPU_TAINT, assert_valid_pod, make_catalog, make_namespace, make_node, make_pod,
 )
-from webhook.core.catalog.model import Catalog, Strategy
-from webhook.core.view.inventory import InventoryState, Snapshot, Taint, build_snapshot, node_info_from_object
+from webhook.core.catalog.model import Catalog
+from webhook.core.catalog.profiles import Strategy
+from webhook.core.view.inventory import InventoryState, build_snapshot
+from webhook.core.view.nodes import Taint, node_info_from_object
+from webhook.core.view.snapshot import Snapshot
 from webhook.core.admission.patch import build_patch
-from webhook.core.admission.planner import Decision, plan, rank_gap, route_scheduler, weights_for
+from webhook.core.admission.order import rank_gap, weights_for
+from webhook.core.admission.planner import Decision, plan
+from webhook.core.admission.route import route_scheduler
 
 CATALOG = make_catalog()
 

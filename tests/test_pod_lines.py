@@ -15,8 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bench.common.workload import put_in_served_order
-from webhook.core.catalog.model import load_default_catalog
-from webhook.core.view.inventory import pod_gpu_requests, unbound_gpu_pod
+from webhook.core.catalog.loading import load_default_catalog
+from webhook.core.view.pods import pod_gpu_requests, unbound_gpu_pod
 from webhook.core.view.pod_lines import resource_needles, skipped_pod_event
 
 CATALOG = load_default_catalog()

@@ -95,7 +95,7 @@ def test_the_report_says_which_guarantee_the_order_had(scheduler: str | None, or
 
 def test_a_pod_on_dra_devices_names_the_claim_the_scheduler_made() -> None:
     from builders import make_bare_node, make_slice, nvidia_device_classes, nvidia_gpus
-    from webhook.core.catalog.model import load_default_catalog
+    from webhook.core.catalog.loading import load_default_catalog
     from webhook.core.view.inventory import build_snapshot
 
     catalog = load_default_catalog()

@@ -20,7 +20,10 @@ from test_watch import eventually
 from webhook.cluster import watch
 from webhook.cluster.watch import LiveInventory
 from webhook.core.admission.groups import room
-from webhook.core.view.inventory import Pool, Snapshot, Taint, build_snapshot
+from webhook.core.view.inventory import build_snapshot
+from webhook.core.view.nodes import Taint
+from webhook.core.view.pools import Pool
+from webhook.core.view.snapshot import Snapshot
 from webhook.core.view.pools import pools_from_object
 from webhook.core.admission.review import parse_review, review_request
 

@@ -18,8 +18,11 @@ from builders import (
     GPU_TAINT, TEST_CATALOG_YAML, assert_valid_pod, make_catalog, make_device_node, make_namespace, make_node, make_pod,
     make_review,
 )
-from webhook.core.catalog.model import default_catalog_text, load_catalog_text
-from webhook.core.view.inventory import NamespaceInfo, Snapshot, build_snapshot
+from webhook.core.catalog.builtin import default_catalog_text
+from webhook.core.catalog.loading import load_catalog_text
+from webhook.core.view.inventory import build_snapshot
+from webhook.core.view.namespaces import NamespaceInfo
+from webhook.core.view.snapshot import Snapshot
 from webhook.core.admission.planner import UnreadNamespace, plan
 from webhook.core.view.pools import pools_from_object
 from webhook.core.admission.review import parse_review, review_request

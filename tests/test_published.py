@@ -14,7 +14,9 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 
 from webhook.cluster import publish
-from webhook.core.catalog.model import CatalogError, default_catalog_text, load_default_catalog
+from webhook.core.catalog.builtin import default_catalog_text
+from webhook.core.catalog.loading import load_default_catalog
+from webhook.core.catalog.model import CatalogError
 from webhook.core.published.public import catalog_of, published_data
 
 BUILT_IN = load_default_catalog()

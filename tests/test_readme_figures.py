@@ -99,7 +99,7 @@ def test_a_readme_figure_was_measured_on_the_current_scheduler(question: str, an
 def test_the_create_bench_schedules_nothing() -> None:
     """What lets its figures outlive a scheduler change: every Pod it creates names a scheduler that does not run."""
     from bench.apiserver import apiserver
-    from webhook.core.catalog.model import load_default_catalog
+    from webhook.core.catalog.loading import load_default_catalog
 
     catalog = load_default_catalog()
     assert apiserver.UNSCHEDULED not in ("default-scheduler", catalog.scheduler_name, *catalog.strict_schedulers)

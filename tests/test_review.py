@@ -18,7 +18,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from builders import CATALOG_NODES, assert_valid_pod, make_catalog, make_pod, make_review
-from webhook.core.view.inventory import NamespaceInfo, build_snapshot
+from webhook.core.view.inventory import build_snapshot
+from webhook.core.view.namespaces import NamespaceInfo
 from webhook.core.admission.review import COMPACT, BadReview, build_response, encode_compact, load_json, parse_review, review_pod
 
 CATALOG = make_catalog()

@@ -33,10 +33,12 @@ from test_deploy import (CERT_MANAGER, CLIENT_SECRET, DEPLOY, EXTENDER, SELF_MAN
                          SYSTEM_NAMESPACE, WITHOUT_STRICT, Obj, Renders, all_of, make_test_certificates, objects_of, one_of, port_number,
                          renders, webhook_container, webhook_deployment)
 from test_extender import make_app
-from webhook.core.catalog.model import (
-    MIG_RESOURCE_PREFIX, PROFILE_SUFFIX, SLICES_SUFFIX, STRATEGIES, STRICT_SCHEDULER, load_catalog_file, PROFILE_SUFFIXES,
+from webhook.core.catalog.loading import load_catalog_file
+from webhook.core.catalog.profiles import (
+    MIG_RESOURCE_PREFIX, PROFILE_SUFFIX, PROFILE_SUFFIXES, SLICES_SUFFIX, STRATEGIES, STRICT_SCHEDULER,
 )
-from webhook.core.admission.planner import rank_gap, route_scheduler, weights_for
+from webhook.core.admission.order import rank_gap, weights_for
+from webhook.core.admission.route import route_scheduler
 
 __all__ = ["renders"]  # the fixture, shared with test_deploy.py
 
@@ -50,7 +52,7 @@ LABEL_INDEX = "NodeLabelIndex"
 SHIPPED = load_catalog_file(str(DEPLOY / "base" / "catalog.yaml"))
 # framework.MaxNodeScore: what every score plugin gives a node at most, after its normalisation.
 MAX_NODE_SCORE = 100
-# The most types a class can rank distinctly (planner.weights_for).
+# The most types a class can rank distinctly (order.weights_for).
 MAX_RANKS = 100
 # What each profile's strategy is carried out by, and how (config.ScoringStrategy's type).
 DOMINANT = {"": ("NodeAffinity", "MostAllocated"), "-binpack": ("NodeResourcesFit", "MostAllocated"),

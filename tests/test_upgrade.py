@@ -9,9 +9,13 @@ import pytest
 
 from builders import TEST_CATALOG_YAML, make_node, make_pod, make_unbound_pod, placed_affinity
 from test_inventory_report import A100, CATALOG, H100, snapshot_of
-from webhook.core.catalog.model import CatalogError, load_catalog_text
+from webhook.core.catalog.loading import load_catalog_text
+from webhook.core.catalog.model import CatalogError
 from webhook.core.scheduling.extender import PodNeeds
-from webhook.core.view.inventory import InventoryState, Snapshot, node_info_from_object, timestamp_seconds, unbound_gpu_pod
+from webhook.core.view.inventory import InventoryState
+from webhook.core.view.nodes import node_info_from_object
+from webhook.core.view.pods import timestamp_seconds, unbound_gpu_pod
+from webhook.core.view.snapshot import Snapshot
 from webhook.core.after_bind.lease import held_spec, may_hold, micro_time
 from webhook.core.after_bind.upgrade import (
     Eviction, History, Owner, PodState, UpgradeSettings, better_types, current_type, decide_moves, disruptions_allowed,

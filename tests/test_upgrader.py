@@ -10,8 +10,8 @@ import kubernetes
 import pytest
 
 from webhook.cluster.upgrader import OWNER_REFRESH_SECONDS, Upgrader, may_move
-from webhook.core.catalog.model import load_default_catalog
-from webhook.core.view.inventory import EMPTY_SNAPSHOT
+from webhook.core.catalog.loading import load_default_catalog
+from webhook.core.view.snapshot import EMPTY_SNAPSHOT
 from webhook.core.after_bind.upgrade import Owner
 
 CATALOG = load_default_catalog()

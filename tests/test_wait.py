@@ -10,10 +10,13 @@ import jsonpatch
 import pytest
 
 from builders import make_catalog, make_node, make_pod
-from webhook.core.admission.ask import quoted
-from webhook.core.catalog.model import CatalogError, parse_wait
-from webhook.core.view.inventory import (InventoryState, Snapshot, UnboundGpuPod, build_snapshot,
-                                    node_info_from_object)
+from webhook.core.admission.words import quoted
+from webhook.core.catalog.model import CatalogError
+from webhook.core.catalog.wait import parse_wait
+from webhook.core.view.inventory import InventoryState, build_snapshot
+from webhook.core.view.nodes import node_info_from_object
+from webhook.core.view.pods import UnboundGpuPod
+from webhook.core.view.snapshot import Snapshot
 from webhook.core.reports.fidelity import pending_by_class, waiting_by_class
 from webhook.core.admission.patch import build_patch
 from webhook.core.admission.planner import plan

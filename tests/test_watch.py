@@ -19,7 +19,9 @@ from kubernetes.watch.watch import iter_resp_lines
 from builders import make_catalog, make_namespace, make_node, make_pod, make_review, record_decoded_lines
 from fakeapi import FakeApiServer
 from servers import running_server
-from webhook.core.view.inventory import NamespaceInfo, Snapshot, UnboundGpuPod, pod_gpu_requests, unbound_gpu_pod
+from webhook.core.view.namespaces import NamespaceInfo
+from webhook.core.view.pods import UnboundGpuPod, pod_gpu_requests, unbound_gpu_pod
+from webhook.core.view.snapshot import Snapshot
 from webhook.core.admission.planner import UnreadNamespace, plan
 from webhook.cluster import watch
 from webhook.cluster.watch import UNFINISHED_PODS, LiveInventory, NoObserver, check_kube_config
@@ -729,7 +731,7 @@ class _Stop(threading.Event):
 def test_a_herald_retries_within_a_second_while_other_watches_back_off(
         api: FakeApiServer, monkeypatch: pytest.MonkeyPatch, name: str, waits: list[float]) -> None:
     """An API server restarting refuses every connection for seconds: a herald is back the second it is."""
-    monkeypatch.setattr("webhook.cluster.watch.random.uniform", lambda low, high: high)  # each wait's longest
+    monkeypatch.setattr("webhook.cluster.reflector.random.uniform", lambda low, high: high)  # each wait's longest
     inv = LiveInventory(CATALOG, kubernetes.client.CoreV1Api(api.api_client()))  # not started: run() by hand
     (reflector,) = [r for r in inv.reflectors if r.name == name]
 
@@ -757,7 +759,7 @@ def test_a_watch_asked_to_retry_after_seconds_retries_then_without_backing_off(
     longest; doubling over a starting watch cache's seconds of 429s would resume the view up to 30 s late. The
     client is the webhook's own (check_kube_config): urllib3 left to itself asks again thrice, sleeping, before
     the reflector sees the answer (12.5 s before a resourceslices watch resumed once, where 1 s was asked)."""
-    monkeypatch.setattr("webhook.cluster.watch.random.uniform", lambda low, high: high)  # each wait's longest
+    monkeypatch.setattr("webhook.cluster.reflector.random.uniform", lambda low, high: high)  # each wait's longest
     with FakeApiServer(serve_dra=True) as api:
         configuration = check_kube_config(str(api.kubeconfig(tmp_path / "kubeconfig")))
         inv = LiveInventory(CATALOG, kubernetes.client.CoreV1Api(kubernetes.client.ApiClient(configuration)))

@@ -16,7 +16,8 @@ import yaml
 
 from builders import CATALOG_NODES, make_catalog, make_namespace, make_node, make_review
 from webhook.core.catalog.model import Catalog
-from webhook.core.view.inventory import Snapshot, build_snapshot
+from webhook.core.view.inventory import build_snapshot
+from webhook.core.view.snapshot import Snapshot
 from webhook.core.admission.kueue import QUEUE_LABEL
 from webhook.core.admission.review import Review, parse_review, review_request
 from webhook.core.admission.workload import KINDS, EACH

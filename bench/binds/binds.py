@@ -27,8 +27,10 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from webhook.cluster.watch import HERALDS, LiveInventory, _events
-from webhook.core.catalog.model import Catalog, load_default_catalog
-from webhook.core.view.inventory import Snapshot, UnboundGpuPod
+from webhook.core.catalog.loading import load_default_catalog
+from webhook.core.catalog.model import Catalog
+from webhook.core.view.pods import UnboundGpuPod
+from webhook.core.view.snapshot import Snapshot
 from webhook.core.admission.planner import plan
 from webhook.serving.metrics import InventoryMetrics
 
@@ -82,23 +84,23 @@ def run_round(catalog: Catalog, fleet: list[dict[str, Any]], binds: int, *, judg
     api: Any = NoApi()  # stands in for the kubernetes client's CoreV1Api
     inventory = LiveInventory(catalog, api=api, observer=observer)
     observer.watching(tuple(r.name for r in inventory.reflectors), ())
-    inventory._replace_nodes([i for i in map(inventory._reduce_node, fleet) if i is not None])
-    inventory._replace_namespaces([])
+    inventory.nodes_watch.replace([i for i in map(inventory.nodes_watch.reduce, fleet) if i is not None])
+    inventory.namespaces_watch.replace([])
     heralds = [r.replace for r in inventory.reflectors if r.name in {h.resource for h in HERALDS}]
-    replaces: list[Callable[[list[Any]], None]] = [inventory._replace_slices, inventory._replace_classes,
-                                                   inventory._replace_claims, inventory._replace_pools, *heralds]
+    replaces: list[Callable[[list[Any]], None]] = [inventory.dra_watch.replace_slices, inventory.dra_watch.replace_classes,
+                                                   inventory.dra_watch.replace_claims, inventory.pools_watch.replace, *heralds]
     for replace in replaces:
         replace([])  # a device-plugin fleet: DRA, NodePools and their heralds read, and empty
     names = [n["metadata"]["name"] for n in fleet]
     bound = [make_cluster_pod(i, names[i], 1) for i in range(len(names))]
-    inventory._replace_pods([v for v in map(inventory._reduce_pod, bound) if v is not None])
+    inventory.pods_watch.replace([v for v in map(inventory.pods_watch.reduce, bound) if v is not None])
     snapshot = inventory.snapshot()
     types = {c: plan(placed_pod(0, c, (), None), snapshot, catalog, namespace="ml-team").placement for c in CLASSES}
     allowed = {c: p.types if p is not None else () for c, p in types.items()}
     required = {c: p.required if p is not None else () for c, p in types.items()}
     waiting = [placed_pod(i, CLASSES[i % 2], allowed[CLASSES[i % 2]], None, required[CLASSES[i % 2]])
                for i in range(binds)]
-    inventory._replace_pods([v for v in map(inventory._reduce_pod, bound + waiting) if v is not None])
+    inventory.pods_watch.replace([v for v in map(inventory.pods_watch.reduce, bound + waiting) if v is not None])
     # each Pod bound to a node of its best type, round robin: what a scheduler keeping the order does
     nodes_of = {t: [n.name for n in inventory.snapshot().nodes.values() if n.offer(t) and n.schedulable]
                 for c in CLASSES for t in allowed[c]}
@@ -115,7 +117,7 @@ def run_round(catalog: Catalog, fleet: list[dict[str, Any]], binds: int, *, judg
     for line in lines:
         started = time.thread_time()
         event = next(_events([line]))
-        inventory._apply_pod(event["type"], event["object"])
+        inventory.pods_watch.apply(event["type"], event["object"])
         result.event_seconds.append(time.thread_time() - started)
     result.judgment_seconds = observer.judgment_seconds
     gc.unfreeze()

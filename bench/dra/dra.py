@@ -48,7 +48,7 @@ from kubeobjects import delete_if_present, wait_for  # noqa: E402
 
 from bench.common.commit import measured_at  # noqa: E402
 from bench.common.sections import write_section  # noqa: E402
-from webhook.core.catalog.model import load_default_catalog  # noqa: E402
+from webhook.core.catalog.loading import load_default_catalog  # noqa: E402
 from webhook.core.view.inventory import build_snapshot  # noqa: E402
 from webhook.core.admission.patch import build_patch  # noqa: E402
 from webhook.core.admission.planner import plan  # noqa: E402

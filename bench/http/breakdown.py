@@ -42,7 +42,7 @@ def measure_steps(nodes_file: str) -> list[Step]:
     from webhook.serving import logs, metrics
     from webhook.cluster.source import StaticInventory
     from webhook.serving.app import create_app
-    from webhook.core.catalog.model import load_default_catalog
+    from webhook.core.catalog.loading import load_default_catalog
     from webhook.serving.config import ServeConfig
     from webhook.cluster.loading import load_snapshot
     from webhook.core.admission.planner import plan

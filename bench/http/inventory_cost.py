@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from webhook.core.catalog.model import load_default_catalog
+from webhook.core.catalog.loading import load_default_catalog
 from webhook.core.view.inventory import build_snapshot
 
 from bench.common.procs import REPO_ROOT

@@ -58,7 +58,7 @@ def serve_fake(nodes: int, pods: int, gpu_pods: int, kubeconfig: Path) -> None:
 def sync(kubeconfig: Path, timeout_seconds: float) -> dict[str, Any]:
     import kubernetes
 
-    from webhook.core.catalog.model import load_default_catalog
+    from webhook.core.catalog.loading import load_default_catalog
     from webhook.cluster.watch import LiveInventory, check_kube_config
 
     catalog = load_default_catalog()

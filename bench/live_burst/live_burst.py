@@ -88,7 +88,7 @@ def node_object(n: NodeSpec, stage: int, labels: dict[str, str] | None = None) -
 
 def event_cost_us(size: int, burst: int = 300, rounds: int = 3) -> float:
     """µs per node event through LiveInventory's own path (reduce, apply, publish), with `size` nodes."""
-    from webhook.core.catalog.model import load_default_catalog
+    from webhook.core.catalog.loading import load_default_catalog
     from webhook.cluster.watch import LiveInventory
 
     catalog = load_default_catalog()
@@ -97,12 +97,12 @@ def event_cost_us(size: int, burst: int = 300, rounds: int = 3) -> float:
     api: Any = NoApi()  # stands in for the kubernetes client's CoreV1Api
     for _ in range(rounds):
         inventory = LiveInventory(catalog, api=api, watch_pods=True)  # not started: applies as it reads
-        inventory._replace_nodes([i for i in (inventory._reduce_node(node_object(n, 2)) for n in nodes[:-burst])
+        inventory.nodes_watch.replace([i for i in (inventory.nodes_watch.reduce(node_object(n, 2)) for n in nodes[:-burst])
                                   if i is not None])
         events = [node_object(n, stage) for n in nodes[-burst:] for stage in range(3)]
         started = time.perf_counter()
         for obj in events:
-            inventory._apply_node("MODIFIED", obj)
+            inventory.nodes_watch.apply("MODIFIED", obj)
         best = min(best, (time.perf_counter() - started) / len(events) * 1e6)
     return best
 
@@ -111,7 +111,7 @@ def pod_event_cost_us(size: int, pending: int, burst: int = 300, rounds: int = 3
     """µs per Pod event through LiveInventory's own path (reduce, apply, publish): `burst` GPU Pods
     created pending, then bound, on `size` nodes whose GPU nodes each hold a bound GPU Pod, with
     `pending` other GPU Pods waiting."""
-    from webhook.core.catalog.model import load_default_catalog
+    from webhook.core.catalog.loading import load_default_catalog
     from webhook.cluster.watch import LiveInventory
 
     catalog = load_default_catalog()
@@ -121,17 +121,17 @@ def pod_event_cost_us(size: int, pending: int, burst: int = 300, rounds: int = 3
     api: Any = NoApi()  # stands in for the kubernetes client's CoreV1Api
     for _ in range(rounds):
         inventory = LiveInventory(catalog, api=api, watch_pods=True)  # not started: applies as it reads
-        inventory._replace_nodes([i for i in (inventory._reduce_node(node_object(n, 2)) for n in nodes)
+        inventory.nodes_watch.replace([i for i in (inventory.nodes_watch.reduce(node_object(n, 2)) for n in nodes)
                                   if i is not None])
         held = [_gpu_pod(i, node) for i, node in enumerate(gpu_nodes)]
         waiting = [_gpu_pod(len(held) + i, None) for i in range(pending)]
-        inventory._replace_pods([v for v in map(inventory._reduce_pod, held + waiting) if v is not None])
+        inventory.pods_watch.replace([v for v in map(inventory.pods_watch.reduce, held + waiting) if v is not None])
         created = [_gpu_pod(len(held) + pending + i, None) for i in range(burst)]
         events = [("ADDED", pod) for pod in created] + [
             ("MODIFIED", _gpu_pod(len(held) + pending + i, gpu_nodes[i * 7 % len(gpu_nodes)])) for i in range(burst)]
         started = time.perf_counter()
         for kind, obj in events:
-            inventory._apply_pod(kind, obj)
+            inventory.pods_watch.apply(kind, obj)
         best = min(best, (time.perf_counter() - started) / len(events) * 1e6)
         if set(inventory.state.unbound_pods) != {p["metadata"]["uid"] for p in waiting}:
             raise AssertionError("the bench's binds did not leave the inventory with the Pods it left waiting")
@@ -157,7 +157,7 @@ def follow(kubeconfig: Path, want: dict[str, int], timeout_seconds: float) -> di
     """A worker: sync, say so, then poll until the view holds `want` ready nodes of each type."""
     import kubernetes
 
-    from webhook.core.catalog.model import load_default_catalog
+    from webhook.core.catalog.loading import load_default_catalog
     from webhook.cluster.watch import LiveInventory, check_kube_config
 
     api = kubernetes.client.CoreV1Api(kubernetes.client.ApiClient(check_kube_config(str(kubeconfig))))

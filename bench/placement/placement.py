@@ -48,7 +48,8 @@ from bench.placement.placement_model import (  # noqa: E402
 )
 from bench.common.commit import measured_at  # noqa: E402
 from bench.common.sections import write_section  # noqa: E402
-from webhook.core.catalog.model import Catalog, load_catalog_text  # noqa: E402
+from webhook.core.catalog.loading import load_catalog_text  # noqa: E402
+from webhook.core.catalog.model import Catalog  # noqa: E402
 
 Path_ = Literal["default", "profiles", "extender", "stock"]
 PATHS: tuple[Path_, ...] = ("default", "profiles", "extender", "stock")

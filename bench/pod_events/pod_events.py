@@ -84,7 +84,7 @@ def event_lines(kind: str, count: int, first_rv: int) -> list[bytes]:
 def inventory_holding(held: int) -> Any:
     """A LiveInventory, not started, with `held` GPU Pods bound and the gpu events' Pod (their uids are what
     the check looks up)."""
-    from webhook.core.catalog.model import load_default_catalog
+    from webhook.core.catalog.loading import load_default_catalog
     from webhook.cluster.watch import LiveInventory
 
     api: Any = NoApi()  # stands in for the kubernetes client's CoreV1Api
@@ -92,7 +92,7 @@ def inventory_holding(held: int) -> Any:
     pods = [make_cluster_pod(i, f"gpu-node-{i % 500}", 1) for i in range(held)]
     for i, pod in enumerate(pods):
         pod["metadata"]["uid"] = f"11111111-0000-4000-8000-{i:012x}"
-    inventory._replace_pods([v for v in map(inventory._reduce_pod, [*pods, gpu_pod_held()]) if v is not None])
+    inventory.pods_watch.replace([v for v in map(inventory.pods_watch.reduce, [*pods, gpu_pod_held()]) if v is not None])
     return inventory
 
 

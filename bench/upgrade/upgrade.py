@@ -28,7 +28,8 @@ from typing import Any, Callable
 
 from webhook.cluster.upgrader import may_move
 from webhook.cluster.watch import HERALDS, LiveInventory
-from webhook.core.catalog.model import Catalog, load_default_catalog
+from webhook.core.catalog.loading import load_default_catalog
+from webhook.core.catalog.model import Catalog
 from webhook.core.after_bind.upgrade import History, Owner, UpgradeSettings, decide_moves, read_pod_state
 
 from bench.common.noapi import NoApi
@@ -93,14 +94,14 @@ def build(catalog: Catalog, nodes: int, room: bool) -> Inputs:
             pods.append(pod)
     api: Any = NoApi()  # stands in for the kubernetes client's CoreV1Api
     inventory = LiveInventory(catalog, api=api)
-    inventory._replace_nodes([i for i in map(inventory._reduce_node, gpu_nodes + cpu_nodes) if i is not None])
-    inventory._replace_namespaces([])
+    inventory.nodes_watch.replace([i for i in map(inventory.nodes_watch.reduce, gpu_nodes + cpu_nodes) if i is not None])
+    inventory.namespaces_watch.replace([])
     heralds = [r.replace for r in inventory.reflectors if r.name in {h.resource for h in HERALDS}]
-    replaces: list[Callable[[list[Any]], None]] = [inventory._replace_slices, inventory._replace_classes,
-                                                   inventory._replace_claims, inventory._replace_pools, *heralds]
+    replaces: list[Callable[[list[Any]], None]] = [inventory.dra_watch.replace_slices, inventory.dra_watch.replace_classes,
+                                                   inventory.dra_watch.replace_claims, inventory.pools_watch.replace, *heralds]
     for replace in replaces:
         replace([])
-    inventory._replace_pods([v for v in map(inventory._reduce_pod, pods) if v is not None])
+    inventory.pods_watch.replace([v for v in map(inventory.pods_watch.reduce, pods) if v is not None])
     all_nodes = gpu_nodes + cpu_nodes
     metadata = [{"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": n["metadata"]}
                 for n in all_nodes]

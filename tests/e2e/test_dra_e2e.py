@@ -34,8 +34,8 @@ from kubeobjects import (
     read_by_every_worker, read_pod, wait_bound, wait_for, webhook_metrics,
 )
 from test_fidelity_e2e import samples
-from webhook.core.catalog.model import load_default_catalog
-from webhook.core.admission.planner import EXCLUDE_ANNOTATION as EXCLUDE_TYPES
+from webhook.core.catalog.loading import load_default_catalog
+from webhook.core.admission.annotations import EXCLUDE_ANNOTATION as EXCLUDE_TYPES
 
 H200, H100_NVL = "NVIDIA H200", "NVIDIA H100 NVL"
 GFD_H100_NVL = {"nvidia.com/gpu.product": "NVIDIA-H100-NVL", "nvidia.com/gpu.memory": "95830"}

@@ -14,7 +14,7 @@ from kubeobjects import (
     TYPES, create_node, delete_nodes, dry_run_create, expired_restarts, make_pod, set_node_status, wait_for,
 )
 from webhook.cluster import watch
-from webhook.core.catalog.model import load_default_catalog
+from webhook.core.catalog.loading import load_default_catalog
 
 L4_LABELS = {"nvidia.com/gpu.product": "NVIDIA-L4", "nvidia.com/gpu.memory": "23034", "nvidia.com/gpu.count": "4"}
 NODE = "e2e-live-l4"

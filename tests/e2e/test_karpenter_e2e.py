@@ -27,7 +27,7 @@ from kubeobjects import (CLASS, GPU_TAINT, TYPES, admission_records, delete_if_p
                          force_delete_pods, make_namespace, make_pod, node_label, read_by_every_worker, read_pod,
                          wait_bound, wait_for)
 from tools import gotools
-from webhook.core.catalog.model import load_default_catalog
+from webhook.core.catalog.loading import load_default_catalog
 
 OFFERED_WITHIN_SECONDS = 5.0  # the promise (47): Karpenter installed after gpu-class is read in seconds
 

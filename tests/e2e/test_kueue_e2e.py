@@ -21,7 +21,7 @@ from fleet import TYPE_OF
 from kubeobjects import (TYPES, create_node, delete_if_present, delete_nodes, dry_run_create, make_namespace, node_label,
                          wait_bound, wait_for)
 from kueue import QUEUE_LABEL, Kueue, is_admitted, local_queue, running_kueue
-from webhook.core.catalog.model import load_default_catalog
+from webhook.core.catalog.loading import load_default_catalog
 
 KUEUE_LABEL = ("gpu-class.io/e2e-kueue", "enabled")
 H100 = "NVIDIA-H100-80GB-HBM3"

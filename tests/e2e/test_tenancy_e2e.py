@@ -18,7 +18,7 @@ import local_cluster
 from fleet import FLEET, TYPE_OF, H100_LABELS
 from kubeobjects import (TYPES, create_node, delete_nodes, force_delete_pods, make_namespace, make_pod, read_pod,
                          wait_bound, wait_for)
-from webhook.core.catalog.model import load_default_catalog
+from webhook.core.catalog.loading import load_default_catalog
 
 pytestmark = pytest.mark.usefixtures("fleet")
 

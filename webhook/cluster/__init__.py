@@ -1,6 +1,7 @@
 """The cluster side: Kubernetes and file I/O that feeds the core.
 
-Here: the list/watch reflectors that keep the live inventory (`watch`), reading Node, Namespace and Pod
+Here: the live inventory (`watch`) and the watches that feed it (`nodes_watch`, `pods_watch`,
+`dra_watch`, `pools_watch`, `heralds`, each over a `reflector`), reading Node, Namespace and Pod
 files (`loading`), and the node labeller's nvidia-smi run, Node read and merge patch (`labeller`).
 What any of it means is decided in `webhook.core`; this package only fetches and writes.
 

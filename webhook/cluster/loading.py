@@ -9,7 +9,8 @@ from typing import Any
 import yaml
 
 from ..core.catalog.model import Catalog
-from ..core.view.inventory import Reduced, Snapshot, fixed_snapshot, reduce_objects
+from ..core.view.inventory import Reduced, fixed_snapshot, reduce_objects
+from ..core.view.snapshot import Snapshot
 
 
 # libyaml's loader when PyYAML has it: 5,000 Nodes take seconds instead of a minute

@@ -21,7 +21,8 @@ import urllib3
 from kubernetes.client.exceptions import ApiException
 
 from ..core.catalog.model import Catalog
-from ..core.view.inventory import Snapshot, fixed_snapshot, reduce_objects
+from ..core.view.inventory import fixed_snapshot, reduce_objects
+from ..core.view.snapshot import Snapshot
 from ..core.published.public import PUBLISHED_CONFIGMAP
 from .loading import InputError
 from .watch import SERVICE_ACCOUNT_TOKEN, LiveInventory, check_kube_config

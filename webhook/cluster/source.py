@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from ..core.catalog.model import Catalog
-from ..core.view.inventory import Snapshot
+from ..core.view.snapshot import Snapshot
 from ..core.admission.planner import NamespacePolicy
 from .loading import InputError, load_snapshot_in_child
 

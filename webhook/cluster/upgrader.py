@@ -32,7 +32,8 @@ import kubernetes
 from kubernetes.client.exceptions import ApiException
 
 from ..core.catalog.model import Catalog
-from ..core.view.inventory import Snapshot, pod_group
+from ..core.view.pods import pod_group
+from ..core.view.snapshot import Snapshot
 from ..core.after_bind.lease import held_spec, may_hold, micro_time
 from ..core.after_bind.upgrade import (
     Eviction, Held, History, Move, Owner, PodState, UpgradeDecision, UpgradeSettings, controller_ref, decide_moves,

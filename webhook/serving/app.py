@@ -39,10 +39,19 @@ def create_app(
     app = Flask("gpu_class")
     # more than the API server can send (config.py); under gunicorn the worker refuses it first (intake.py)
     app.config["MAX_CONTENT_LENGTH"] = max_body_bytes
+    admit = _admission(catalog, inventory, max_body_bytes)
+    _add_routes(app, catalog, inventory, admit)
+    register_extender_routes(app, catalog, inventory, extender_caller_of)
+    app.wsgi_app = _admission_first(app.wsgi_app, admit)  # type: ignore[method-assign, assignment]
+    return app
 
-    @app.errorhandler(HTTPException)
-    def http_error(exc: HTTPException) -> Response:
-        return json_response({"error": exc.name, "message": exc.description}, exc.code or 400)
+
+Admit = Callable[[dict[str, Any]], tuple[bytes, int]]
+
+
+def _admission(catalog: Catalog, inventory: InventorySource, max_body_bytes: int) -> Admit:
+    """The admission, one function of the WSGI environ: _admission_first calls it straight from WSGI."""
+    from . import metrics  # see create_app
 
     def admit(environ: dict[str, Any]) -> tuple[bytes, int]:
         """/mutate: the encoded answer and its HTTP status."""
@@ -78,6 +87,17 @@ def create_app(
         _log_request(req, result, started, result.decision.outcome, result.decision.message)
         return encode_compact(answer), 200
 
+    return admit
+
+
+def _add_routes(app: Flask, catalog: Catalog, inventory: InventorySource, admit: Admit) -> None:
+    """Every route but the extender's: /mutate (as Flask reaches it), health, readiness and metrics."""
+    from . import metrics  # see create_app
+
+    @app.errorhandler(HTTPException)
+    def http_error(exc: HTTPException) -> Response:
+        return json_response({"error": exc.name, "message": exc.description}, exc.code or 400)
+
     @app.post("/mutate")
     def mutate() -> Response:  # reached only when the WSGI entry below passes a request on (tests may call it)
         body, status = admit(request.environ)
@@ -98,15 +118,11 @@ def create_app(
         body, content_type = metrics.render()
         return Response(body, mimetype=content_type.split(";")[0], content_type=content_type)
 
-    register_extender_routes(app, catalog, inventory, extender_caller_of)
-    app.wsgi_app = _admission_first(app.wsgi_app, admit)  # type: ignore[method-assign, assignment]
-    return app
-
 
 WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 
 
-def _admission_first(flask_app: WsgiApp, admit: Callable[[dict[str, Any]], tuple[bytes, int]]) -> WsgiApp:
+def _admission_first(flask_app: WsgiApp, admit: Admit) -> WsgiApp:
     """POST /mutate answered straight from WSGI; every other request goes through Flask.
 
     Flask's request dispatch (contexts, URL matching, session, signals, the Response object) cost

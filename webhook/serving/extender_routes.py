@@ -66,7 +66,16 @@ def register_extender_routes(app: Flask, catalog: Catalog, inventory: InventoryS
     # to the worker that answered the last.
     assumed: dict[str, Assumed] = {}
     lock = threading.Lock()
+    authenticate = _authenticator(caller_of)
+    app.post("/filter")(_filter_verb(authenticate, _known_filter(catalog, inventory, assumed, lock)))
+    app.post("/prioritize")(_prioritize_verb(authenticate, catalog, inventory, assumed, lock))
 
+
+Authenticate = Callable[[str], Response | str]
+KnownFilter = Callable[[ExtenderArgs], tuple[FilterOutcome, float]]
+
+
+def _authenticator(caller_of: CallerCheck) -> Authenticate:
     def authenticate(verb: str) -> Response | str:
         """The caller's name, or the refusal to answer with (logged)."""
         caller = caller_of(request.environ)
@@ -77,6 +86,11 @@ def register_extender_routes(app: Flask, catalog: Catalog, inventory: InventoryS
         error = "Unauthorized" if caller.status == 401 else "Forbidden"
         return json_response({"error": error, "message": caller.message}, caller.status)
 
+    return authenticate
+
+
+def _known_filter(catalog: Catalog, inventory: InventorySource, assumed: dict[str, Assumed],
+                  lock: threading.Lock) -> KnownFilter:
     def filter_known(args: ExtenderArgs) -> tuple[FilterOutcome, float]:
         """`filter` on the newest snapshot, and the seconds it waited for the watch.
 
@@ -101,7 +115,10 @@ def register_extender_routes(app: Flask, catalog: Catalog, inventory: InventoryS
                 return outcome, waited
             snapshot = newer
 
-    @app.post("/filter")
+    return filter_known
+
+
+def _filter_verb(authenticate: Authenticate, filter_known: KnownFilter) -> Callable[[], Response]:
     def extender_filter() -> Response:
         started = time.perf_counter()
         caller = authenticate("filter")
@@ -128,7 +145,11 @@ def register_extender_routes(app: Flask, catalog: Catalog, inventory: InventoryS
         _log("filter", args, started, caller=caller, failed=failed, error=result["Error"] or None, **known)
         return json_response(result)
 
-    @app.post("/prioritize")
+    return extender_filter
+
+
+def _prioritize_verb(authenticate: Authenticate, catalog: Catalog, inventory: InventorySource,
+                     assumed: dict[str, Assumed], lock: threading.Lock) -> Callable[[], Response]:
     def extender_prioritize() -> Response:
         started = time.perf_counter()
         caller = authenticate("prioritize")
@@ -149,6 +170,8 @@ def register_extender_routes(app: Flask, catalog: Catalog, inventory: InventoryS
             priorities = neutral_priorities(args.candidates)
         _log("prioritize", args, started, caller=caller, scored=sum(1 for p in priorities if p["Score"] > 0))
         return json_response(priorities)
+
+    return extender_prioritize
 
 
 def _log(verb: str, args: ExtenderArgs | None, started: float, **fields: Any) -> None:

@@ -31,26 +31,22 @@ kube-scheduler, the kubelet, Prometheus) send Content-Length. HTTP/2 is not offe
 
 from __future__ import annotations
 
-import enum
-import json
 import logging
 import selectors
 import socket
 import ssl
 import time
 from collections import OrderedDict
-from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, Literal, NamedTuple
+from typing import Any
 
 from gunicorn import http as ghttp
 from gunicorn import sock as gsock
-from gunicorn.http.unreader import Unreader
 from gunicorn.workers.gthread import ThreadWorker
-from werkzeug.http import HTTP_STATUS_CODES
 
 from . import logs
 from .config import IntakeLimits
+from .request import RESERVE, BodyBudget, BufferUnreader, Intake, Outcome, Phase, Refused, error_response
 
 log = logging.getLogger("gpu_class.server")
 
@@ -61,197 +57,6 @@ LINGER_SECONDS = 1.0  # a closed connection is read (and discarded) this long, s
 # deadline: closed at once, the sender would open the next one (and cost the loop a TLS handshake) at full speed
 LINGER_MAX_BYTES = 256 * 1024
 MIN_WRITE_SECONDS = 0.5  # a thread writes its answer with at least this timeout, even past the deadline
-
-Outcome = Literal["too-slow", "too-large", "busy", "bad-request"]
-
-
-# --- the request head, read before a thread takes the request (pure) ---------------------------
-
-
-class Framing(NamedTuple):
-    """What the intake needs from a request head to know where the request ends."""
-
-    method: str
-    path: str
-    version: tuple[int, int]
-    content_length: int  # 0 without a Content-Length
-    chunked: bool
-    expect_continue: bool
-    invalid: bool  # framing it cannot trust: handed on as it is, for gunicorn's parser to answer 400
-
-
-def read_framing(head: bytes) -> Framing:
-    """The framing of `head` (the request line and headers, with or without the blank line)."""
-    lines = head.split(b"\r\n")
-    method, path, version = read_request_line(lines[0])
-    lengths: set[bytes] = set()
-    chunked = expect = invalid = False
-    for line in lines[1:]:
-        name, colon, value = line.partition(b":")
-        if not colon:
-            continue  # the blank line, or a malformed one gunicorn refuses
-        name, value = name.lower(), value.strip(b" \t")
-        if name == b"content-length":
-            lengths.add(value)
-            invalid |= not value.isdigit()
-        elif name == b"transfer-encoding":
-            chunked = True
-        elif name == b"expect":
-            expect = value.lower() == b"100-continue"
-    invalid |= len(lengths) > 1 or (chunked and bool(lengths)) or version == (0, 0)
-    content_length = int(next(iter(lengths))) if lengths and not invalid else 0
-    return Framing(method, path, version, content_length, chunked and not invalid, expect and version >= (1, 1),
-                   invalid)
-
-
-def read_request_line(line: bytes) -> tuple[str, str, tuple[int, int]]:
-    """(method, path, version) of a request line; version (0, 0) when it is not one."""
-    parts = line.split(b" ")
-    method = parts[0].decode("latin-1")[:16]
-    path = parts[1].split(b"?", 1)[0].decode("latin-1")[:256] if len(parts) > 1 else ""
-    version = (0, 0)
-    if len(parts) == 3 and parts[2][:5] == b"HTTP/" and parts[2][5:6].isdigit() and parts[2][7:8].isdigit():
-        version = (int(parts[2][5:6]), int(parts[2][7:8]))
-    return method, path, version
-
-
-class BodyBudget:
-    """The body bytes one worker may hold: reservations of declared lengths, never more than the total."""
-
-    def __init__(self, limits: IntakeLimits) -> None:
-        self.limits = limits
-        self.reserved_bytes = 0
-
-    def reserve(self, length: int) -> bool:
-        room = self.limits.buffer_bytes - self.reserved_bytes
-        if length > self.limits.small_body_bytes:
-            room -= self.limits.small_reserve_bytes
-        if length > room:
-            return False
-        self.reserved_bytes += length
-        return True
-
-    def release(self, length: int) -> None:
-        self.reserved_bytes -= length
-
-
-# --- one connection's request, as it arrives ----------------------------------------------------
-
-
-class Phase(enum.Enum):
-    HANDSHAKE = "handshake"
-    HEAD = "headers"
-    BODY = "body"
-    READY = "ready"  # read whole: a thread has it, or will
-    IDLE = "idle"  # answered; kept alive, waiting for the next request
-
-
-class Refused(NamedTuple):
-    status: int
-    outcome: Outcome
-    message: str
-
-
-RESERVE = "reserve"
-
-
-@dataclass
-class Intake:
-    """One request being read on one connection: its bytes, deadlines and reservation."""
-
-    limits: IntakeLimits
-    started: float
-    phase: Phase = Phase.HEAD
-    buffer: bytearray = field(default_factory=bytearray)
-    framing: Framing | None = None
-    total_bytes: int = 0  # head and body, once the head is read
-    reserved_bytes: int = 0
-    waiting: bool = False  # for a reservation
-    continue_sent: bool = False
-    events: int = 0  # what the poller waits for on its socket (0: not registered)
-
-    @property
-    def read_by(self) -> float:
-        return self.started + self.limits.read_seconds
-
-    @property
-    def answer_by(self) -> float:
-        return self.started + self.limits.answer_seconds
-
-    @property
-    def body_bytes(self) -> int:
-        return self.framing.content_length if self.framing is not None else 0
-
-    def restart(self, now: float) -> None:
-        """A new request on a kept-alive connection (bytes already read for it stay)."""
-        self.started, self.phase, self.framing, self.total_bytes = now, Phase.HEAD, None, 0
-        self.waiting = self.continue_sent = False
-
-    def next_step(self) -> int | str | Refused | None:
-        """Bytes to read next (int), RESERVE (the body needs a reservation first), a Refused, or None: read whole."""
-        if self.phase is Phase.HEAD:
-            while self.buffer[:2] == b"\r\n":  # RFC 9112 2.2: empty lines before a request line are ignored
-                del self.buffer[:2]
-            end = self.buffer.find(b"\r\n\r\n")
-            if end < 0:
-                if len(self.buffer) >= self.limits.max_head_bytes:
-                    return Refused(431, "too-large", f"request headers over {self.limits.max_head_bytes} bytes")
-                return self.limits.max_head_bytes - len(self.buffer)
-            self.framing = framing = read_framing(bytes(self.buffer[:end]))
-            self.total_bytes = end + 4
-            if framing.invalid:
-                self.phase = Phase.READY  # gunicorn answers 400 from the head alone
-                return None
-            if framing.chunked:
-                return Refused(411, "bad-request", "a request body needs a Content-Length")
-            if framing.content_length > self.limits.max_body_bytes:
-                return Refused(413, "too-large", f"body of {framing.content_length} bytes: the limit is "
-                                                 f"{self.limits.max_body_bytes} (what the API server can send)")
-            self.total_bytes += framing.content_length
-            self.phase = Phase.BODY
-        if self.phase is Phase.BODY:
-            if self.body_bytes and not self.reserved_bytes:
-                return RESERVE
-            if len(self.buffer) >= self.total_bytes:
-                self.phase = Phase.READY
-                return None
-            return self.total_bytes - len(self.buffer)
-        return None
-
-    def take_request(self) -> bytes:
-        """The request's bytes; what follows them (a pipelined request) stays buffered."""
-        if len(self.buffer) == self.total_bytes:
-            request, self.buffer = bytes(self.buffer), bytearray()
-            return request
-        with memoryview(self.buffer) as view:  # one copy of a body that may be megabytes
-            request = bytes(view[:self.total_bytes])
-        del self.buffer[:self.total_bytes]
-        return request
-
-    def where(self) -> tuple[str | None, str | None]:
-        """(method, path) as far as the request line has arrived."""
-        if self.framing is not None:
-            return self.framing.method, self.framing.path
-        line, newline, _ = bytes(self.buffer[:1024]).partition(b"\r\n")
-        if not newline:
-            return None, None
-        method, path, _version = read_request_line(line)
-        return method, path
-
-
-class BufferUnreader(Unreader):  # type: ignore[misc]
-    """gunicorn's parser reads the request the intake buffered, and nothing from the socket."""
-
-    def chunk(self, size_hint: int | None = None) -> bytes:
-        return b""
-
-
-def error_response(status: int, message: str) -> bytes:
-    """A JSON error answer that closes the connection, as the app writes its errors."""
-    reason = HTTP_STATUS_CODES.get(status, "Error")
-    body = json.dumps({"error": reason, "message": message}, separators=(",", ":")).encode()
-    return (f"HTTP/1.1 {status} {reason.upper()}\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode() + body
 
 
 def send_now(sock: socket.socket, data: bytes) -> bool:
@@ -282,7 +87,7 @@ class IntakeThreadWorker(ThreadWorker):  # type: ignore[misc]
         self._budget = BodyBudget(self.intake_limits)
         # connections being read, in the order of their deadlines (every deadline is its start plus the same time)
         self._reading: OrderedDict[Any, float] = OrderedDict()
-        self._lingering: OrderedDict[Any, float] = OrderedDict()  # closing: read and dropped until then
+        self._lingering = Lingering(self)
         self._waiting: list[Any] = []  # for a reservation, first come first served
         self._resuming = False
         self._released_again = False
@@ -308,7 +113,7 @@ class IntakeThreadWorker(ThreadWorker):  # type: ignore[misc]
                         suppress_ragged_eofs=self.cfg.suppress_ragged_eofs)
                     intake.phase = Phase.HANDSHAKE
                 else:
-                    self._ready_parser(conn)
+                    _ready_parser(self.cfg, conn)
             else:  # kept alive: its next request has begun to arrive
                 intake.restart(now)
                 intake.buffer[:0] = conn.parser.unreader.take_buffered()
@@ -322,45 +127,32 @@ class IntakeThreadWorker(ThreadWorker):  # type: ignore[misc]
         self._want(conn, selectors.EVENT_READ)
         self._advance(conn)
 
-    def _ready_parser(self, conn: Any) -> None:
-        conn.parser = ghttp.get_parser(self.cfg, conn.sock, conn.client)
-        conn.parser.unreader = BufferUnreader()
-        conn.initialized = True  # gthread's handle() must not wrap or wait for it again
-
     def _want(self, conn: Any, events: int) -> None:
         intake: Intake = conn.intake
         if intake.events == events:
             return
         if intake.events:
-            self.poller.modify(conn.sock, events, partial(self._on_event, conn))
+            self.poller.modify(conn.sock, events, partial(self._advance, conn))
         else:
-            self.poller.register(conn.sock, events, partial(self._on_event, conn))
+            self.poller.register(conn.sock, events, partial(self._advance, conn))
         intake.events = events
 
     def _unwatch(self, conn: Any) -> None:
         intake: Intake = conn.intake
         if intake.events:
-            self._unregister(conn)
+            _unregister(self.poller, conn)
             intake.events = 0
 
-    def _on_event(self, conn: Any, _fileobj: Any) -> None:
-        self._advance(conn)
-
-    def _advance(self, conn: Any) -> None:
+    def _advance(self, conn: Any, _fileobj: Any = None) -> None:
         """Read what has arrived; hand the request on once whole, refuse it, or wait for more."""
         intake: Intake = conn.intake
         try:
             if intake.phase is Phase.HANDSHAKE:
-                try:
-                    conn.sock.do_handshake()
-                except ssl.SSLWantReadError:
-                    return self._want(conn, selectors.EVENT_READ)
-                except ssl.SSLWantWriteError:
-                    return self._want(conn, selectors.EVENT_WRITE)
-                if gsock.is_http2_negotiated(conn.sock):
-                    raise ssl.SSLError("HTTP/2 was not offered")
+                wants = _handshake_wants(conn.sock)
+                if wants is not None:
+                    return self._want(conn, wants)
                 intake.phase = Phase.HEAD
-                self._ready_parser(conn)
+                _ready_parser(self.cfg, conn)
                 self._want(conn, selectors.EVENT_READ)
             while True:
                 step = intake.next_step()
@@ -452,7 +244,7 @@ class IntakeThreadWorker(ThreadWorker):  # type: ignore[misc]
         try:
             return bool(super().handle_request(req, conn))
         except TimeoutError:
-            self._report(intake, "too-slow", 0, "the answer was not taken within the deadline", _peer(conn), "answer")
+            report_cut(intake, "too-slow", 0, "the answer was not taken within the deadline", _peer(conn), "answer")
             raise StopIteration() from None  # gthread closes the connection
 
     # -- back in the main loop
@@ -468,7 +260,7 @@ class IntakeThreadWorker(ThreadWorker):  # type: ignore[misc]
             keep = False
         if not keep:
             self.nr_conns -= 1
-            return self._linger(conn)
+            return self._lingering.add(conn)
         super().finish_request(conn, fs)  # kept alive: on the poller until its next request
         if intake.buffer and conn in self.keepalived_conns:  # which has arrived already (pipelined)
             self.poller.unregister(conn.sock)
@@ -478,7 +270,7 @@ class IntakeThreadWorker(ThreadWorker):  # type: ignore[misc]
 
     def wait_for_and_dispatch_events(self, timeout: float) -> None:
         now = time.monotonic()
-        for deadlines in (self._reading, self._lingering):
+        for deadlines in (self._reading, self._lingering.until):
             for first in deadlines.values():
                 timeout = max(min(timeout, first - now), 0.0)
                 break
@@ -492,51 +284,25 @@ class IntakeThreadWorker(ThreadWorker):  # type: ignore[misc]
             if read_by > now:
                 break
             self._cut(conn)
-        while self._lingering:
-            conn, until = next(iter(self._lingering.items()))
-            if until > now:
-                break
-            self._lingering.pop(conn)
-            self._unregister(conn)
-            _close_socket(conn)
+        self._lingering.expire(now)
 
     def _cut(self, conn: Any) -> None:
         """The request was not read by its deadline: answer it if it began, and close."""
         intake: Intake = conn.intake
         self._reading.pop(conn, None)
-        if intake.phase is Phase.HANDSHAKE or not intake.buffer:
-            # nothing of a request: a silent client, or one that never finished its handshake
+        refusal = intake.refusal_at_deadline()
+        if refusal is None:  # nothing of a request: a silent client, or one that never finished its handshake
             log.debug("connection from %s closed: no request within %ss (%s)", _peer(conn),
                       self.intake_limits.read_seconds, intake.phase.value)
             return self._close(conn)
-        if intake.waiting:
-            refusal = Refused(503, "busy", f"the server's buffer for request bodies stayed full for "
-                                           f"{self.intake_limits.read_seconds}s")
-        else:
-            refusal = Refused(408, "too-slow", f"request not received whole within {self.intake_limits.read_seconds}s")
         self._refuse(conn, refusal)
 
     def _refuse(self, conn: Any, refusal: Refused) -> None:
         intake: Intake = conn.intake
         answered = send_now(conn.sock, error_response(refusal.status, refusal.message))
-        self._report(intake, refusal.outcome, refusal.status if answered else 0, refusal.message, _peer(conn),
+        report_cut(intake, refusal.outcome, refusal.status if answered else 0, refusal.message, _peer(conn),
                      intake.phase.value)
         self._close(conn, linger=answered)
-
-    def _report(self, intake: Intake, outcome: Outcome, status: int, message: str, peer: str | None,
-                phase: str) -> None:
-        """One log line per request cut or refused; one count when it was the API server's /mutate."""
-        method, path = intake.where()
-        if path == "/mutate":
-            from . import metrics  # imported in the worker: the multiprocess directory is set by then
-
-            metrics.observe_cut(outcome)
-        if log.isEnabledFor(logging.INFO):
-            logs.write_record(log.name, "request cut", {
-                "outcome": outcome, "status": status or None, "method": method, "path": path, "peer": peer,
-                "phase": phase, "received_bytes": len(intake.buffer),
-                "content_length": intake.framing.content_length if intake.framing else None, "message": message,
-                "duration_ms": round((time.monotonic() - intake.started) * 1000, 3)})
 
     def _close(self, conn: Any, *, linger: bool = False) -> None:
         """The connection is done with, from the intake."""
@@ -545,7 +311,7 @@ class IntakeThreadWorker(ThreadWorker):  # type: ignore[misc]
         self._release(conn)
         self.nr_conns -= 1
         if linger:
-            self._linger(conn)
+            self._lingering.add(conn)
         else:
             _close_socket(conn)
 
@@ -553,46 +319,32 @@ class IntakeThreadWorker(ThreadWorker):  # type: ignore[misc]
         self.nr_conns -= 1
         _close_socket(conn)
 
-    def _linger(self, conn: Any) -> None:
-        """Close after an answer: half-close, then read and drop what the client still sends for a moment,
-        so that closing with unread bytes does not reset the connection before the client has read the
-        answer (RFC 9112 9.6). Never blocks the loop, unlike gunicorn's close_graceful."""
-        try:
-            if conn.sock.fileno() < 0:
-                return
-            conn.sock.shutdown(socket.SHUT_WR)  # an SSLSocket reads raw bytes from now on
-            conn.sock.setblocking(False)
-            self.poller.register(conn.sock, selectors.EVENT_READ, partial(self._on_lingering, conn))
-        except (OSError, ValueError, KeyError):
-            _close_socket(conn)
-            return
-        self._lingering[conn] = time.monotonic() + LINGER_SECONDS
 
-    def _on_lingering(self, conn: Any, _fileobj: Any) -> None:
-        try:
-            for _ in range(4):  # then the other connections' turn: the poller calls again while bytes remain
-                read = len(conn.sock.recv(65536))
-                conn.lingered = getattr(conn, "lingered", 0) + read
-                if not read:
-                    break
-                if conn.lingered >= LINGER_MAX_BYTES:
-                    self._unregister(conn)  # held unread until its deadline (_cut_late closes it)
-                    return
-            else:
-                return
-        except (BlockingIOError, InterruptedError):
-            return
-        except OSError:
-            pass
-        self._lingering.pop(conn, None)
-        self._unregister(conn)
-        _close_socket(conn)
 
-    def _unregister(self, conn: Any) -> None:
-        try:
-            self.poller.unregister(conn.sock)
-        except (KeyError, ValueError, OSError):
-            pass
+def _ready_parser(cfg: Any, conn: Any) -> None:
+    conn.parser = ghttp.get_parser(cfg, conn.sock, conn.client)
+    conn.parser.unreader = BufferUnreader()
+    conn.initialized = True  # gthread's handle() must not wrap or wait for it again
+
+
+def _handshake_wants(sock: ssl.SSLSocket) -> int | None:
+    """What the poller waits for before a TLS handshake can go on; None once it is done."""
+    try:
+        sock.do_handshake()
+    except ssl.SSLWantReadError:
+        return selectors.EVENT_READ
+    except ssl.SSLWantWriteError:
+        return selectors.EVENT_WRITE
+    if gsock.is_http2_negotiated(sock):
+        raise ssl.SSLError("HTTP/2 was not offered")
+    return None
+
+
+def _unregister(poller: selectors.BaseSelector, conn: Any) -> None:
+    try:
+        poller.unregister(conn.sock)
+    except (KeyError, ValueError, OSError):
+        pass
 
 
 def _close_socket(conn: Any) -> None:
@@ -607,3 +359,69 @@ def _peer(conn: Any) -> str | None:
     if isinstance(client, tuple) and len(client) >= 2:
         return f"{client[0]}:{client[1]}"
     return None
+
+
+def report_cut(intake: Intake, outcome: Outcome, status: int, message: str, peer: str | None, phase: str) -> None:
+    """One log line per request cut or refused; one count when it was the API server's /mutate."""
+    method, path = intake.where()
+    if path == "/mutate":
+        from . import metrics  # imported in the worker: the multiprocess directory is set by then
+
+        metrics.observe_cut(outcome)
+    if log.isEnabledFor(logging.INFO):
+        logs.write_record(log.name, "request cut", {
+            "outcome": outcome, "status": status or None, "method": method, "path": path, "peer": peer,
+            "phase": phase, "received_bytes": len(intake.buffer),
+            "content_length": intake.framing.content_length if intake.framing else None, "message": message,
+            "duration_ms": round((time.monotonic() - intake.started) * 1000, 3)})
+
+
+class Lingering:
+    """Connections closed after an answer: half-closed, then what the client still sends is read and dropped for
+    a moment, so that closing with unread bytes does not reset the connection before the client has read the
+    answer (RFC 9112 9.6). Never blocks the loop, unlike gunicorn's close_graceful."""
+
+    def __init__(self, worker: IntakeThreadWorker) -> None:
+        self.worker = worker  # its poller exists only once gthread's init_process has run
+        self.until: OrderedDict[Any, float] = OrderedDict()  # in the order of their deadlines
+
+    def add(self, conn: Any) -> None:
+        try:
+            if conn.sock.fileno() < 0:
+                return
+            conn.sock.shutdown(socket.SHUT_WR)  # an SSLSocket reads raw bytes from now on
+            conn.sock.setblocking(False)
+            self.worker.poller.register(conn.sock, selectors.EVENT_READ, partial(self._on_readable, conn))
+        except (OSError, ValueError, KeyError):
+            _close_socket(conn)
+            return
+        self.until[conn] = time.monotonic() + LINGER_SECONDS
+
+    def expire(self, now: float) -> None:
+        while self.until:
+            conn, until = next(iter(self.until.items()))
+            if until > now:
+                break
+            self.until.pop(conn)
+            _unregister(self.worker.poller, conn)
+            _close_socket(conn)
+
+    def _on_readable(self, conn: Any, _fileobj: Any) -> None:
+        try:
+            for _ in range(4):  # then the other connections' turn: the poller calls again while bytes remain
+                read = len(conn.sock.recv(65536))
+                conn.lingered = getattr(conn, "lingered", 0) + read
+                if not read:
+                    break
+                if conn.lingered >= LINGER_MAX_BYTES:
+                    _unregister(self.worker.poller, conn)  # held unread until its deadline (expire closes it)
+                    return
+            else:
+                return
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            pass
+        self.until.pop(conn, None)
+        _unregister(self.worker.poller, conn)
+        _close_socket(conn)

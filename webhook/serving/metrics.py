@@ -37,8 +37,9 @@ from prometheus_client import CONTENT_TYPE_LATEST, start_http_server
 from ..core.catalog.model import Catalog
 from ..core.reports.fidelity import PLACEMENT_OUTCOMES, judge_bind, pending_by_class, waiting_by_class
 from ..core.admission.groups import GroupOutcome
-from ..core.view.inventory import Snapshot, UnboundGpuPod
-from ..core.admission.planner import Outcome
+from ..core.view.pods import UnboundGpuPod
+from ..core.view.snapshot import Snapshot
+from ..core.admission.decision import Outcome
 from ..core.admission.review import Review
 from ..core.after_bind.upgrade import HELD_REASONS, Held, Move
 from . import logs

@@ -25,10 +25,12 @@ from ..cluster.source import (
     InputError, InventorySource, StaticInventory, check_live_config, read_file_snapshot, start_keeping_boundary,
     start_live_inventory, start_publishing,
 )
-from ..core.catalog.model import Catalog, default_catalog_text, load_catalog_text
+from ..core.catalog.builtin import default_catalog_text
+from ..core.catalog.loading import load_catalog_text
+from ..core.catalog.model import Catalog
 from ..core.published.boundary import BoundaryError, BoundaryTable, boundary_data
 from ..core.published.public import published_data
-from ..core.view.inventory import Snapshot
+from ..core.view.snapshot import Snapshot
 from . import logs
 from .app import create_app
 from .balance import BalancedThreadWorker, ConnectionTable

@@ -1,9 +1,10 @@
-"""What a Pod asks of gpu-class, read once from its wire JSON into a frozen PodAsk. Pure.
+"""What a Pod asks of gpu-class, read once from its wire JSON into a frozen PodAsk, whole. Pure.
 
-read_pod() is the only code that walks the Pod: its annotations, containers and their GPU limits and
-requests, its exclusions, memory, group, scheduler name, Kueue's podset label and its own resource
-claims. planner.py decides from the PodAsk, the inventory snapshot and the catalog, and never looks
-at the Pod again.
+read_pod() is the only code that walks the Pod: its shape (shape.py), its gpu-class.io annotations
+(annotations.py), its containers and their GPU limits and requests, and from these the GPUs it asks for
+(GpuAsk: the container that gets them, how many, how many it needs on one node), its scheduler name,
+Kueue's marks and its own resource claims. The decision (planner.decide and its steps) reads the
+PodAsk, the inventory snapshot and the catalog, and never looks at the Pod again.
 
 A Pod that is not the shape the webhook reads and writes is refused (MalformedPod), and what the
 user wrote wrong is refused with a message saying what to write. Both are found here, but the
@@ -14,78 +15,29 @@ message, and refused only when the decision reaches it.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Mapping, Sequence, TypeVar
+from typing import Any, Mapping, NamedTuple, Sequence
 
-from ..view.affinity import NodeTerm as NodeTerm  # provenance.py and the tests read it from here
-from ..view.affinity import Constraint, node_term
-from ..catalog.model import PRECISIONS, WAIT_FORMS, Catalog, Need, parse_compute_capability, parse_wait
-from ..view.dra import HOSTNAME_LABEL
-from ..view.inventory import CLASS_ANNOTATION, GROUP_LABEL, MAX_WAIT_ANNOTATION, TYPES_ANNOTATION, parse_gpu_count
-from ..catalog.quantity import quantity_mib
+from ..catalog.model import Catalog, Need
+from ..view.affinity import NodeTerm
+from ..view.nodes import parse_gpu_count
+from ..view.pods import CLASS_ANNOTATION, TYPES_ANNOTATION
+from .annotations import (
+    CONTAINER_ANNOTATION, COUNT_ANNOTATION, GROUP_ANNOTATION, GroupAsk, excluded_types, max_wait, min_memory_mib,
+    parse_count, read_group, read_need, unknown_annotations, upgrade, wanted_count,
+)
+from .shape import (
+    Malformed, MalformedPod, Tolerations, app_containers, caught, mapping, own_claims, patchable_parts,
+    requested_resources, string_map,
+)
+from .words import quoted
 
-PREFIX = "gpu-class.io/"
-COUNT_ANNOTATION = PREFIX + "count"
-CONTAINER_ANNOTATION = PREFIX + "container"
-EXCLUDE_ANNOTATION = PREFIX + "exclude-types"
-MIN_MEMORY_ANNOTATION = PREFIX + "min-memory"
-# what the Pod's code needs of a GPU, whatever its name: they narrow the class as min-memory does
-REQUIRES_ANNOTATION = PREFIX + "requires"
-MIN_COMPUTE_CAPABILITY_ANNOTATION = PREFIX + "min-compute-capability"
-UPGRADE_ANNOTATION = PREFIX + "upgrade"  # read by the upgrader (upgrade.py), not the webhook
-GROUP_ANNOTATION = "gpu-class.io/group"
-GROUP_SIZE_ANNOTATION = "gpu-class.io/group-size"
-# LeaderWorkerSet writes the number of Pods of its group (leader included) on each of them. The Job
-# controller and JobSet put no Pod count on Pods (JobSet's replicas annotations count Jobs).
-LWS_SIZE_ANNOTATION = "leaderworkerset.sigs.k8s.io/size"
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 # Set by Kueue on the pod template of every workload it starts (pkg/constants PodSetLabel), so
 # on every Pod created from it: its quota was counted from the template, not from the Pod.
 PODSET_LABEL = "kueue.x-k8s.io/podset"
 # on the Pods of a StatefulSet or LeaderWorkerSet whose Workload Kueue counted from the parent's templates
 SUSPENDING_PARENT_ANNOTATION = "kueue.x-k8s.io/pod-suspending-parent"
-
-# the Pod annotations gpu-class reads (and the one it writes): any other gpu-class.io/ key is a slip
-POD_ANNOTATIONS = (CLASS_ANNOTATION, COUNT_ANNOTATION, CONTAINER_ANNOTATION, EXCLUDE_ANNOTATION, MIN_MEMORY_ANNOTATION,
-                   GROUP_ANNOTATION, GROUP_SIZE_ANNOTATION, REQUIRES_ANNOTATION, MIN_COMPUTE_CAPABILITY_ANNOTATION,
-                   TYPES_ANNOTATION, UPGRADE_ANNOTATION, MAX_WAIT_ANNOTATION)
-
-T = TypeVar("T")
-
-_COUNT_RE = re.compile(r"[0-9]{1,6}")
-# The most a Pod may ask for in an annotation. Beyond them a value is a slip (or a probe), never a need: no
-# node offers a thousand GPUs, no GPU has 64 TiB, and a group of more Pods than this is not a job.
-MAX_COUNT = 1024  # gpu-class.io/count: GPUs for one Pod
-MAX_GROUP_SIZE = 65536  # gpu-class.io/group-size: Pods of one group
-MAX_MIN_MEMORY_MIB = 64 * 1024 * 1024  # gpu-class.io/min-memory: 64Ti per GPU
-# a label value: the group's name becomes the Pod label its affinity selects on
-_NAME_RE = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
-_SIZE_RE = re.compile(r"[0-9]{1,6}")
-
-
-class MalformedPod(ValueError):
-    """The Pod does not have the shape of a Pod where the webhook must read or write it."""
-
-
-@dataclass(frozen=True)
-class Malformed:
-    """A part of the Pod without its API shape, refused as MalformedPod when the decision reaches it."""
-
-    message: str
-
-
-# A Pod's tolerations, each as its sorted (field, text) items: hashable, so a decision can be memoised on them
-Tolerations = tuple[tuple[tuple[str, str], ...], ...]
-
-
-@dataclass(frozen=True)
-class GroupAsk:
-    """A Pod's group: its name, and the number of Pods it has when known (and which annotation said so)."""
-
-    name: str
-    size: int | None = None
-    size_from: str | None = None
 
 
 @dataclass(frozen=True)
@@ -108,10 +60,18 @@ class Container:
     held: Mapping[str, int]  # devices per resource as written (the limit, else the request), as the scheduler counts
 
 
-@dataclass(frozen=True)
-class PodAsk:
+class GpuAsk(NamedTuple):
+    """The GPUs a Pod asks for: the container that gets them, how many, and how many the Pod needs on one node."""
+
+    container: Container
+    gpus: Gpus
+    needed: int  # on one node: the app containers add up; an init container runs alone
+
+
+class PodAsk(NamedTuple):
     """Everything of a Pod that the admission decision reads. A str in place of a value is the
-    message refusing what the Pod wrote there."""
+    message refusing what the Pod wrote there. (A NamedTuple: one is built per admission, and it
+    costs a fraction of a frozen dataclass of as many fields to build.)"""
 
     class_name: str | None  # gpu-class.io/class; None: the namespace's or catalog's default, if the Pod wants GPUs
     containers: tuple[Container, ...]  # never empty
@@ -119,6 +79,10 @@ class PodAsk:
     unlimited: Gpus | str  # what a container gets of a resource it neither limits nor requests
     init_held: Mapping[str, int]  # per resource, the most any init container holds (it runs alone)
     requested: tuple[str, ...] | Malformed  # the catalog's resources any container limits or requests, in its order
+    # The GPUs it asks for, of the one resource it asks for; of none, the same whichever its class gives (no
+    # container holds any). A Pod that asks for several, or whose resources are malformed, is refused before
+    # this is read. None: the Pod names no class and asks for no GPU, so there is nothing to give.
+    gpu_ask: GpuAsk | str | None
     excluded: frozenset[str] | str
     min_memory_mib: float | None | str
     need: Need | None | str  # gpu-class.io/requires and min-compute-capability; None: neither
@@ -141,34 +105,14 @@ class PodAsk:
 
     def container_for(self, resource: str) -> Container | str:
         """The container that gets the GPUs, or the message refusing gpu-class.io/container."""
-        if isinstance(self.container, str):
-            return self.container
-        if self.container is not None:
-            return self.containers[self.container]
-        # a Pod that already asks for GPUs in one container means that one
-        return next((c for c in self.containers if resource in c.limited), self.containers[0])
+        return chosen_container(self.containers, self.container, resource)
 
     def gpus(self, container: Container, resource: str) -> Gpus | str:
         return container.gpus.get(resource, self.unlimited)
 
     def gpus_needed(self, resource: str, container: Container, count: int) -> int:
-        """GPUs the Pod needs on one node once `container` has `count`: app containers add up; an init
-        container runs alone."""
-        app = sum(count if c.index == container.index else c.held.get(resource, 0) for c in self.containers)
-        return max(app, self.init_held.get(resource, 0))
-
-    def own_constraints(self) -> Iterator[Constraint]:
-        """The node label values the Pod's own spec asks for or steers to, with where it wrote each: its
-        nodeSelector, the `In` expressions of its required and preferred node affinity, and its nodeName
-        (a node's name, which names it as its hostname usually does)."""
-        if not isinstance(self.node_selector, Malformed):
-            yield from (("nodeSelector", k, v) for k, v in self.node_selector.items() if isinstance(v, str))
-        yield from (("required node affinity", k, v) for term in self.node_terms for k, values in term
-                    for v in values)
-        yield from (("preferred node affinity", k, v) for term in self.preferred_terms for k, values in term
-                    for v in values)
-        if self.node_name is not None:
-            yield "spec.nodeName", HOSTNAME_LABEL, self.node_name
+        """GPUs the Pod needs on one node once `container` has `count`."""
+        return gpus_needed(self.containers, self.init_held, resource, container, count)
 
 
 def read_pod(pod: Any, catalog: Catalog) -> PodAsk | None:
@@ -177,15 +121,17 @@ def read_pod(pod: Any, catalog: Catalog) -> PodAsk | None:
     Raises MalformedPod where the Pod is not a Pod the webhook can read or patch at all."""
     if not isinstance(pod, dict):
         raise MalformedPod("the object is not a JSON object")
-    metadata = _mapping(pod.get("metadata"), "metadata")
-    annotations = _string_map(metadata.get("annotations"), "metadata.annotations")
+    metadata = mapping(pod.get("metadata"), "metadata")
+    annotations = string_map(metadata.get("annotations"), "metadata.annotations")
     if MIRROR_ANNOTATION in annotations:
         return None
-    containers = _containers(pod)
-    labels, node_terms, preferred_terms, tolerations = _check_patchable(pod)
-    spec = _mapping(pod.get("spec"), "spec")
-    requested = _caught(lambda: _requested_resources(pod, catalog.resources))
-    wanted = _wanted_count(annotations)
+    containers = app_containers(pod)
+    labels, node_terms, preferred_terms, tolerations = patchable_parts(pod)
+    spec = mapping(pod.get("spec"), "spec")
+    requested = caught(requested_resources, pod, catalog.resources)
+    claims = caught(own_claims, spec)
+    node_selector = caught(mapping, spec.get("nodeSelector"), "spec.nodeSelector")
+    wanted = wanted_count(annotations)
     gpu_resources = frozenset(catalog.resources)
     # the containers' resources have their shapes only when `requested` read them, and the decision
     # refuses the Pod before it looks at a container otherwise
@@ -195,20 +141,25 @@ def read_pod(pod: Any, catalog: Catalog) -> PodAsk | None:
     for c in (spec.get("initContainers") or []) if shaped else []:
         for r in _named(c, gpu_resources):
             init_held[r] = max(init_held.get(r, 0), _held(c, r))
+    named = _named_container(annotations, read)
+    unlimited = wanted if isinstance(wanted, str) else Gpus(wanted or 1, True)
+    class_name = annotations.get(CLASS_ANNOTATION)
     return PodAsk(
-        class_name=annotations.get(CLASS_ANNOTATION),
+        class_name=class_name,
         containers=read,
-        container=_named_container(annotations, read),
-        unlimited=wanted if isinstance(wanted, str) else Gpus(wanted or 1, True),
+        container=named,
+        unlimited=unlimited,
         init_held=init_held,
         requested=requested,
-        excluded=_excluded(annotations, catalog),
-        min_memory_mib=_min_memory_mib(annotations),
+        gpu_ask=None if class_name is None and not requested else _gpu_ask(read, named, unlimited, init_held,
+                                                                            _one_resource(requested)),
+        excluded=excluded_types(annotations, catalog),
+        min_memory_mib=min_memory_mib(annotations),
         need=read_need(annotations),
         group=read_group(annotations),
         group_name=annotations.get(GROUP_ANNOTATION, ""),
-        max_wait=_max_wait(annotations),
-        upgrade=_upgrade(annotations),
+        max_wait=max_wait(annotations),
+        upgrade=upgrade(annotations),
         scheduler_name=spec.get("schedulerName"),
         kueue_started=PODSET_LABEL in labels,
         counted_at_parent=SUSPENDING_PARENT_ANNOTATION in annotations,
@@ -217,162 +168,61 @@ def read_pod(pod: Any, catalog: Catalog) -> PodAsk | None:
         preferred_terms=preferred_terms,
         node_name=spec.get("nodeName") if isinstance(spec.get("nodeName"), str) and spec.get("nodeName") else None,
         tolerations=tolerations,
-        claims=_caught(lambda: _own_claims(spec)),
-        node_selector=_caught(lambda: _mapping(spec.get("nodeSelector"), "spec.nodeSelector")),
-        unknown_annotations=tuple(sorted(k for k in annotations if k.startswith(PREFIX) and k not in POD_ANNOTATIONS)),
+        claims=claims,
+        node_selector=node_selector,
+        unknown_annotations=unknown_annotations(annotations),
     )
 
 
-def read_group(annotations: Mapping[str, str]) -> GroupAsk | None | str:
-    """The Pod's group, None when it has none, or the message refusing what it wrote."""
-    name = annotations.get(GROUP_ANNOTATION)
-    raw_size = annotations.get(GROUP_SIZE_ANNOTATION)
-    if name is None:
-        if raw_size is not None:
-            return (f"gpu-class: {GROUP_SIZE_ANNOTATION} needs {GROUP_ANNOTATION}: name the group whose size "
-                    "it is")
-        return None
-    if not _NAME_RE.fullmatch(name):
-        shown = repr(name) if len(name) <= 66 else repr(name[:60]) + "..."
-        return (f"gpu-class: {GROUP_ANNOTATION} must be 1 to 63 letters, digits, '-', '_' or '.', beginning and "
-                f"ending with a letter or digit (it becomes the Pod label {GROUP_LABEL}), not {shown}")
-    if raw_size is not None:
-        size = _size(raw_size)
-        if size is None:
-            shown = repr(raw_size) if len(raw_size) <= 30 else repr(raw_size[:27]) + "..."
-            return (f"gpu-class: {GROUP_SIZE_ANNOTATION} must be a positive whole number of Pods, at most "
-                    f"{MAX_GROUP_SIZE} (like \"8\"), not {shown}")
-        return GroupAsk(name, size, GROUP_SIZE_ANNOTATION)
-    # LeaderWorkerSet's webhook refuses a Pod whose size it cannot read, so a bad value never gets here
-    lws = _size(annotations.get(LWS_SIZE_ANNOTATION))
-    return GroupAsk(name, lws, LWS_SIZE_ANNOTATION if lws is not None else None)
+def chosen_container(containers: Sequence[Container], named: int | str | None,
+                     resource: str | None) -> Container | str:
+    """The container gpu-class.io/container names (or the message refusing it), else the first that limits
+    `resource`, else the first: a Pod that already asks for GPUs in one container means that one."""
+    if isinstance(named, str):
+        return named
+    if named is not None:
+        return containers[named]
+    return next((c for c in containers if resource in c.limited), containers[0])
 
 
-def quoted(value: Any) -> str:
-    """A value from the Pod, quoted for a message; annotations can be long, messages should not be."""
-    text = repr(value)
-    return text if len(text) <= 66 else text[:63] + "..."
+def gpus_needed(containers: Sequence[Container], init_held: Mapping[str, int], resource: str, container: Container,
+                count: int) -> int:
+    """GPUs the Pod needs on one node once `container` has `count`: app containers add up; an init
+    container runs alone."""
+    app = sum(count if c.index == container.index else c.held.get(resource, 0) for c in containers)
+    return max(app, init_held.get(resource, 0))
 
 
-# --- the shapes of the Pod's parts ----------------------------------------------------------
+def _one_resource(requested: tuple[str, ...] | Malformed) -> str | None:
+    """The resource the Pod's GPUs are read for: the first it asks for (a Pod that asks for several is refused)."""
+    return requested[0] if isinstance(requested, tuple) and requested else None
 
 
-def _caught(read: Callable[[], T]) -> T | Malformed:
-    try:
-        return read()
-    except MalformedPod as exc:
-        return Malformed(str(exc))
+def _gpu_ask(containers: Sequence[Container], named: int | str | None, unlimited: Gpus | str,
+             init_held: Mapping[str, int], resource: str | None) -> GpuAsk | str:
+    """The GPUs asked of `resource`, or of none (None: no container holds any, so the container is the named one or
+    the first, it gets `unlimited`, and the Pod needs those alone); or the first message refusing what it wrote."""
+    container = chosen_container(containers, named, resource)
+    if isinstance(container, str):
+        return container
+    gpus = unlimited if resource is None else container.gpus.get(resource, unlimited)
+    if isinstance(gpus, str):
+        return gpus
+    needed = gpus.count if resource is None else gpus_needed(containers, init_held, resource, container, gpus.count)
+    return GpuAsk(container, gpus, needed)
 
 
-def _mapping(value: Any, where: str) -> Mapping[str, Any]:
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise MalformedPod(f"{where} must be an object")
-    return value
-
-
-def _item(value: Any, where: str) -> Mapping[str, Any]:
-    if not isinstance(value, dict):
-        raise MalformedPod(f"{where} must be an object")
-    return value
-
-
-def _list(value: Any, where: str) -> Sequence[Any]:
-    if value is None:
-        return []
-    if not isinstance(value, list):
-        raise MalformedPod(f"{where} must be a list")
-    return value
-
-
-def _string_map(value: Any, where: str) -> Mapping[str, str]:
-    mapping = _mapping(value, where)
-    for key, item in mapping.items():
-        if not isinstance(item, str):
-            raise MalformedPod(f"{where}[{quoted(key)}] must be a string")
-    return mapping
-
-
-def _containers(pod: Mapping[str, Any]) -> Sequence[Mapping[str, Any]]:
-    spec = _mapping(pod.get("spec"), "spec")
-    containers = _list(spec.get("containers"), "spec.containers")
-    if not containers:
-        raise MalformedPod("spec.containers is empty")
-    for i, c in enumerate(containers):
-        if not isinstance(c, dict) or not isinstance(c.get("name"), str):
-            raise MalformedPod(f"spec.containers[{i}] must be an object with a name")
-    return containers
-
-
-def _own_claims(spec: Mapping[str, Any]) -> tuple[str, ...]:
-    """The names of the Pod's spec.resourceClaims (DRA claims it brings itself)."""
-    claims = _list(spec.get("resourceClaims"), "spec.resourceClaims")
-    return tuple(str(_item(c, f"spec.resourceClaims[{i}]").get("name") or "?") for i, c in enumerate(claims))
-
-
-def _check_patchable(pod: Mapping[str, Any]
-                     ) -> tuple[Mapping[str, str], tuple[NodeTerm, ...], tuple[NodeTerm, ...], Tolerations]:
-    """The parts patch.py reads and extends must have their API shapes. Returns four of them: the
-    Pod's labels, its required and its preferred node affinity terms, and its tolerations."""
-    spec = _mapping(pod.get("spec"), "spec")
-    node_affinity = _mapping(_mapping(spec.get("affinity"), "spec.affinity").get("nodeAffinity"), "nodeAffinity")
-    required = _mapping(node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution"), "nodeAffinity.required")
-    terms = tuple(
-        node_term(_list(_item(term, f"nodeSelectorTerms[{i}]").get("matchExpressions"),
-                        f"nodeSelectorTerms[{i}].matchExpressions"))
-        for i, term in enumerate(_list(required.get("nodeSelectorTerms"), "nodeSelectorTerms")))
-    preferred = tuple(
-        _preferred_term(_item(pref, f"nodeAffinity.preferred[{i}]"))
-        for i, pref in enumerate(_list(node_affinity.get("preferredDuringSchedulingIgnoredDuringExecution"),
-                                       "nodeAffinity.preferred")))
-    tolerations = tuple(
-        tuple(sorted((k, v) for k, v in _item(toleration, f"spec.tolerations[{i}]").items() if isinstance(v, str)))
-        for i, toleration in enumerate(_list(spec.get("tolerations"), "spec.tolerations")))
-    pod_affinity = _mapping(_mapping(spec.get("affinity"), "spec.affinity").get("podAffinity"), "podAffinity")
-    for i, term in enumerate(_list(pod_affinity.get("requiredDuringSchedulingIgnoredDuringExecution"),
-                                   "podAffinity.required")):
-        _item(term, f"podAffinity.required[{i}]")
-    labels = _string_map(_mapping(pod.get("metadata"), "metadata").get("labels"), "metadata.labels")
-    if not isinstance(spec.get("schedulerName", ""), (str, type(None))):
-        raise MalformedPod("spec.schedulerName must be a string")
-    return labels, terms, preferred, tolerations
-
-
-def _preferred_term(preference: Mapping[str, Any]) -> NodeTerm:
-    """A preferred term's `In` expressions: where the Pod steers itself (a term of another shape names nothing)."""
-    term = preference.get("preference")
-    expressions = term.get("matchExpressions") if isinstance(term, dict) else None
-    return node_term(expressions) if isinstance(expressions, list) else ()
-
-
-def _requested_resources(pod: Mapping[str, Any], resources: Sequence[str]) -> tuple[str, ...]:
-    """The catalog's resources the Pod's containers or init containers limit or request, in catalog order."""
-    spec = _mapping(pod.get("spec"), "spec")
-    found: set[str] = set()
-    for field in ("containers", "initContainers"):
-        for i, c in enumerate(_list(spec.get(field), f"spec.{field}")):
-            where = f"spec.{field}[{i}]"
-            container_resources = _mapping(_mapping(c, where).get("resources"), f"{where}.resources")
-            # Each container's few keys against the catalog's resources, not every resource looked up
-            # in every container: this runs on every admission.
-            for part in ("limits", "requests"):
-                found.update(k for k, v in _mapping(container_resources.get(part), f"{where}.resources.{part}").items()
-                             if v is not None)
-    return tuple(r for r in resources if r in found)
-
-
-# --- what it asks for --------------------------------------------------------------------------
+# --- the containers' GPUs ------------------------------------------------------------------
 
 
 def _parts(container: Mapping[str, Any]) -> tuple[Mapping[str, Any], Mapping[str, Any]]:
-    """(limits, requests) of a container whose shapes _requested_resources has checked."""
+    """(limits, requests) of a container whose shapes requested_resources has checked."""
     resources = container.get("resources") or {}
     return resources.get("limits") or {}, resources.get("requests") or {}
 
 
 def _held(container: Any, resource: str) -> int:
-    """Devices of `resource` a container holds as the scheduler counts them (inventory.pod_gpus)."""
+    """Devices of `resource` a container holds as the scheduler counts them (view.pods.pod_gpus)."""
     if not isinstance(container, dict):
         return 0
     limits, requests = _parts(container)
@@ -404,6 +254,7 @@ def _container(index: int, container: Mapping[str, Any], wanted: int | None | st
 
 
 def _named_container(annotations: Mapping[str, str], containers: Sequence[Container]) -> int | str | None:
+    """The index of the container gpu-class.io/container names; None when absent; or the message refusing it."""
     wanted = annotations.get(CONTAINER_ANNOTATION)
     if wanted is None:
         return None
@@ -414,28 +265,12 @@ def _named_container(annotations: Mapping[str, str], containers: Sequence[Contai
     return f"gpu-class: {CONTAINER_ANNOTATION} names container {quoted(wanted)}, which this Pod does not have; containers: {names}"
 
 
-def _parse_count(value: Any) -> int | None:
-    text = str(value).strip() if isinstance(value, (str, int)) and not isinstance(value, bool) else ""
-    if not _COUNT_RE.fullmatch(text) or int(text) == 0:
-        return None
-    return int(text)
-
-
-def _wanted_count(annotations: Mapping[str, str]) -> int | None | str:
-    raw = annotations.get(COUNT_ANNOTATION)
-    wanted = None if raw is None else _parse_count(raw)
-    if raw is not None and (wanted is None or wanted > MAX_COUNT):
-        return (f"gpu-class: {COUNT_ANNOTATION} must be a positive whole number of GPUs, at most {MAX_COUNT} (like "
-                f"\"1\" or \"4\"), not {quoted(raw)}")
-    return wanted
-
-
 def _gpus(wanted: int | None | str, where: str, limit_raw: Any, request_raw: Any, resource: str) -> Gpus | str:
     """The GPUs for the container, and whether the limit must be written. An existing limit is the count."""
     if isinstance(wanted, str):
         return wanted
-    limit = None if limit_raw is None else _parse_count(limit_raw)
-    request = None if request_raw is None else _parse_count(request_raw)
+    limit = None if limit_raw is None else parse_count(limit_raw)
+    request = None if request_raw is None else parse_count(request_raw)
     if limit_raw is not None and limit is None:
         return f"gpu-class: {where} has {resource} limit {quoted(limit_raw)}; it must be a positive whole number"
     if request_raw is not None and request is None:
@@ -450,73 +285,3 @@ def _gpus(wanted: int | None | str, where: str, limit_raw: Any, request_raw: Any
         )
     count = existing if existing is not None else wanted if wanted is not None else 1
     return Gpus(count, limit is None)
-
-
-def _excluded(annotations: Mapping[str, str], catalog: Catalog) -> frozenset[str] | str:
-    raw = annotations.get(EXCLUDE_ANNOTATION)
-    if raw is None:
-        return frozenset()
-    names = {n.strip() for n in raw.split(",") if n.strip()}
-    unknown = sorted(n for n in names if n not in catalog.types)
-    if unknown:
-        return (
-            f"gpu-class: {EXCLUDE_ANNOTATION} names unknown types {quoted(', '.join(unknown))[1:-1]}; "
-            f"types: {', '.join(catalog.types)}"
-        )
-    return frozenset(names)
-
-
-def _max_wait(annotations: Mapping[str, str]) -> str | None | Malformed:
-    raw = annotations.get(MAX_WAIT_ANNOTATION)
-    if raw is None:
-        return None
-    if parse_wait(raw) is None:
-        return Malformed(f"gpu-class: {MAX_WAIT_ANNOTATION} must be {WAIT_FORMS}, not {quoted(raw)}")
-    return raw.strip()
-
-
-def _upgrade(annotations: Mapping[str, str]) -> bool | None | str:
-    """gpu-class.io/upgrade as the upgrader reads it ("true" or "false", any case), or the message refusing it:
-    a value the upgrader would pass over silently leaves the Pod where it is while its author thinks otherwise."""
-    raw = annotations.get(UPGRADE_ANNOTATION)
-    if raw is None:
-        return None
-    if raw.lower() not in ("true", "false"):
-        return f"gpu-class: {UPGRADE_ANNOTATION} must be \"true\" or \"false\", not {quoted(raw)}"
-    return raw.lower() == "true"
-
-
-def _min_memory_mib(annotations: Mapping[str, str]) -> float | None | str:
-    """gpu-class.io/min-memory as MiB (a Kubernetes quantity), or the message refusing it."""
-    raw = annotations.get(MIN_MEMORY_ANNOTATION)
-    if raw is None:
-        return None
-    mib = quantity_mib(raw)
-    if mib is None or mib > MAX_MIN_MEMORY_MIB:
-        return (f"gpu-class: {MIN_MEMORY_ANNOTATION} must be a positive Kubernetes quantity of memory per GPU, at "
-                f"most 64Ti, like \"40Gi\", \"40960Mi\" or \"48G\", not {quoted(raw)}")
-    return mib
-
-
-def read_need(annotations: Mapping[str, str]) -> Need | None | str:
-    """gpu-class.io/requires (precisions, comma-separated) and gpu-class.io/min-compute-capability, or
-    the message refusing what the Pod wrote."""
-    raw_precisions = annotations.get(REQUIRES_ANNOTATION)
-    raw_capability = annotations.get(MIN_COMPUTE_CAPABILITY_ANNOTATION)
-    if raw_precisions is None and raw_capability is None:
-        return None
-    precisions = frozenset(p.strip().lower() for p in (raw_precisions or "").split(",") if p.strip())
-    unknown = sorted(precisions - set(PRECISIONS))
-    if raw_precisions is not None and (unknown or not precisions):
-        return (f"gpu-class: {REQUIRES_ANNOTATION} lists tensor-core precisions, comma-separated, of "
-                f"{', '.join(PRECISIONS)} (like \"fp8\" or \"fp8,bf16\"), not {quoted(raw_precisions)}")
-    capability = None if raw_capability is None else parse_compute_capability(raw_capability)
-    if raw_capability is not None and capability is None:
-        return (f"gpu-class: {MIN_COMPUTE_CAPABILITY_ANNOTATION} must be a CUDA compute capability major.minor, "
-                f"like \"8.9\" or \"9.0\", not {quoted(raw_capability)}")
-    return Need(min_compute_capability=capability, precisions=precisions)
-
-
-def _size(raw: str | None) -> int | None:
-    text = raw.strip() if isinstance(raw, str) else ""
-    return int(text) if _SIZE_RE.fullmatch(text) and 0 < int(text) <= MAX_GROUP_SIZE else None

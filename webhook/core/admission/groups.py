@@ -1,8 +1,8 @@
 """One GPU type per group of Pods (gpu-class.io/group, gpu-class.io/group-size). Pure.
 
 Where a group already runs (its bound Pods in the inventory), how many of its Pods a type has room
-for, and from these, in one step (decide_group), the nodes a Pod of the group may use: planner.py
-fits the Pod's class within that scope. ask.py reads the group from the Pod; patch.py writes what
+for, and from these, in one step (decide_group), the nodes a Pod of the group may use: fit.py
+fits the Pod's class within that scope. annotations.py reads the group from the Pod; patch.py writes what
 holds the group together at scheduling time:
 
 - the label gpu-class.io/group=NAME on the Pod, and
@@ -25,10 +25,13 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from .ask import GroupAsk
 from ..catalog.model import Catalog, GpuClass
 from ..view.dra import HOSTNAME_LABEL
-from ..view.inventory import GROUP_LABEL, GroupName, NodeInfo, Offer, ProductGroup, Snapshot
+from ..view.pods import GroupName
+from ..view.nodes import NodeInfo, Offer
+from ..view.product_groups import ProductGroup
+from ..view.snapshot import Snapshot
+from .annotations import GroupAsk
 
 GroupOutcome = Literal["started", "followed", "no-room", "refused", "unplaced"]
 
@@ -128,7 +131,7 @@ def room(snapshot: Snapshot, catalog: Catalog, type_name: str, label_key: str, g
 class GroupScope:
     """The nodes a group's Pod may use: those of one label key, and once the group runs, of its values.
 
-    Which of the class's types that leaves out, and why, is decided with the scope: the planner only
+    Which of the class's types that leaves out, and why, is decided with the scope: the fit only
     reads it."""
 
     label_key: str
@@ -179,10 +182,6 @@ class GroupPlan:
     topology_key: str = ""  # the node label its Pods meet on; "" when the Pod is not placed
     runs_on: RunsOn | None = None
     rooms: tuple[Room, ...] = ()  # the class's types under topology_key, judged for the whole group
-
-    def affinity_term(self) -> dict[str, Any]:
-        """The required Pod affinity term that keeps the group on one value of topology_key."""
-        return {"labelSelector": {"matchLabels": {GROUP_LABEL: self.name}}, "topologyKey": self.topology_key}
 
 
 @dataclass(frozen=True)

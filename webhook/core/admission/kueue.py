@@ -7,6 +7,10 @@ v0.19.2: pkg/controller/jobs/job PodSets, pkg/podset Merge). So gpu-class decide
 the Job (workload.py), and at Pod creation it leaves that decision alone where the Pod's own node
 constraints still carry it (provenance.py): a narrower affinity written then could disagree with the
 flavor and leave a Pod Pending while its Workload holds quota.
+
+A Pod Kueue started that gpu-class decides in full meets Kueue's rules at two points of the admission:
+its count, with the other values it asks (need.py: GPUs gpu-class would add were never counted), and its
+flavor, once the fit says which products its class allows now (check_flavor, a step of its own).
 """
 
 from __future__ import annotations
@@ -16,35 +20,41 @@ import re
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from .ask import PODSET_LABEL as PODSET_LABEL  # read on the Pod by ask.py; tests and docs find it here
-from .ask import Gpus, Malformed, PodAsk
 from ..catalog.model import Catalog, GpuClass
-from ..view.inventory import TYPES_ANNOTATION, Snapshot, split_types
+from ..view.pods import TYPES_ANNOTATION, split_types
+from ..view.snapshot import Snapshot
+from .ask import PODSET_LABEL as PODSET_LABEL  # read on the Pod by ask.py; tests and docs find it here
+from .ask import PodAsk
+from .decision import MALFORMED, Decision
+from .fit import Fitted
+from .order import Ordered
+from .shape import Malformed
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"  # on a workload (a Job) or a plain Pod Kueue queues
 
 
-# --- the rules for a Pod Kueue started (its PODSET_LABEL, as ask.py read it) ------------
+# --- the rule for a Pod Kueue started (its PODSET_LABEL, as ask.py read it) ------------
 
 
-def uncounted_gpus(ask: PodAsk, resource: str, gpus: Gpus) -> str | None:
-    """The message refusing a Pod Kueue started, or one whose parent's templates Kueue counted (a
-    StatefulSet's or LeaderWorkerSet's, gated until Kueue admits them), when only gpu-class would give it
-    its GPUs, or None."""
-    if not ((ask.kueue_started or ask.counted_at_parent) and gpus.set_limit):
+def check_flavor(ask: PodAsk, gpu_class: GpuClass, fitted: Fitted, ordered: Ordered) -> Decision | None:
+    """Kueue's step of an admission: the refusal of a Pod Kueue started whose nodeSelector (Kueue's flavor) is
+    not an object, or names a product its class does not allow now; None for any other Pod."""
+    if not ask.kueue_started:
         return None
-    return (
-        f"gpu-class: Kueue started this Pod's workload and counted its quota from the pod template, which asks for "
-        f"no {resource}; gpu-class would add {gpus.count} here, GPUs the quota never counted. Queue it as a kind "
-        f"gpu-class decides at the workload, where Kueue counts it (docs/users/kueue.md), or write the limit ({resource}: "
-        f"{gpus.count}) in the workload's pod template"
-    )
+    if isinstance(ask.node_selector, Malformed):
+        return Decision("refused", MALFORMED + ask.node_selector.message)
+    fit = fitted.fit
+    disagreement = flavor_disagreement(ask, fit.required, gpu_class.name)
+    if disagreement is None:
+        return None
+    return Decision("refused", disagreement, class_name=gpu_class.name, warnings=ordered.warnings,
+                    verdicts=fit.verdicts, resource=fit.resource, resource_notes=fit.resource_notes)
 
 
 def flavor_disagreement(ask: PodAsk, required: Sequence[tuple[str, Sequence[str]]], class_name: str) -> str | None:
     """The message refusing a Pod Kueue started whose nodeSelector (Kueue's flavor) names a product its
     class does not allow now, or None. Admitted, such a Pod would wait Pending for good while holding quota.
-    A nodeSelector that is not an object is the planner's to refuse, as a malformed Pod."""
+    A nodeSelector that is not an object is refused as a malformed Pod (check_flavor)."""
     if not ask.kueue_started or isinstance(ask.node_selector, Malformed):
         return None
     for key, products in required:
@@ -189,9 +199,35 @@ def kueue_objects(catalog: Catalog, supply: Supply, tenants: Sequence[Tenant] = 
     resource, so the order that matters is the order within its group."""
     notes = list(supply.notes)
     names = {f: flavor_name(f, catalog) for fs in supply.flavors.values() for f in fs}
+    flavors, class_groups, resources_of = _class_flavors(catalog, supply, names, notes)
+    by_name = {names[f]: f for f in flavors}
+    cohort_groups = _resource_groups(resources_of)
+    shares = _shares(cohort_groups, {(n, r): supply.devices.get((by_name[n], r), 0) for n in by_name
+                                     for r in resources_of[n]}, max(len(tenants), 1))
+    objects: list[dict[str, Any]] = [*flavors.values()]
+    owners: list[tuple[Tenant | None, str]] = [(None, root)] if not tenants else [
+        (t, f"{root}-{t.name}") for t in tenants]
+    if tenants:
+        objects.append(_cohort(root, None, []))
+    for index, (tenant, cohort) in enumerate(owners):
+        objects += _cohorts(cohort, root if tenant else None, cohort_groups, shares, index)
+        for class_name, groups in class_groups.items():
+            objects.append(_cluster_queue(queue_name(class_name, tenant, root), cohort, tenant, groups))
+    for tenant in tenants:
+        objects += [{"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
+                     "metadata": {"name": class_name, "namespace": namespace},
+                     "spec": {"clusterQueue": queue_name(class_name, tenant, root)}}
+                    for namespace in tenant.namespaces for class_name in class_groups]
+    return objects, notes
+
+
+def _class_flavors(catalog: Catalog, supply: Supply, names: Mapping[Flavor, str], notes: list[str]) -> tuple[
+        dict[Flavor, dict[str, Any]], dict[str, list[tuple[list[str], list[str]]]], dict[str, set[str]]]:
+    """The ResourceFlavors, each naming the types it stands for; per class, its resource groups of flavor names in
+    the class's order; per flavor name, the resources its types are requested as (for the cohorts' groups)."""
     flavors: dict[Flavor, dict[str, Any]] = {}
     class_groups: dict[str, list[tuple[list[str], list[str]]]] = {}
-    resources_of: dict[str, set[str]] = {}  # flavor name -> resources, for the cohorts' groups
+    resources_of: dict[str, set[str]] = {}
     for gpu_class in catalog.classes.values():
         order: dict[str, set[str]] = {}  # flavor name -> the resources its types are requested as
         for type_name in class_order(gpu_class):
@@ -213,38 +249,23 @@ def kueue_objects(catalog: Catalog, supply: Supply, tenants: Sequence[Tenant] = 
             class_groups[gpu_class.name] = groups
         else:
             notes.append(f"class {gpu_class.name}: no type has a flavor; no ClusterQueue")
-    by_name = {names[f]: f for f in flavors}
-    cohort_groups = _resource_groups(resources_of)
+    return flavors, class_groups, resources_of
 
-    shares = _shares(cohort_groups, {(n, r): supply.devices.get((by_name[n], r), 0) for n in by_name
-                                     for r in resources_of[n]}, max(len(tenants), 1))
 
-    # A Cohort takes 64 flavors per resource group: the quota of more goes to cohorts under the
-    # owner (`<owner>.2`, ...), which lend it up to it; its queues borrow it at the same distance.
-    pieces = max(((len(group) + KUEUE_MAX_FLAVORS - 1) // KUEUE_MAX_FLAVORS for _, group in cohort_groups), default=1)
+def _cohorts(cohort: str, parent: str | None, groups: list[tuple[list[str], list[str]]],
+             shares: Mapping[tuple[str, str], list[int]], tenant_index: int) -> list[dict[str, Any]]:
+    """The cohort that holds an owner's quota. A Cohort takes 64 flavors per resource group: the quota of more
+    goes to cohorts under it (`<cohort>.2`, ...), which lend it up to it; its queues borrow it at the same distance."""
+    pieces = max(((len(names) + KUEUE_MAX_FLAVORS - 1) // KUEUE_MAX_FLAVORS for _, names in groups), default=1)
 
-    def quota(tenant_index: int, piece: int) -> list[dict[str, Any]]:
+    def quota(piece: int) -> list[dict[str, Any]]:
         return [{"coveredResources": resources, "flavors": [
             {"name": n, "resources": [{"name": r, "nominalQuota": shares[(n, r)][tenant_index]} for r in resources]}
-            for n in group[piece * KUEUE_MAX_FLAVORS:(piece + 1) * KUEUE_MAX_FLAVORS]]}
-            for resources, group in cohort_groups if len(group) > piece * KUEUE_MAX_FLAVORS]
+            for n in names[piece * KUEUE_MAX_FLAVORS:(piece + 1) * KUEUE_MAX_FLAVORS]]}
+            for resources, names in groups if len(names) > piece * KUEUE_MAX_FLAVORS]
 
-    objects: list[dict[str, Any]] = [*flavors.values()]
-    owners: list[tuple[Tenant | None, str]] = [(None, root)] if not tenants else [
-        (t, f"{root}-{t.name}") for t in tenants]
-    if tenants:
-        objects.append(_cohort(root, None, []))
-    for index, (tenant, cohort) in enumerate(owners):
-        objects.append(_cohort(cohort, root if tenant else None, quota(index, 0)))
-        objects += [_cohort(f"{cohort}.{piece + 1}", cohort, quota(index, piece)) for piece in range(1, pieces)]
-        for class_name, groups in class_groups.items():
-            objects.append(_cluster_queue(queue_name(class_name, tenant, root), cohort, tenant, groups))
-    for tenant in tenants:
-        objects += [{"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
-                     "metadata": {"name": class_name, "namespace": namespace},
-                     "spec": {"clusterQueue": queue_name(class_name, tenant, root)}}
-                    for namespace in tenant.namespaces for class_name in class_groups]
-    return objects, notes
+    return [_cohort(cohort, parent, quota(0))] + [
+        _cohort(f"{cohort}.{piece + 1}", cohort, quota(piece)) for piece in range(1, pieces)]
 
 
 def _shares(groups: list[tuple[list[str], list[str]]], devices: Mapping[tuple[str, str], int],

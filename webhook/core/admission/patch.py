@@ -11,8 +11,10 @@ from __future__ import annotations
 import copy
 from typing import Any, Mapping, NotRequired, Sequence, TypedDict
 
-from .planner import CLASS_ANNOTATION, TYPES_ANNOTATION, Placement
-from ..view.inventory import GROUP_LABEL, MAX_WAIT_ANNOTATION, Taint, tolerates
+from ..view.nodes import Taint, tolerates
+from ..view.pods import CLASS_ANNOTATION, GROUP_LABEL, MAX_WAIT_ANNOTATION, TYPES_ANNOTATION
+from .decision import Placement
+from .groups import GroupPlan
 
 
 class PatchOp(TypedDict):
@@ -124,7 +126,7 @@ def _affinity_ops(spec: Mapping[str, Any], placement: Placement) -> list[PatchOp
     if node_affinity != affinity.get("nodeAffinity"):
         changed["nodeAffinity"] = node_affinity
     if placement.group is not None:
-        pod_affinity = merged_pod_affinity(affinity.get("podAffinity"), placement.group.affinity_term())
+        pod_affinity = merged_pod_affinity(affinity.get("podAffinity"), _group_term(placement.group))
         if pod_affinity != affinity.get("podAffinity"):
             changed["podAffinity"] = pod_affinity
     if not changed:
@@ -132,6 +134,11 @@ def _affinity_ops(spec: Mapping[str, Any], placement: Placement) -> list[PatchOp
     if not affinity:
         return [_add("/spec/affinity", changed)]
     return [_add(f"/spec/affinity/{key}", value) for key, value in changed.items()]
+
+
+def _group_term(group: GroupPlan) -> dict[str, Any]:
+    """The required Pod affinity term that keeps the group on one value of its topology key."""
+    return {"labelSelector": {"matchLabels": {GROUP_LABEL: group.name}}, "topologyKey": group.topology_key}
 
 
 def _toleration_ops(spec: Mapping[str, Any], taints: Sequence[Taint]) -> list[PatchOp]:

@@ -23,11 +23,30 @@ from __future__ import annotations
 
 from typing import Literal
 
-from ..view.affinity import Hosts, NodeTerm, ResourceSets, keeps_within as keeps_types_within, no_hosts, resource_sets
-from .ask import Malformed, PodAsk
 from ..catalog.model import Catalog, GpuClass
+from ..view.affinity import Hosts, NodeTerm, ResourceSets, keeps_within as keeps_types_within, no_hosts, resource_sets
+from ..view.snapshot import Snapshot
+from .ask import PodAsk
+from .decision import Decision
+from .shape import Malformed
 
 Provenance = Literal["decide", "decided-with-workload", "decided-at-an-earlier-call"]
+
+
+def kept_as_decided(ask: PodAsk, gpu_class: GpuClass, snapshot: Snapshot, catalog: Catalog, *,
+                    queued: bool) -> Decision | None:
+    """The decision that leaves the Pod as it came, where its own node affinity already carries gpu-class's
+    decision (provenance says when); None: the Pod is decided in full."""
+    decided = provenance(ask, gpu_class, catalog, queued=queued, hosts=snapshot.types_of_host)
+    if decided == "decided-with-workload":
+        return Decision("out-of-scope", f"decided with its workload, which Kueue started: its node affinity "
+                                        f"keeps it to class {gpu_class.name}", class_name=gpu_class.name,
+                        kept_as_decided=True)
+    if decided == "decided-at-an-earlier-call":
+        return Decision("out-of-scope", f"decided at an earlier call: its node affinity keeps it to class "
+                                        f"{gpu_class.name} and it asks for its GPUs; deciding again could only "
+                                        "narrow it", class_name=gpu_class.name, kept_as_decided=True)
+    return None
 
 
 def provenance(ask: PodAsk, gpu_class: GpuClass, catalog: Catalog, *, queued: bool = False,

@@ -14,11 +14,12 @@ from typing import Any, Mapping, NotRequired, TypedDict
 
 import orjson
 
-from .ask import MIRROR_ANNOTATION
 from ..catalog.model import Catalog
-from ..view.inventory import Snapshot
+from ..view.snapshot import Snapshot
+from ..view.pods import TYPES_ANNOTATION
+from .ask import MIRROR_ANNOTATION
 from .patch import PatchOp, build_patch, build_unplaced_patch, escape
-from .planner import TYPES_ANNOTATION, Decision, NamespacePolicy, plan
+from .planner import Decision, NamespacePolicy, plan
 from .workload import plan_workload, workload_kind
 
 # the standard encoder every answer is written as; json.dumps with options builds a new one per call
@@ -193,7 +194,7 @@ class Review:
 
 def review_request(request: Request, snapshot: Snapshot, catalog: Catalog, policy: NamespacePolicy = None) -> Review:
     """A Pod, or a workload Kueue queues (decided at the workload: workload.py). `policy`: the namespace
-    as the caller read it from the API when the snapshot does not hold it yet (planner.decide)."""
+    as the caller read it from the API when the snapshot does not hold it yet (policy.py)."""
     kind = workload_kind(request.kind, request.group, request.operation, request.sub_resource)
     if kind is not None:
         return Review(*plan_workload(request.object, kind, snapshot, catalog, _namespace(request), policy))
@@ -230,7 +231,7 @@ def _without_own_types(pod: Mapping[str, Any], decision: Decision) -> Review:
     for a Pod admitted unplaced (build_unplaced_patch), and none at all here. A Pod left as it came
     because its own node affinity keeps it to its class (provenance.py) keeps it: it is what gpu-class
     wrote into the workload's template, and its readers believe it only as far as that affinity enforces
-    it (inventory.enforced_types), which also covers the Pods the webhook never answers (a namespace not
+    it (view.pods.enforced_types), which also covers the Pods the webhook never answers (a namespace not
     opted in, or one created while no replica answered)."""
     annotations = (pod.get("metadata") or {}).get("annotations") if isinstance(pod.get("metadata"), dict) else None
     if (decision.outcome != "out-of-scope" or decision.kept_as_decided or not isinstance(annotations, dict)

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Iterator, Mapping
 
 from ..catalog.model import Catalog
-from ..view.inventory import Snapshot
+from ..view.snapshot import Snapshot
 from .kueue import QUEUE_LABEL
 from .patch import PatchOp, build_patch, escape
 from .planner import Decision, NamespacePolicy, plan

@@ -11,7 +11,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any, Mapping
 
-from ..view.inventory import timestamp_seconds
+from ..view.pods import timestamp_seconds
 
 
 def micro_time(seconds: float) -> str:

@@ -31,12 +31,12 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Literal, Mapping, Sequence
 
 from ..view.affinity import required_terms
-from ..admission.ask import EXCLUDE_ANNOTATION, UPGRADE_ANNOTATION
+from ..admission.annotations import EXCLUDE_ANNOTATION, UPGRADE_ANNOTATION
 from ..catalog.model import Catalog
 from ..scheduling.extender import PodNeeds, PodProblem, ordering_for, pod_offer, read_pod, type_order
-from ..view.inventory import (
-    GroupName, Offer, Snapshot, enforced_types, pod_group, split_types, timestamp_seconds, tolerates_all,
-)
+from ..view.nodes import Offer, tolerates_all
+from ..view.pods import GroupName, enforced_types, pod_group, split_types, timestamp_seconds
+from ..view.snapshot import Snapshot
 
 
 # (API group, kind) of the controllers that recreate a Pod evicted from them
@@ -156,7 +156,7 @@ def read_pod_state(pod: Mapping[str, Any], catalog: Catalog, owners: Mapping[str
     if needs is None or not isinstance(uid, str) or not uid:
         return None
     # gpu-class.io/types only as far as the Pod's own affinity enforces it: a forged list would move
-    # the Pod, and take room that other namespaces' Pods are moved by (inventory.enforced_types)
+    # the Pod, and take room that other namespaces' Pods are moved by (pods.enforced_types)
     needs = replace(needs, types=enforced_types(needs.types, required_terms(pod), (needs.resource,), catalog))
     if not needs.types:
         return None

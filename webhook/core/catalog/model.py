@@ -1,61 +1,27 @@
-"""The GPU catalog: GPU types, classes of types, and how node labels map to types.
+"""The GPU catalog as data: GPU types by their facts, classes of types, what a job needs of a type, and
+the answers the decision asks of them (which types a node or a DRA device is, which resources a class
+is requested as, a type for a GPU no type claims). Pure.
 
 A type is requested as one extended resource (`resource`, default the catalog's gpuResource) and
 is recognised on a node by its labels: `products` (values of the first productLabels key present)
 or `match` (label key -> values); among the devices a Dynamic Resource Allocation (DRA) driver
 publishes in ResourceSlices, by `match` entries that name the driver (driver -> attribute ->
-values). Pure: parsing and validation of the catalog YAML, no I/O beyond reading the text handed
-in. A bad catalog raises CatalogError naming the file and line, so a misconfiguration fails at start.
+values). How labels and attributes match is matching.py's; reading and validating the catalog YAML
+into a Catalog is loading.py's.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import fnmatch
 import functools
 import re
 from dataclasses import dataclass, field
-from importlib import resources
-from typing import Any, Literal, Mapping, Sequence, cast, get_args
+from typing import Any, Literal, Mapping, Sequence
 
-import yaml
+from .matching import MIG_INVALID_SUFFIX, DeviceTypes, Recognition, is_glob
+from .profiles import MIG_RESOURCE_PREFIX, PROFILE_SUFFIXES, STRICT_SCHEDULER, Strategy
 
-Strategy = Literal["performance", "cost", "balanced", "binpack"]
 OnUnsatisfiable = Literal["deny", "admit"]
-
-STRATEGIES: tuple[str, ...] = get_args(Strategy)
-
-# The strict scheduler deploy/scheduler installs. A strict scheduler runs one profile per way of
-# scoring: NAME orders by the Pod's preferred affinity (performance, cost), NAME-binpack and
-# NAME-balanced score by the share of each node's GPUs in use. Each has a twin NAME...-slices for
-# Pods that request MIG slices: NodeResourcesFit's score costs a few microseconds per node for every
-# resource it lists, requested or not (kube-scheduler parses each name), and listing the fifteen
-# slice resources beside whole GPUs tripled the time to score 5,000 nodes for every GPU Pod.
-STRICT_SCHEDULER = "gpu-class-scheduler"
-PROFILE_SUFFIX: Mapping[Strategy, str] = {"performance": "", "cost": "", "binpack": "-binpack", "balanced": "-balanced"}
-SLICES_SUFFIX = "-slices"
-GLOB_CHARS = frozenset("*?[")
-# the device plugin's mark for a GPU whose MIG layout it cannot use: never a type, whatever matches it
-MIG_INVALID_SUFFIX = "-MIG-INVALID"
-MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
-
-
-def profile_suffix(strategy: Strategy, resource: str) -> str:
-    """The suffix of the strict profile that scores a Pod of `strategy` requesting `resource`."""
-    return PROFILE_SUFFIX[strategy] + (SLICES_SUFFIX if resource.startswith(MIG_RESOURCE_PREFIX) else "")
-
-
-# Every strict profile's suffix: a strict scheduler runs a profile of each (computed once: the
-# admission path asks on every Pod)
-PROFILE_SUFFIXES: tuple[str, ...] = tuple(
-    s + r for s in dict.fromkeys(PROFILE_SUFFIX.values()) for r in ("", SLICES_SUFFIX))
-
-
-_DNS_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
-_NAME = r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?"
-LABEL_KEY_RE = re.compile(rf"(({_DNS_LABEL})(\.{_DNS_LABEL})*/)?{_NAME}")
-RESOURCE_RE = re.compile(rf"({_DNS_LABEL})(\.{_DNS_LABEL})*/{_NAME}")
-LABEL_VALUE_RE = re.compile(_NAME)
 
 
 class CatalogError(ValueError):
@@ -65,9 +31,6 @@ class CatalogError(ValueError):
 Match = tuple[tuple[str, tuple[str, ...]], ...]  # (label key, values) in the catalog's order
 # (driver, ((qualified attribute, values), ...)): a device of the driver whose attributes all match
 DeviceMatch = tuple[tuple[str, tuple[tuple[str, tuple[str, ...]], ...]], ...]
-
-_C_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-DRA_ATTRIBUTE_VALUE_MAX_CHARS = 64  # resource.k8s.io/v1: a string attribute's longest value
 
 
 # Tensor-core (matrix-core) precisions a type's facts may list, and a Pod's gpu-class.io/requires may ask for
@@ -129,51 +92,6 @@ class GpuType:
         return tuple((k, tuple(v for v in vs if not is_glob(v))) for k, vs in self.match)
 
 
-@dataclass(frozen=True)
-class _Matcher:
-    """One key's values of a type, ready for a node: exact values in a set, globs as one regex."""
-
-    key: str | None  # None: the first productLabels key present on the node
-    exact: frozenset[str]
-    globs: re.Pattern[str] | None
-
-    def matches(self, value: str) -> bool:
-        return value in self.exact or (self.globs is not None and self.globs.fullmatch(value) is not None)
-
-
-@dataclass(frozen=True)
-class _DeviceMatcher:
-    """One type's attributes of one driver: a device of the driver is the type when every one matches."""
-
-    type_name: str
-    attributes: tuple[tuple[str, _Matcher], ...]  # (qualified attribute name, its values)
-
-
-@dataclass(frozen=True)
-class DeviceTypes:
-    """What the catalog makes of a DRA device: the types it is (one, when all is well), or why none."""
-
-    types: tuple[str, ...]
-    problem: str = ""  # set when types is empty
-
-
-def attribute_text(value: Any) -> str | None:
-    """A DRA attribute's text: its `string` (or `version`) value; None for ints, bools and lists."""
-    if isinstance(value, Mapping):
-        for kind in ("string", "version"):
-            text = value.get(kind)
-            if isinstance(text, str):
-                return text
-    return None
-
-
-def attribute_kind(value: Any) -> str:
-    """The kind of a DRA attribute as the API writes it (`int`, `bool`, `strings`, ...), for messages."""
-    if isinstance(value, Mapping) and len(value) == 1:
-        return str(next(iter(value)))
-    return "malformed"
-
-
 # GPU Feature Discovery's labels that say what an NVIDIA GPU is, whatever its product
 FAMILY_LABEL = "nvidia.com/gpu.family"
 COMPUTE_MAJOR_LABEL = "nvidia.com/gpu.compute.major"
@@ -193,11 +111,6 @@ class LabelType:
 
     gpu_type: GpuType | None
     problem: str = ""
-
-
-def qualified_attribute(driver: str, name: str) -> str:
-    """resource.k8s.io: an attribute name without a domain belongs to the driver's own domain."""
-    return name if "/" in name else f"{driver}/{name}"
 
 
 @dataclass(frozen=True)
@@ -260,7 +173,7 @@ class GpuClass:
     types: tuple[str, ...]  # resolved type names, fastest first
     strategy: Strategy
     # a class defined by what its types can do: a node of a product no type claims joins it when
-    # its labels show it meets the need (inventory.py); a class of names never takes one
+    # its labels show it meets the need (view/nodes.py); a class of names never takes one
     requires: Need | None = None
     upgrade: bool = False  # its Pods move up to a better type when one frees (upgrade.py); a Pod's annotation overrides
     max_wait: str | None = None  # how long its Pods wait for their best type (gpu-class.io/max-wait); None: not at all
@@ -268,6 +181,8 @@ class GpuClass:
 
 @dataclass(frozen=True)
 class Catalog:
+    """A loaded catalog (loading.py makes one) and the answers the decision asks of it."""
+
     types: Mapping[str, GpuType]
     classes: Mapping[str, GpuClass]
     gpu_resource: str = "nvidia.com/gpu"
@@ -280,11 +195,9 @@ class Catalog:
     # of them, those that run the stock kube-scheduler binary (the install's choice, `serve --stock-scheduler`):
     # they keep the type order, not a Pod's wait (no NodeLabelIndex)
     stock_schedulers: tuple[str, ...] = ()
-    _exact: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
-    _globs: tuple[tuple[str, str], ...] = field(default=(), repr=False, compare=False)
-    _matchers: Mapping[str, tuple[_Matcher, ...]] = field(default_factory=dict, repr=False, compare=False)
-    _device_matchers: Mapping[str, tuple[_DeviceMatcher, ...]] = field(default_factory=dict, repr=False,
-                                                                        compare=False)  # by driver
+    # how nodes and DRA devices name the catalog's own types, indexed once at loading (loading.py);
+    # with_label_types does not add the types it derives to it
+    _recognition: Recognition = field(default_factory=Recognition, repr=False, compare=False)
     _label_types: dict[tuple[str, str], frozenset[str]] = field(default_factory=dict, init=False, repr=False,
                                                                  compare=False)
 
@@ -318,29 +231,8 @@ class Catalog:
         return None
 
     def matches_of_labels(self, labels: Mapping[str, Any]) -> list[tuple[str, str, str]]:
-        """(type, label key, value) for every type a node's labels name, in the catalog's order.
-
-        A type given by `products` reads only the first productLabels key present, as it always
-        has; a type given by `match` is named when any of its keys matches. Values ending in
-        -MIG-INVALID name no type.
-        """
-        product = self.product_label(labels)
-        found: list[tuple[str, str, str]] = []
-        for type_name, matchers in self._matchers.items():
-            for m in matchers:
-                if m.key is None:
-                    if product is None:
-                        continue
-                    key, value = product
-                else:
-                    key, raw = m.key, labels.get(m.key)
-                    if not isinstance(raw, str) or not raw:
-                        continue
-                    value = raw
-                if not value.endswith(MIG_INVALID_SUFFIX) and m.matches(value):
-                    found.append((type_name, key, value))
-                    break
-        return found
+        """(type, label key, value) for every type a node's labels name, in the catalog's order (Recognition's)."""
+        return self._recognition.matches_of_labels(labels, self.product_label(labels))
 
     def types_of_label(self, key: str, value: str) -> frozenset[str]:
         """The types a node labelled `key: value` is, by that label alone (memoised: a few values recur)."""
@@ -354,31 +246,11 @@ class Catalog:
     @property
     def drivers(self) -> tuple[str, ...]:
         """The DRA drivers some type names, in the catalog's order."""
-        return tuple(self._device_matchers)
+        return tuple(self._recognition.device_matchers)
 
     def types_of_device(self, driver: str, attributes: Mapping[str, Any]) -> DeviceTypes:
-        """The types a DRA device is, from its driver and attributes (keyed by qualified name).
-
-        Attributes are compared as text (`string` and `version` values), exactly or by glob, never
-        by substring. No type, or more than one, comes with the reason, for the inventory to report.
-        """
-        matchers = self._device_matchers.get(driver)
-        if matchers is None:
-            return DeviceTypes((), f"no type of the catalog names driver {driver}")
-        found = tuple(m.type_name for m in matchers
-                      if all((text := attribute_text(attributes.get(name))) is not None and v.matches(text)
-                             for name, v in m.attributes))
-        if len(found) == 1:
-            return DeviceTypes(found)
-        if found:
-            return DeviceTypes((), f"matches types {', '.join(found)}: the catalog cannot tell them apart")
-        read = dict.fromkeys(name for m in matchers for name, _ in m.attributes)
-        wrong = [f"{_short_attribute(driver, n)} is {attribute_kind(attributes[n])}" for n in read
-                 if n in attributes and attribute_text(attributes[n]) is None]
-        if wrong:
-            return DeviceTypes((), f"attribute {', '.join(wrong)}; the catalog matches text (string)")
-        shown = [f"{_short_attribute(driver, n)}={attribute_text(attributes[n])!r}" for n in read if n in attributes]
-        return DeviceTypes((), f"no type of the catalog matches {', '.join(shown) or 'a device without its attributes'}")
+        """The types a DRA device is, from its driver and attributes (keyed by qualified name), or why none."""
+        return self._recognition.types_of_device(driver, attributes)
 
     def type_from_facts(self, product: str, family: str, capability: ComputeCapability | None,
                         memory_mib: float | None) -> LabelType:
@@ -452,344 +324,8 @@ class Catalog:
         return dataclasses.replace(self, types=types, classes=classes)
 
     def type_of_product(self, product: str) -> str | None:
-        """The type a product label value names: exact match first, then the catalog's globs in order.
-
-        Never a substring match: `NVIDIA-A10` is not `NVIDIA-A100`.
-        """
-        found = self._exact.get(product)
-        if found is not None:
-            return found
-        for pattern, type_name in self._globs:
-            if fnmatch.fnmatchcase(product, pattern):
-                return type_name
-        return None
-
-
-def _short_attribute(driver: str, qualified: str) -> str:
-    return qualified.removeprefix(driver + "/")
-
-
-def is_glob(product: str) -> bool:
-    return not GLOB_CHARS.isdisjoint(product)
-
-
-TOP_KEYS = frozenset(
-    {"gpuResource", "productLabels", "gpuTaintKeys", "onUnsatisfiable", "defaultClass", "schedulerName",
-     "strictSchedulers", "types", "classes"}
-)
-FACT_KEYS = frozenset({"architecture", "computeCapability", "precisions", "memoryBandwidthGBps", "interconnect",
-                       "scoreBasis"})
-TYPE_KEYS = frozenset({"name", "score", "memoryGiB", "products", "match", "resource", "scalable"}) | FACT_KEYS
-CLASS_KEYS = frozenset({"name", "types", "minScore", "maxScore", "minMemoryGiB", "strategy", "requires", "upgrade",
-                        "maxWait"})
-MAX_WAIT_SECONDS = 24 * 3600  # the longest wait: a scheduler keeps a timer per waiting Pod until its end
-# digits bounded: int() of a few thousand digits raises, and 24h is 86400s
-_WAIT = re.compile(r"(?=\d)(?:(\d{1,6})h)?(?:(\d{1,6})m)?(?:(\d{1,6})s)?")
-
-
-def parse_wait(raw: Any) -> int | None:
-    """Seconds of a wait written as users write durations (90s, 10m, 2h, 1h30m), 1 s to 24 h; None otherwise.
-    Every such form reads the same in Go's time.ParseDuration, which gpu-class-scheduler uses."""
-    found = _WAIT.fullmatch(raw.strip()) if isinstance(raw, str) else None
-    if found is None:
-        return None
-    hours, minutes, seconds = (int(g or 0) for g in found.groups())
-    total = hours * 3600 + minutes * 60 + seconds
-    return total if 0 < total <= MAX_WAIT_SECONDS else None
-
-
-WAIT_FORMS = "a duration of 1s to 24h, like \"90s\", \"10m\", \"2h\" or \"1h30m\""
-REQUIRES_KEYS = frozenset({"minComputeCapability", "precisions", "minMemoryGiB", "architectures"})
-
-Path = tuple[str | int, ...]
-
-
-class _Located:
-    """Finds the line of a path in the YAML text so errors can point at it."""
-
-    def __init__(self, text: str, source: str) -> None:
-        self.source = source
-        try:
-            self.root: yaml.Node | None = yaml.compose(text, Loader=yaml.SafeLoader)
-        except yaml.YAMLError:
-            self.root = None
-
-    def line_of(self, path: Path) -> int | None:
-        node = self.root
-        line = None if node is None else node.start_mark.line + 1
-        for step in path:
-            if isinstance(node, yaml.MappingNode):
-                matched = [v for k, v in node.value if isinstance(k, yaml.ScalarNode) and k.value == step]
-                node = matched[0] if matched else None
-            elif isinstance(node, yaml.SequenceNode) and isinstance(step, int) and step < len(node.value):
-                node = node.value[step]
-            else:
-                node = None
-            if node is None:
-                break
-            line = node.start_mark.line + 1
-        return line
-
-    def error(self, path: Path, message: str) -> CatalogError:
-        line = self.line_of(path)
-        where = f"{self.source}:{line}" if line is not None else self.source
-        dotted = ".".join(str(p) for p in path)
-        return CatalogError(f"{where}: {dotted + ': ' if dotted else ''}{message}")
-
-
-def load_catalog_text(text: str, source: str = "catalog") -> Catalog:
-    """Parse and validate a catalog YAML document."""
-    loc = _Located(text, source)
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise CatalogError(f"{source}: not valid YAML: {exc}") from None
-    if not isinstance(data, dict):
-        raise loc.error((), "the catalog must be a mapping with 'types' and 'classes'")
-    return _build(data, loc)
-
-
-def load_catalog_file(path: str) -> Catalog:
-    try:
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read()
-    except OSError as exc:
-        raise CatalogError(f"cannot read catalog {path}: {exc.strerror}") from None
-    return load_catalog_text(text, path)
-
-
-def default_catalog_text() -> str:
-    return resources.files(__package__ or "webhook.core.catalog").joinpath("catalog.yaml").read_text(encoding="utf-8")
-
-
-def load_default_catalog() -> Catalog:
-    return load_catalog_text(default_catalog_text(), "built-in catalog")
-
-
-def _check_keys(loc: _Located, path: Path, obj: Mapping[str, Any], allowed: frozenset[str]) -> None:
-    for key in obj:
-        if key not in allowed:
-            raise loc.error(path + (str(key),), f"unknown key {key!r}; known keys: {', '.join(sorted(allowed))}")
-
-
-def _str(loc: _Located, path: Path, value: Any) -> str:
-    if not isinstance(value, str) or not value:
-        raise loc.error(path, f"must be a non-empty string, not {value!r}")
-    return value
-
-
-def _str_list(loc: _Located, path: Path, value: Any) -> tuple[str, ...]:
-    if not isinstance(value, list) or not value:
-        raise loc.error(path, "must be a non-empty list of strings")
-    return tuple(_str(loc, path + (i,), v) for i, v in enumerate(value))
-
-
-def _number(loc: _Located, path: Path, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-        raise loc.error(path, f"must be a non-negative number, not {value!r}")
-    return float(value)
-
-
-def _build(data: Mapping[str, Any], loc: _Located) -> Catalog:
-    _check_keys(loc, (), data, TOP_KEYS)
-    gpu_resource = _resource(loc, ("gpuResource",), data.get("gpuResource", "nvidia.com/gpu"))
-    product_labels = _str_list(loc, ("productLabels",), data.get("productLabels", ["nvidia.com/gpu.product", "gpu-type"]))
-    for i, key in enumerate(product_labels):
-        _label_key(loc, ("productLabels", i), key)
-    types = _build_types(data.get("types"), gpu_resource, loc)
-    exact, globs = _product_index(types)
-    _check_claims(types, product_labels, loc)
-    _check_device_claims(types, loc)
-    classes = _build_classes(data.get("classes"), types, gpu_resource, loc)
-
-    default_class = data.get("defaultClass")
-    if default_class is not None and default_class not in classes:
-        raise loc.error(("defaultClass",), f"{default_class!r} is not a class; classes: {', '.join(classes)}")
-    on_unsat = data.get("onUnsatisfiable", "deny")
-    if on_unsat not in get_args(OnUnsatisfiable):
-        raise loc.error(("onUnsatisfiable",), f"must be deny or admit, not {on_unsat!r}")
-    scheduler_name = data.get("schedulerName")
-    strict = _str_list(loc, ("strictSchedulers",), data.get("strictSchedulers", [STRICT_SCHEDULER]))
-    taint_keys = data.get("gpuTaintKeys", ["nvidia.com/gpu", "amd.com/gpu"])
-    return Catalog(
-        types=types,
-        classes=classes,
-        gpu_resource=gpu_resource,
-        product_labels=product_labels,
-        gpu_taint_keys=tuple(_str(loc, ("gpuTaintKeys", i), k) for i, k in enumerate(taint_keys or [])),
-        on_unsatisfiable=cast(OnUnsatisfiable, on_unsat),
-        default_class=default_class,
-        scheduler_name=None if scheduler_name is None else _str(loc, ("schedulerName",), scheduler_name),
-        strict_schedulers=strict,
-        _exact=exact,
-        _globs=globs,
-        _matchers={t.name: _matchers(t) for t in types.values() if t.products or t.match},
-        _device_matchers=_device_matchers(types),
-    )
-
-
-def _resource(loc: _Located, path: Path, value: Any) -> str:
-    text = _str(loc, path, value)
-    if not RESOURCE_RE.fullmatch(text) or len(text) > 253:
-        raise loc.error(path, f"{text!r} is not an extended resource name (like nvidia.com/gpu or amd.com/gpu)")
-    return text
-
-
-def _label_key(loc: _Located, path: Path, key: str) -> str:
-    prefix, _, name = key.rpartition("/")
-    if not LABEL_KEY_RE.fullmatch(key) or len(name) > 63 or len(prefix) > 253:
-        raise loc.error(path, f"{key!r} is not a valid label key (like nvidia.com/gpu.product)")
-    return key
-
-
-def _values(loc: _Located, path: Path, raw: Any) -> tuple[str, ...]:
-    """Label values, exact or glob; an exact one must be a value a label can have."""
-    values = _str_list(loc, path, raw)
-    for i, value in enumerate(values):
-        if value.endswith(MIG_INVALID_SUFFIX):
-            raise loc.error(path + (i,), f"{value!r}: a -MIG-INVALID GPU offers no usable device and is never a type")
-        if not is_glob(value) and (len(value) > 63 or not LABEL_VALUE_RE.fullmatch(value)):
-            raise loc.error(path + (i,), f"{value!r} is not a label value (63 characters at most: letters, digits, '-', '_', '.')")
-    return values
-
-
-def _match(loc: _Located, path: Path, raw: Any) -> tuple[Match, DeviceMatch]:
-    """`match`: a node label key takes a list of values; a DRA driver takes attribute -> values."""
-    if not isinstance(raw, dict) or not raw:
-        raise loc.error(path, "must be a mapping of node label keys to lists of values (or of DRA drivers to "
-                              "attributes and their values)")
-    labels: list[tuple[str, tuple[str, ...]]] = []
-    devices: list[tuple[str, tuple[tuple[str, tuple[str, ...]], ...]]] = []
-    for key, values in raw.items():
-        where = path + (str(key),)
-        if isinstance(values, dict):
-            devices.append((_driver(loc, where, str(key)), _attributes(loc, where, str(key), values)))
-        else:
-            labels.append((_label_key(loc, where, str(key)), _values(loc, where, values)))
-    return tuple(labels), tuple(devices)
-
-
-def _driver(loc: _Located, path: Path, name: str) -> str:
-    """A DRA driver name: a DNS subdomain of at most 63 characters (resource.k8s.io/v1)."""
-    if len(name) > 63 or not re.fullmatch(rf"{_DNS_LABEL}(\.{_DNS_LABEL})*", name):
-        raise loc.error(path, f"{name!r} is not a DRA driver name (a DNS subdomain like gpu.nvidia.com)")
-    return name
-
-
-def _attributes(loc: _Located, path: Path, driver: str, raw: Mapping[Any, Any]) -> tuple[tuple[str, tuple[str, ...]], ...]:
-    if not raw:
-        raise loc.error(path, f"DRA driver {driver}: give its devices' attributes and their values, "
-                              "like productName: [\"NVIDIA H100 80GB HBM3\"]")
-    found = []
-    for name, values in raw.items():
-        where = path + (str(name),)
-        domain, _, identifier = str(name).rpartition("/")
-        if len(identifier) > 32 or not _C_IDENTIFIER.fullmatch(identifier) or (
-                domain and not re.fullmatch(rf"{_DNS_LABEL}(\.{_DNS_LABEL})*", domain)):
-            raise loc.error(where, f"{name!r} is not a DRA attribute name (like productName, or "
-                                   "resource.kubernetes.io/pciBusID)")
-        texts = _str_list(loc, where, values)
-        for i, text in enumerate(texts):
-            if len(text) > DRA_ATTRIBUTE_VALUE_MAX_CHARS:
-                raise loc.error(where + (i,), f"{text!r} is longer than a DRA attribute's "
-                                              f"{DRA_ATTRIBUTE_VALUE_MAX_CHARS} characters")
-        found.append((qualified_attribute(driver, str(name)), texts))
-    return tuple(found)
-
-
-def _build_types(raw: Any, gpu_resource: str, loc: _Located) -> dict[str, GpuType]:
-    if not isinstance(raw, list) or not raw:
-        raise loc.error(("types",), "must be a non-empty list of GPU types")
-    types: dict[str, GpuType] = {}
-    for i, entry in enumerate(raw):
-        path: Path = ("types", i)
-        if not isinstance(entry, dict):
-            raise loc.error(path, "each type must be a mapping with name, score and products or match")
-        _check_keys(loc, path, entry, TYPE_KEYS)
-        name = _str(loc, path + ("name",), entry.get("name"))
-        if name in types:
-            raise loc.error(path + ("name",), f"duplicate type name {name!r}")
-        if "," in name:
-            raise loc.error(path + ("name",), "type names cannot contain ',' (annotations list them comma-separated)")
-        memory = entry.get("memoryGiB")
-        scalable = entry.get("scalable", False)
-        if not isinstance(scalable, bool):
-            raise loc.error(path + ("scalable",), "must be true or false")
-        labels, devices = _match(loc, path + ("match",), entry["match"]) if "match" in entry else ((), ())
-        if "products" in entry and labels:
-            raise loc.error(path, f"type {name!r} needs either 'products' or node label keys in 'match', not both "
-                                  "(DRA drivers in 'match' go with either)")
-        if "products" not in entry and not labels and not devices:
-            raise loc.error(path, f"type {name!r} needs 'products' or 'match'")
-        if scalable and "products" not in entry and not labels:
-            raise loc.error(path + ("scalable",), f"type {name!r} is known by its DRA devices only: a pool at zero "
-                                                  "nodes has no node a Pod's affinity could name; give it "
-                                                  "'products' or node label keys in 'match' to be scalable")
-        types[name] = GpuType(
-            name=name,
-            score=_number(loc, path + ("score",), entry.get("score")),
-            memory_gib=None if memory is None else _number(loc, path + ("memoryGiB",), memory),
-            products=_values(loc, path + ("products",), entry["products"]) if "products" in entry else (),
-            scalable=scalable,
-            resource=_resource(loc, path + ("resource",), entry["resource"]) if "resource" in entry else gpu_resource,
-            match=labels,
-            devices=devices,
-            facts=_facts(loc, path, entry),
-        )
-    return types
-
-
-def _facts(loc: _Located, path: Path, entry: Mapping[str, Any]) -> Facts | None:
-    given = FACT_KEYS & entry.keys()
-    if not given:
-        return None
-    if "architecture" not in entry:
-        raise loc.error(path, f"{', '.join(sorted(given))}: facts of a type need its 'architecture' too")
-    capability = None
-    if "computeCapability" in entry:
-        capability = _capability(loc, path + ("computeCapability",), entry["computeCapability"])
-    bandwidth = entry.get("memoryBandwidthGBps")
-    return Facts(
-        architecture=_str(loc, path + ("architecture",), entry["architecture"]),
-        compute_capability=capability,
-        precisions=_precisions(loc, path + ("precisions",), entry.get("precisions", []), allow_empty=True),
-        memory_bandwidth_gbps=None if bandwidth is None else _number(loc, path + ("memoryBandwidthGBps",), bandwidth),
-        interconnect=_str(loc, path + ("interconnect",), entry["interconnect"]) if "interconnect" in entry else "",
-        score_basis=_str(loc, path + ("scoreBasis",), entry["scoreBasis"]) if "scoreBasis" in entry else "",
-    )
-
-
-def _capability(loc: _Located, path: Path, raw: Any) -> ComputeCapability:
-    found = parse_compute_capability(raw)
-    if found is None:
-        raise loc.error(path, f"must be a CUDA compute capability major.minor, like \"9.0\", not {raw!r}")
-    return found
-
-
-def _precisions(loc: _Located, path: Path, raw: Any, *, allow_empty: bool = False) -> frozenset[str]:
-    if allow_empty and raw == []:
-        return frozenset()
-    names = _str_list(loc, path, raw)
-    for i, name in enumerate(names):
-        if name not in PRECISIONS:
-            raise loc.error(path + (i,), f"{name!r} is not a precision; precisions: {', '.join(PRECISIONS)}")
-    return frozenset(names)
-
-
-def _requires(loc: _Located, path: Path, raw: Any) -> Need:
-    if not isinstance(raw, dict) or not raw:
-        raise loc.error(path, f"must be a mapping of one or more of {', '.join(sorted(REQUIRES_KEYS))}")
-    _check_keys(loc, path, raw, REQUIRES_KEYS)
-    capability = raw.get("minComputeCapability")
-    memory = raw.get("minMemoryGiB")
-    return Need(
-        min_compute_capability=None if capability is None else _capability(loc, path + ("minComputeCapability",),
-                                                                            capability),
-        precisions=_precisions(loc, path + ("precisions",), raw["precisions"]) if "precisions" in raw else frozenset(),
-        min_memory_gib=None if memory is None else _number(loc, path + ("minMemoryGiB",), memory),
-        architectures=frozenset(_str_list(loc, path + ("architectures",), raw["architectures"]))
-        if "architectures" in raw else frozenset(),
-    )
+        """The type a product label value names, exactly or by glob, never by substring."""
+        return self._recognition.type_of_product(product)
 
 
 def meets(gpu_type: GpuType, need: Need, resource: str) -> bool:
@@ -804,167 +340,3 @@ def fastest_first(types: Sequence[GpuType]) -> tuple[str, ...]:
     return tuple(t.name for t in sorted(types, key=lambda t: (
         -t.score, t.facts is not None and t.facts.from_labels, -(t.memory_gib or 0), t.name)))
 
-
-def _glob_regex(patterns: Sequence[str]) -> re.Pattern[str] | None:
-    globs = [fnmatch.translate(p) for p in patterns if is_glob(p)]
-    return re.compile("|".join(f"(?:{g})" for g in globs)) if globs else None
-
-
-def _matchers(gpu_type: GpuType) -> tuple[_Matcher, ...]:
-    pairs: Sequence[tuple[str | None, tuple[str, ...]]] = (
-        [(None, gpu_type.products)] if gpu_type.products else list(gpu_type.match)
-    )
-    return tuple(
-        _Matcher(key, frozenset(v for v in values if not is_glob(v)), _glob_regex(values)) for key, values in pairs
-    )
-
-
-def _device_matchers(types: Mapping[str, GpuType]) -> dict[str, tuple[_DeviceMatcher, ...]]:
-    by_driver: dict[str, list[_DeviceMatcher]] = {}
-    for t in types.values():
-        for driver, attributes in t.devices:
-            by_driver.setdefault(driver, []).append(_DeviceMatcher(t.name, tuple(
-                (name, _Matcher(name, frozenset(v for v in values if not is_glob(v)), _glob_regex(values)))
-                for name, values in attributes)))
-    return {d: tuple(ms) for d, ms in by_driver.items()}
-
-
-def _product_index(types: Mapping[str, GpuType]) -> tuple[dict[str, str], tuple[tuple[str, str], ...]]:
-    """`type_of_product`'s index over the `products` types (checked by _check_claims)."""
-    exact: dict[str, str] = {}
-    globs: list[tuple[str, str]] = []
-    for gpu_type in types.values():
-        for product in gpu_type.products:
-            if is_glob(product):
-                globs.append((product, gpu_type.name))
-            else:
-                exact.setdefault(product, gpu_type.name)
-    return exact, tuple(globs)
-
-
-@dataclass(frozen=True)
-class _Claim:
-    key: str
-    value: str
-    resource: str
-    type_name: str
-    path: Path
-
-
-def _claims(types: Mapping[str, GpuType], product_labels: Sequence[str]) -> list[_Claim]:
-    claims = []
-    for t_index, t in enumerate(types.values()):
-        if t.products:
-            for p_index, product in enumerate(t.products):
-                for key in product_labels:
-                    claims.append(_Claim(key, product, t.resource, t.name, ("types", t_index, "products", p_index)))
-        for key, values in t.match:
-            for v_index, value in enumerate(values):
-                claims.append(_Claim(key, value, t.resource, t.name, ("types", t_index, "match", key, v_index)))
-    return claims
-
-
-def _check_claims(types: Mapping[str, GpuType], product_labels: Sequence[str], loc: _Located) -> None:
-    """Types requested as one resource must be told apart by their labels: a node that two of them
-    named would count its devices twice, and their affinities could not separate their nodes.
-    Types of different resources may share labels: a mixed-MIG node offers one type per profile."""
-    exact: dict[tuple[str, str, str], _Claim] = {}
-    globs: dict[tuple[str, str, str], _Claim] = {}
-    for c in _claims(types, product_labels):
-        owners = globs if is_glob(c.value) else exact
-        other = owners.get((c.key, c.value, c.resource))
-        if other is not None and other.type_name != c.type_name:
-            what = "glob" if is_glob(c.value) else "product" if c.path[2] == "products" else f"label {c.key}="
-            shown = f"{what} {c.value!r}" if what != f"label {c.key}=" else f"{what}{c.value}"
-            raise loc.error(c.path, f"{shown} is claimed by types {other.type_name} and {c.type_name} "
-                                    f"(both requested as {c.resource})")
-        owners.setdefault((c.key, c.value, c.resource), c)
-    for (key, pattern, resource), g in globs.items():
-        for (e_key, value, e_resource), e in exact.items():
-            if (e_key, e_resource) == (key, resource) and e.type_name != g.type_name and fnmatch.fnmatchcase(value, pattern):
-                raise loc.error(g.path, f"glob {pattern!r} of type {g.type_name} also matches {value!r} of type "
-                                        f"{e.type_name} (both requested as {resource})")
-
-
-def _may_both_match(a: Sequence[str], b: Sequence[str]) -> bool:
-    """Whether one attribute value could match both lists: a shared exact value, or a glob of one
-    matching an exact value of the other (two globs are taken to be written apart on purpose)."""
-    exact_a, exact_b = {v for v in a if not is_glob(v)}, {v for v in b if not is_glob(v)}
-    return bool(exact_a & exact_b) or any(fnmatch.fnmatchcase(v, g) for g in a if is_glob(g) for v in exact_b) or any(
-        fnmatch.fnmatchcase(v, g) for g in b if is_glob(g) for v in exact_a)
-
-
-def _check_device_claims(types: Mapping[str, GpuType], loc: _Located) -> None:
-    """One DRA device must be one type: a device two types matched would be counted twice (and of two
-    resources, it is still one device). Types of one driver must differ in a shared attribute."""
-    seen: list[tuple[int, str, str, Mapping[str, tuple[str, ...]]]] = []
-    for t_index, t in enumerate(types.values()):
-        for driver, attributes in t.devices:
-            mine = dict(attributes)
-            for _, other_name, other_driver, theirs in seen:
-                if other_driver != driver or other_name == t.name:
-                    continue
-                shared = [n for n in mine if n in theirs]
-                if all(_may_both_match(mine[n], theirs[n]) for n in shared):
-                    told = ", ".join(_short_attribute(driver, n) for n in shared) or "no attribute"
-                    raise loc.error(("types", t_index, "match", driver),
-                                    f"types {other_name} and {t.name} can both match one device of {driver} "
-                                    f"(they share values of {told}); give each attributes the other does not match")
-            seen.append((t_index, t.name, driver, mine))
-
-
-def _build_classes(raw: Any, types: Mapping[str, GpuType], gpu_resource: str, loc: _Located) -> dict[str, GpuClass]:
-    if not isinstance(raw, list) or not raw:
-        raise loc.error(("classes",), "must be a non-empty list of classes")
-    classes: dict[str, GpuClass] = {}
-    for i, entry in enumerate(raw):
-        path: Path = ("classes", i)
-        if not isinstance(entry, dict):
-            raise loc.error(path, "each class must be a mapping with a name and types or score/memory bounds")
-        _check_keys(loc, path, entry, CLASS_KEYS)
-        name = _str(loc, path + ("name",), entry.get("name"))
-        if name in classes:
-            raise loc.error(path + ("name",), f"duplicate class name {name!r}")
-        strategy = entry.get("strategy", "performance")
-        if strategy not in STRATEGIES:
-            raise loc.error(path + ("strategy",), f"must be one of {', '.join(STRATEGIES)}, not {strategy!r}")
-        requires = _requires(loc, path + ("requires",), entry["requires"]) if "requires" in entry else None
-        upgrade = entry.get("upgrade", False)
-        if not isinstance(upgrade, bool):
-            raise loc.error(path + ("upgrade",), f"must be true or false, not {upgrade!r}")
-        max_wait = entry.get("maxWait")
-        if max_wait is not None and parse_wait(max_wait) is None:
-            raise loc.error(path + ("maxWait",), f"must be {WAIT_FORMS}, not {max_wait!r}")
-        if requires is not None and (CLASS_KEYS - {"name", "strategy", "requires", "upgrade", "maxWait"}) & entry.keys():
-            raise loc.error(path, "give 'requires' alone (minMemoryGiB goes inside it): a class of names takes no "
-                                  "other type, and a node placed by its labels joins a class by its requirements")
-        members = [t for t in _class_members(entry, types, loc, path)
-                   if requires is None or meets(types[t], requires, gpu_resource)]
-        if not members:
-            raise loc.error(path, f"class {name!r} selects no type")
-        classes[name] = GpuClass(name=name, types=fastest_first([types[t] for t in members]),
-                                 strategy=cast(Strategy, strategy), requires=requires, upgrade=upgrade,
-                                 max_wait=None if max_wait is None else str(max_wait).strip())
-    return classes
-
-
-def _class_members(entry: Mapping[str, Any], types: Mapping[str, GpuType], loc: _Located, path: Path) -> Sequence[str]:
-    bounds = {k: entry[k] for k in ("minScore", "maxScore", "minMemoryGiB") if k in entry}
-    if "types" in entry:
-        if bounds:
-            raise loc.error(path, "give either 'types' or score/memory bounds, not both")
-        listed = _str_list(loc, path + ("types",), entry["types"])
-        for j, type_name in enumerate(listed):
-            if type_name not in types:
-                raise loc.error(path + ("types", j), f"unknown type {type_name!r}; types: {', '.join(types)}")
-        return list(dict.fromkeys(listed))
-    if not bounds and "requires" not in entry:
-        raise loc.error(path, "a class needs 'types', 'requires' or at least one of minScore, maxScore, minMemoryGiB")
-    lo = _number(loc, path + ("minScore",), bounds.get("minScore", 0))
-    hi = _number(loc, path + ("maxScore",), bounds.get("maxScore", float("inf")))
-    mem = _number(loc, path + ("minMemoryGiB",), bounds.get("minMemoryGiB", 0))
-    return [
-        t.name
-        for t in types.values()
-        if lo <= t.score <= hi and (mem == 0 or (t.memory_gib is not None and t.memory_gib >= mem))
-    ]

@@ -26,8 +26,9 @@ import re
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
-from ..catalog.model import Catalog, is_glob
-from ..view.inventory import Snapshot, placing_catalog
+from ..catalog.matching import is_glob
+from ..catalog.model import Catalog
+from ..view.snapshot import Snapshot, placing_catalog
 
 BOUNDARY_CONFIGMAP = "gpu-class-boundary"
 RESOURCES_KEY = "resources"  # `,nvidia.com/gpu,amd.com/gpu,...,`: what counts as asking for a GPU

@@ -13,7 +13,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Mapping
 
-from ..catalog.model import Catalog, CatalogError, load_catalog_text
+from ..catalog.loading import load_catalog_text
+from ..catalog.model import Catalog, CatalogError
 
 PUBLISHED_CONFIGMAP = "gpu-class-public"
 INSTALL_NAMESPACE = "gpu-class-system"

@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any, Mapping
 
-from ..catalog.model import STRICT_SCHEDULER, Catalog
+from ..catalog.model import Catalog
+from ..catalog.profiles import STRICT_SCHEDULER
 from ..admission.groups import GroupPlan
 from ..admission.review import Review
 

@@ -1,6 +1,6 @@
 """Placement fidelity: did a Pod gpu-class placed land where its class promised, and which wait. Pure.
 
-The live inventory sees each GPU Pod go from unbound to bound (watch.py) and keeps the snapshot of
+The live inventory sees each GPU Pod go from unbound to bound (cluster/pods_watch.py) and keeps the snapshot of
 the moment before. judge_bind() compares the node the scheduler chose with what the class's strategy
 promised in that snapshot, with the definitions the scheduler extender and the strict profiles use
 (extender.type_order, extender.share_after):
@@ -29,7 +29,10 @@ from typing import Literal, get_args
 from ..catalog.model import Catalog
 from ..scheduling.extender import PodNeeds, ordering_for, pod_offer, share_after, type_order
 from ..admission.groups import GroupScope, runs_on
-from ..view.inventory import Offer, ProductGroup, Snapshot, UnboundGpuPod, placing_catalog
+from ..view.nodes import Offer
+from ..view.pods import UnboundGpuPod
+from ..view.product_groups import ProductGroup
+from ..view.snapshot import Snapshot, placing_catalog
 
 PlacementOutcome = Literal["best", "fallback", "broken"]
 PLACEMENT_OUTCOMES: tuple[PlacementOutcome, ...] = get_args(PlacementOutcome)

@@ -2,7 +2,7 @@
 
 build_report() reads a Snapshot (file or one list of the cluster) and the Catalog; render_table()
 and render_json() turn the report into text. The decisions are the webhook's and the extender's own:
-a class's types are the planner's valid types for a one-GPU Pod (planner.class_fit, in its order),
+a class's types are the planner's valid types for a one-GPU Pod (fit.class_fit, in its order),
 kept where the extender's node check (extender.judge_node) finds a node with a free GPU now; its
 Pending Pods are those the pending gauge counts (fidelity.placed_pending).
 
@@ -19,8 +19,9 @@ from typing import Iterable, Literal, Mapping, TypedDict
 from ..catalog.model import Catalog
 from ..scheduling.extender import PodNeeds, judge_node
 from .fidelity import placed_pending
-from ..view.inventory import NodeInfo, Snapshot, placing_catalog
-from ..admission.planner import class_fit
+from ..view.nodes import NodeInfo
+from ..view.snapshot import Snapshot, placing_catalog
+from ..admission.fit import class_fit
 
 Output = Literal["table", "wide", "json"]
 OUTPUTS: tuple[Output, ...] = ("table", "wide", "json")

@@ -14,12 +14,14 @@ import json
 from collections import Counter
 from typing import Any, Literal, Mapping, Sequence, TypedDict
 
-from ..catalog.model import Catalog, parse_wait
+from ..catalog.model import Catalog
+from ..catalog.wait import parse_wait
 from .explain import scheduler_guarantee
 from ..scheduling.extender import PodNeeds, PodProblem, judge_node, read_pod
 from ..admission.groups import RunsOn, runs_on
-from ..view.inventory import MAX_WAIT_ANNOTATION, TERMINAL_PHASES, Snapshot, pod_gpus, pod_group, timestamp_seconds
-from ..admission.planner import CLASS_ANNOTATION
+from ..view.nodes import NodeInfo
+from ..view.pods import CLASS_ANNOTATION, MAX_WAIT_ANNOTATION, TERMINAL_PHASES, pod_gpus, pod_group, timestamp_seconds
+from ..view.snapshot import Snapshot
 from ..after_bind.upgrade import upgrade_outlook
 
 GPU_CLASS_PREFIX = "gpu-class: "
@@ -166,15 +168,7 @@ def build_pod_report(pod: Mapping[str, Any], snapshot: Snapshot, catalog: Catalo
         report["types"] = list(needs.types)
         report["preferredType"] = needs.types[0] if needs.types else None
         report["order"] = scheduler_guarantee(report["scheduler"], catalog)[0]
-    info = snapshot.nodes.get(node) if node else None
-    if info is not None:
-        report["nodeType"], report["nodeProduct"] = info.type_name, info.product
-        offer = info.offer(info.type_name) if info.type_name else None
-        report["nodeDevices"] = None if offer is None else "dra" if offer.dra else "device-plugin"
-    if node and needs is not None and needs.types:
-        report["onPreferredType"] = info is not None and info.type_name == needs.types[0]
-    if node and view == "namespace" and not report["nodeSeen"]:
-        report["onPreferredType"] = None  # its node's type is not known here
+    _report_node(report, snapshot.nodes.get(node) if node else None, needs)
     group = pod_group(pod)
     whole = view == "cluster"
     runs = None if group is None or not whole else runs_on(snapshot, group, needs.resource if needs is not None else None)
@@ -187,6 +181,18 @@ def build_pod_report(pod: Mapping[str, Any], snapshot: Snapshot, catalog: Catalo
     if now_seconds is not None and report["phase"] not in TERMINAL_PHASES:
         report["wait"] = wait_outlook(pod, report["types"], report["nodeType"], now_seconds)
     return report
+
+
+def _report_node(report: PodReport, info: NodeInfo | None, needs: PodNeeds | None) -> None:
+    """What the report says of the Pod's node: its type, how it serves GPUs, whether it is the preferred type."""
+    if info is not None:
+        report["nodeType"], report["nodeProduct"] = info.type_name, info.product
+        offer = info.offer(info.type_name) if info.type_name else None
+        report["nodeDevices"] = None if offer is None else "dra" if offer.dra else "device-plugin"
+    if report["node"] and needs is not None and needs.types:
+        report["onPreferredType"] = info is not None and info.type_name == needs.types[0]
+    if report["node"] and report["view"] == "namespace" and not report["nodeSeen"]:
+        report["onPreferredType"] = None  # its node's type is not known here
 
 
 def can_run_now(report: PodReport) -> bool:
@@ -209,6 +215,32 @@ def render_pod_json(report: PodReport) -> str:
     return json.dumps(report, indent=2)
 
 
+def _node_lines(report: PodReport, node: str, types: list[str]) -> list[str]:
+    """Where the Pod was scheduled, and how that node's type stands among its types."""
+    lines = []
+    finished = " and finished" if report["phase"] in TERMINAL_PHASES else ""
+    if not report["nodeSeen"] and report["view"] == "namespace":
+        lines.append(f"scheduled{finished} on {node} (its GPU type is not shown: your rights do not get nodes)")
+    elif report["nodeType"] is None:
+        where = "a node of no catalog type" if report["nodeProduct"] else "a node with no GPU product label"
+        lines.append(f"scheduled{finished} on {node}, {where}")
+    elif report["nodeDevices"] == "dra":
+        claim = f", claim {report['claim']}" if report["claim"] else ""
+        lines.append(f"scheduled{finished} on {node}: {report['nodeType']} (DRA devices{claim})")
+    else:
+        lines.append(f"scheduled{finished} on {node}: {report['nodeType']} ({report['nodeProduct']})")
+    if report["onPreferredType"]:
+        lines.append(f"{report['nodeType']} is its preferred type")
+    elif report["onPreferredType"] is None:
+        pass
+    elif types and report["nodeType"] in types:
+        rank = _ordinal(types.index(str(report["nodeType"])) + 1)
+        lines.append(f"{report['nodeType']} is its {rank} choice; it preferred {types[0]}")
+    elif types:
+        lines.append(f"that is none of its types; it preferred {types[0]}")
+    return lines
+
+
 def render_pod_text(report: PodReport) -> str:
     name = f"{report['namespace']}/{report['pod']}"
     lines = [f"Pod {name}: {report['phase']}, class {report['class'] or '(none)'}, {report['gpus']} GPU(s)"]
@@ -224,28 +256,8 @@ def render_pod_text(report: PodReport) -> str:
     if report["view"] == "namespace":
         lines.append("your rights do not list the cluster's nodes and Pods: shown is what the Pod and its node say, "
                      "not which types have room now nor whether the upgrader would move it")
-    node = report["node"]
-    if node is not None:
-        finished = " and finished" if report["phase"] in TERMINAL_PHASES else ""
-        if not report["nodeSeen"] and report["view"] == "namespace":
-            lines.append(f"scheduled{finished} on {node} (its GPU type is not shown: your rights do not get nodes)")
-        elif report["nodeType"] is None:
-            where = "a node of no catalog type" if report["nodeProduct"] else "a node with no GPU product label"
-            lines.append(f"scheduled{finished} on {node}, {where}")
-        elif report["nodeDevices"] == "dra":
-            claim = f", claim {report['claim']}" if report["claim"] else ""
-            lines.append(f"scheduled{finished} on {node}: {report['nodeType']} (DRA devices{claim})")
-        else:
-            lines.append(f"scheduled{finished} on {node}: {report['nodeType']} ({report['nodeProduct']})")
-        if report["onPreferredType"]:
-            lines.append(f"{report['nodeType']} is its preferred type")
-        elif report["onPreferredType"] is None:
-            pass
-        elif types and report["nodeType"] in types:
-            rank = _ordinal(types.index(str(report["nodeType"])) + 1)
-            lines.append(f"{report['nodeType']} is its {rank} choice; it preferred {types[0]}")
-        elif types:
-            lines.append(f"that is none of its types; it preferred {types[0]}")
+    if report["node"] is not None:
+        lines.extend(_node_lines(report, report["node"], types))
     if report["schedulerSays"]:
         lines.append(f"{report['scheduler']} says: {report['schedulerSays']}")
     if report["upgrade"]:

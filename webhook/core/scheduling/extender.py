@@ -20,10 +20,10 @@ from types import MappingProxyType
 from typing import Any, Iterable, Literal, Mapping, Sequence, TypedDict
 
 from ..catalog.model import Catalog
-from ..view.inventory import (
-    NodeInfo, Offer, Snapshot, UnboundGpuPod, node_info_from_object, placing_catalog, pod_gpus, split_types,
-)
-from ..admission.planner import CLASS_ANNOTATION, TYPES_ANNOTATION, weights_for
+from ..view.nodes import NodeInfo, Offer, node_info_from_object
+from ..view.pods import CLASS_ANNOTATION, TYPES_ANNOTATION, UnboundGpuPod, pod_gpus, split_types
+from ..view.snapshot import Snapshot, placing_catalog
+from ..admission.order import weights_for
 
 MIN_EXTENDER_PRIORITY = 0
 MAX_EXTENDER_PRIORITY = 10  # extenderv1.MaxExtenderPriority; the scheduler multiplies by weight * 10
@@ -489,7 +489,7 @@ def score_nodes(verdicts: Sequence[NodeVerdict], needs: PodNeeds, catalog: Catal
     """Scores for the nodes that pass; 0 for the rest.
 
     - performance, cost, annotation: by type; the best type gets 10, the others follow the
-      webhook's preferred-affinity weights (planner.weights_for) scaled to 0..10, so the scheduler
+      webhook's preferred-affinity weights (order.weights_for) scaled to 0..10, so the scheduler
       and the Pod's preferences rank types alike;
     - binpack, balanced: the share of the node's devices in use (binpack) or free (balanced) once
       the Pod is placed (share_score), scaled to 0..10.

@@ -2,5 +2,5 @@
 that hold GPUs, groups, Karpenter's NodePools, DRA's ResourceSlices and DeviceClasses, namespaces' policies, and the
 immutable snapshot of all of it a decision takes; the filter that judges raw Pod watch lines.
 
-Fed by webhook/cluster/watch.py. May import the catalog, nothing else of webhook.
+Fed by the watches of webhook/cluster (watch.py and its *_watch.py). May import the catalog, nothing else of webhook.
 """

@@ -7,9 +7,9 @@ that says so:
 
 - provenance.py: may a Pod Kueue started be left as it came? Only when its required affinity keeps it
   to its class.
-- planner.py, under `onUnsatisfiable: admit`: may a Pod no type can take go unplaced? Not when its own
+- unplaced.py, under `onUnsatisfiable: admit`: may a Pod no type can take go unplaced? Not when its own
   constraints name a GPU type outside its class.
-- inventory.py and upgrade.py: did gpu-class place this Pod? Only as far as its required affinity
+- pods.py (enforced_types) and upgrade.py: did gpu-class place this Pod? Only as far as its required affinity
   enforces the `gpu-class.io/types` it lists.
 
 A label value alone does not say what a Pod gets there: under NVIDIA's mixed MIG strategy a whole GPU's

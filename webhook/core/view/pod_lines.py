@@ -24,7 +24,7 @@ for nvidia.com/gpu has the bytes "nvidia.com/ in its line. The search is for eac
 ("nvidia.com/, "amd.com/): one scan per domain instead of one per resource (the catalog has 22, most of
 them MIG profiles), at the price of decoding the few non-GPU Pods that name a label of the domain.
 
-Pure: bytes and sets in, an answer out; the watch (cluster/watch.py) keeps the set of Pods the view holds.
+Pure: bytes and sets in, an answer out; the watch (cluster/pods_watch.py) keeps the set of Pods the view holds.
 """
 
 from __future__ import annotations

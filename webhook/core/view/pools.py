@@ -19,10 +19,12 @@ class's preference weights are also the order in which pools grow.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, Mapping
 
 from ..catalog.model import Catalog
-from .inventory import NodeDevices, Pool, parse_gpu_count, split_taints
+from .nodes import Taint, parse_gpu_count, split_taints
 
 NODEPOOL_API = "karpenter.sh/v1"
 # The providers' well-known labels for an instance's GPU count (AWS, Azure): a pool's requirement
@@ -30,6 +32,64 @@ NODEPOOL_API = "karpenter.sh/v1"
 GPU_COUNT_LABELS = ("karpenter.k8s.aws/instance-gpu-count", "karpenter.azure.com/sku-gpu-count")
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 NODES = "nodes"  # Karpenter's limit on how many nodes a pool has (karpenter pkg/utils/resources.Node)
+
+
+@dataclass(frozen=True)
+class NodeDevices:
+    """The devices of a pool's resource one node it creates can carry, as far as the pool says
+    (_node_devices): at least `least`, at most `most`, and one of `only` when the pool lists them."""
+
+    least: int = 0
+    most: int | None = None  # None: no bound known
+    only: frozenset[int] | None = None
+
+
+@dataclass(frozen=True)
+class Pool:
+    """One type an autoscaler's node pool can create nodes of (pools_from_object reads Karpenter's NodePools)."""
+
+    name: str  # the NodePool's
+    type_name: str
+    label_key: str
+    values: tuple[str, ...]  # what the pool's nodes carry under label_key, all naming type_name
+    taints: tuple[Taint, ...]  # the catalog's GPU taints its nodes carry: what gpu-class tolerates
+    resource: str  # the type's
+    left: int | None  # devices of `resource` its limits leave; None: no limit on it
+    weight: int = 0
+    node_devices: NodeDevices = NodeDevices()  # unknown: any size
+    nodes_left: int | None = None  # nodes its limits leave; None: no limit on nodes
+    reserved: tuple[Taint, ...] = ()  # its other taints: offered only to Pods that tolerate them
+
+    def holds(self, gpus: int) -> bool:
+        """Whether the pool can create a node that takes `gpus` devices within its limits.
+
+        Karpenter launches only instance types whose whole capacity fits what the pool's limits
+        leave, and none once its `nodes` limit is used up (karpenter pkg/controllers/provisioning/
+        scheduling/scheduler.go, filterByRemainingResources): a pool with 4 GPUs left whose nodes
+        carry 8 creates no node, even for a Pod of 4. Where the pool does not say what its nodes
+        carry, the smallest node that takes the Pod is assumed."""
+        if self.nodes_left is not None and self.nodes_left <= 0:
+            return False
+        low = max(gpus, self.node_devices.least)
+        bounds = [b for b in (self.left, self.node_devices.most) if b is not None]
+        high = min(bounds) if bounds else None
+        if self.node_devices.only is not None:
+            return any(low <= n and (high is None or n <= high) for n in self.node_devices.only)
+        return high is None or low <= high
+
+    def limited(self) -> str:
+        """What the pool's limits leave, and what its nodes carry where known: why it may not grow."""
+        if self.nodes_left is not None and self.nodes_left <= 0:
+            return "its nodes limit used up"
+        left = "no limit" if self.left is None else f"{self.left} {self.resource} left"
+        d = self.node_devices
+        if d.only is not None:
+            return f"{left}, its nodes carry {' or '.join(map(str, sorted(d.only))) or 'none'}"
+        if d.least == d.most:
+            return f"{left}, its nodes carry {d.least}"
+        if d.least or d.most is not None:
+            return f"{left}, its nodes carry {d.least} to {'any' if d.most is None else d.most}"
+        return left
 
 
 def _object(value: Any) -> Mapping[str, Any]:
@@ -119,3 +179,12 @@ def pools_from_object(obj: Mapping[str, Any], catalog: Catalog) -> tuple[Pool, .
                           weight if isinstance(weight, int) else 0, _node_devices(template, used, resource),
                           nodes_left, reserved))
     return tuple(pools)
+
+
+def pools_by_type(node_pools: Mapping[str, tuple[Pool, ...]]) -> Mapping[str, tuple[Pool, ...]]:
+    """Each type's pools, the heaviest NodePool first (Karpenter's own choice among pools), then by name."""
+    by_type: dict[str, list[Pool]] = {}
+    for found in node_pools.values():
+        for pool in found:
+            by_type.setdefault(pool.type_name, []).append(pool)
+    return MappingProxyType({t: tuple(sorted(p, key=lambda p: (-p.weight, p.name))) for t, p in by_type.items()})
