@@ -18,9 +18,12 @@ import pytest
 import yaml
 
 import test_deploy as deploy
-from builders import CATALOG_NODES, K8S_VERSION, assert_valid_pod, make_catalog, make_namespace, make_node, make_review
+from builders import (
+    CATALOG_NODES, K8S_VERSION, assert_valid_pod, make_catalog, make_namespace, make_node, make_review,
+)
 from webhook.core.catalog.loading import load_catalog_text, load_default_catalog
 from webhook.core.view.inventory import build_snapshot
+from webhook.core.view.snapshot import placing_catalog
 from webhook.core.admission.kueue import (KUEUE_MAX_FLAVORS, PODSET_LABEL, QUEUE_LABEL, Flavor, Tenant, class_order, flavor_name,
                                 kueue_objects, share, supply_from_catalog, supply_from_snapshot)
 from webhook.core.admission.review import Review, parse_review, review_request
@@ -514,3 +517,92 @@ def test_the_workload_webhook_is_sent_the_jobs_whose_pods_it_would_place(job: di
     (webhook,) = [w for w in configuration["webhooks"] if w["name"] == "jobs.gpu-class.io"]
     activation = {"object": job, "oldObject": None, "request": deploy.admission_request(job)}
     assert all(deploy.evaluate_cel(c["expression"], activation) for c in webhook["matchConditions"]) is sent
+
+
+# --- what a cluster's nodes and namespaces say of the queues -------------------------------------------------
+
+GH200_FACTS = {"nvidia.com/gpu.family": "hopper", "nvidia.com/gpu.compute.major": "9",
+               "nvidia.com/gpu.compute.minor": "0", "nvidia.com/gpu.memory": "97871"}
+GH200 = make_node("gh200-a", "NVIDIA-GH200-480GB", gpus=4, labels=GH200_FACTS)
+
+
+def test_a_product_its_labels_make_a_type_gets_a_flavor_in_the_classes_the_type_joins() -> None:
+    built_in = load_default_catalog()  # its types have the facts a type made from labels is scored against
+    snapshot = build_snapshot(built_in, [make_node("h100-b", "NVIDIA-H100-80GB-HBM3"), GH200])
+    placing = placing_catalog(built_in, snapshot)
+    (made,) = snapshot.label_types
+    joined = [c.name for c in placing.classes.values() if made in c.types]
+    assert joined, "the GH200's labels make a type some class of the built-in catalog takes"
+    objects, _ = kueue_objects(placing, supply_from_snapshot(placing, snapshot))
+    (flavor,) = [f for f in of_kind(objects, "ResourceFlavor").values()
+                 if f["spec"]["nodeLabels"] == {"nvidia.com/gpu.product": "NVIDIA-GH200-480GB"}]
+    queues = queues_of(objects)
+    for class_name in joined:
+        assert flavor["metadata"]["name"] in sum(flavor_order(queues[f"gpu-class-{class_name}"]), [])
+    (cohort,) = of_kind(objects, "Cohort").values()
+    assert cohort_quota(cohort)[(flavor["metadata"]["name"], "nvidia.com/gpu")] == 4
+    # with the catalog as loaded (a library caller's), the type is in no class, and nothing fails
+    objects, _ = kueue_objects(built_in, supply_from_snapshot(built_in, snapshot))
+    assert not [f for f in of_kind(objects, "ResourceFlavor").values()
+                if f["spec"]["nodeLabels"] == {"nvidia.com/gpu.product": "NVIDIA-GH200-480GB"}]
+
+
+@pytest.mark.parametrize("node,why", [
+    (make_node("h100-cordoned", "NVIDIA-H100-80GB-HBM3", unschedulable=True), "cordoned"),
+    (make_node("h100-down", "NVIDIA-H100-80GB-HBM3", ready=False), "not ready"),
+    (make_node("h100-team", "NVIDIA-H100-80GB-HBM3", taints=[
+        {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"},
+        {"key": "team", "value": "vision", "effect": "NoSchedule"}]), "reserved by a taint of their own (team)"),
+], ids=["cordoned", "not-ready", "reserved"])
+def test_quota_counts_the_gpus_pods_could_be_given_and_says_what_it_leaves_out(
+        node: dict[str, Any], why: str) -> None:
+    usable = make_node("h100-free", "NVIDIA-H100-80GB-HBM3", gpus=8)
+    supply = supply_from_snapshot(CATALOG, build_snapshot(CATALOG, [usable, node]))
+    flavor = Flavor("nvidia.com/gpu.product", "NVIDIA-H100-80GB-HBM3")
+    assert supply.devices[(flavor, "nvidia.com/gpu")] == 8  # the other node's 8 are not quota
+    assert f"no quota for the GPUs of 1 node(s) {why}: {node['metadata']['name']}" in supply.notes
+    assert flavor in supply.flavors["H100"], "its type keeps its flavor: its nodes may come back"
+
+
+# allowed-classes of each tenant namespace (None: every class) -> the classes each gets a LocalQueue of
+ALLOWED = {"vision": "economy", "nlp": None, "nlp-eval": "high", "speech": "big,h20"}
+
+
+def test_a_tenant_gets_queues_only_of_the_classes_its_namespaces_allow() -> None:
+    namespaces = [make_namespace(n, allowed=a) for n, a in ALLOWED.items()]
+    snapshot = build_snapshot(CATALOG, [*FLEET, *namespaces])
+    objects, notes = kueue_objects(CATALOG, supply_from_snapshot(CATALOG, snapshot), TENANTS,
+                                   namespaces=snapshot.namespaces)
+    queued = set(queues_of(objects))
+    local = {(o["metadata"]["namespace"], o["metadata"]["name"]) for o in objects if o["kind"] == "LocalQueue"}
+    for tenant in TENANTS:
+        for class_name in CATALOG.classes:
+            if f"gpu-class-{class_name}" not in queues_of(kueue_objects(CATALOG, supply_from_snapshot(
+                    CATALOG, snapshot))[0]):
+                continue  # no flavor: no queue with or without tenants
+            allowing = [n for n in tenant.namespaces
+                        if ALLOWED[n] is None or class_name in str(ALLOWED[n]).split(",")]
+            name = f"gpu-class-{tenant.name}-{class_name}"
+            assert {n for n, c in local if c == class_name and n in tenant.namespaces} == set(allowing)
+            if not allowing:
+                assert name not in queued
+                assert f"tenant {tenant.name}: none of its namespaces allows class {class_name} " \
+                       "(gpu-class.io/allowed-classes): no queue of it" in notes
+                continue
+            assert queues_of(objects)[name]["spec"]["namespaceSelector"] == {"matchExpressions": [
+                {"key": "kubernetes.io/metadata.name", "operator": "In", "values": allowing}]}
+    assert ("vision", "economy") in local and ("vision", "high") not in local
+    assert ("nlp", "high") in local and ("nlp", "economy") in local
+
+
+def test_gpuclass_kueue_reads_a_product_its_labels_make_a_type_and_says_what_it_leaves_out(tmp_path: Path) -> None:
+    nodes = tmp_path / "nodes.yaml"
+    nodes.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": [
+        GH200, make_node("h100-cordoned", "NVIDIA-H100-80GB-HBM3", unschedulable=True)]}))
+    printed = gpuclass_kueue("--nodes", str(nodes))  # the built-in catalog
+    assert printed.returncode == 0, printed.stderr
+    objects = [o for o in yaml.safe_load_all(printed.stdout) if o]
+    assert [f for f in of_kind(objects, "ResourceFlavor").values()
+            if f["spec"]["nodeLabels"] == {"nvidia.com/gpu.product": "NVIDIA-GH200-480GB"}]
+    assert "gpuclass kueue: not here: no quota for the GPUs of 1 node(s) cordoned: h100-cordoned" in printed.stderr
+    assert "# not here: no quota for the GPUs of 1 node(s) cordoned: h100-cordoned" in printed.stdout

@@ -478,9 +478,19 @@ def cohort_quota(cohort: Mapping[str, Any]) -> dict[tuple[str, str], int]:
 
 
 def node_devices(core: kubernetes.client.CoreV1Api, node_labels: Mapping[str, str], resource: str) -> int:
-    """The devices of `resource` the nodes a flavor's nodeLabels select have, as the API server holds them now."""
+    """The devices of `resource` Pods could be given on the nodes a flavor's nodeLabels select, as the API server
+    holds them now: on nodes Ready, not cordoned, and without a NoSchedule or NoExecute taint but the GPU's."""
+    gpu_taints = set(load_default_catalog().gpu_taint_keys)
+
+    def usable(node: Any) -> bool:
+        ready = any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or [])
+        reserved = [t for t in node.spec.taints or [] if t.effect in ("NoSchedule", "NoExecute")
+                    and t.key not in gpu_taints]
+        return ready and not node.spec.unschedulable and not reserved
+
     selector = ",".join(f"{k}={v}" for k, v in node_labels.items())
-    return sum(int((n.status.allocatable or {}).get(resource, "0")) for n in core.list_node(label_selector=selector).items)
+    return sum(int((n.status.allocatable or {}).get(resource, "0"))
+               for n in core.list_node(label_selector=selector).items if usable(n))
 
 
 def test_three_tenants_share_one_cohort_whose_quotas_add_up_to_the_cluster_gpus(

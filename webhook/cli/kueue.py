@@ -38,14 +38,19 @@ def run(args: argparse.Namespace) -> int:
 
     from ..cluster.loading import InputError
     from ..core.admission.kueue import kueue_objects, supply_from_catalog, supply_from_snapshot
+    from ..core.view.snapshot import placing_catalog
 
     catalog = read_catalog(args)
     tenants = _tenants(args.tenant, tuple(catalog.classes), args.cohort)
+    namespaces = None
     if args.nodes or args.kubeconfig or args.context:
         if args.quota is not None or args.label_key is not None:
             raise InputError("--quota and --label-key are for a catalog alone: the cluster's nodes give the "
                              "products, their label keys and their GPUs")
-        supply = supply_from_snapshot(catalog, read_inventory(args, catalog)[0])
+        snapshot = read_inventory(args, catalog)[0]
+        # the types the nodes' labels make of products no type claims, in the classes they meet: as placed
+        catalog, namespaces = placing_catalog(catalog, snapshot), snapshot.namespaces
+        supply = supply_from_snapshot(catalog, snapshot)
     else:
         if (args.quota or 0) < 0:
             raise InputError("--quota must be 0 or more GPUs")
@@ -53,12 +58,14 @@ def run(args: argparse.Namespace) -> int:
             raise InputError(f"--label-key {args.label_key} is none of the catalog's productLabels "
                              f"({', '.join(catalog.product_labels)})")
         supply = supply_from_catalog(catalog, args.quota or 0, args.label_key)
-    objects, notes = kueue_objects(catalog, supply, tenants, args.cohort)
+    objects, notes = kueue_objects(catalog, supply, tenants, args.cohort, namespaces)
     header = ["# Kueue objects for gpu-class (docs/operators/kueue-and-autoscalers.md): a ResourceFlavor per GPU",
               "# product label, Cohorts holding its GPUs as quota once, a ClusterQueue per class trying them in the",
               "# class's order. Add a resource group for cpu and memory if your Pods request them.",
               *(f"# not here: {n}" for n in notes)]
     sys.stdout.write("\n".join(header) + "\n" + yaml.safe_dump_all(objects, sort_keys=False))
+    for note in notes:  # in the output's comments, and said where a person running it sees it
+        print(f"gpuclass kueue: not here: {note}", file=sys.stderr)
     return 0
 
 

@@ -21,8 +21,10 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from ..catalog.model import Catalog, GpuClass
+from ..view.namespaces import NamespaceInfo
+from ..view.nodes import NodeInfo
 from ..view.pods import TYPES_ANNOTATION, split_types
-from ..view.snapshot import Snapshot
+from ..view.snapshot import Snapshot, placing_catalog
 from .ask import PODSET_LABEL as PODSET_LABEL  # read on the Pod by ask.py; tests and docs find it here
 from .ask import PodAsk
 from .decision import MALFORMED, Decision
@@ -153,22 +155,47 @@ def supply_from_catalog(catalog: Catalog, devices: int, label_key: str | None = 
 
 def supply_from_snapshot(catalog: Catalog, snapshot: Snapshot) -> Supply:
     """From the cluster: a flavor per (label key, value) by which gpu-class knows a node's type (the
-    first product label a node carries, or a type's own `match`), with the devices its nodes have,
-    ready or not: quota for what exists. DRA devices are claimed, not requested as a resource Kueue
+    first product label a node carries, or a type's own `match`; a product no type claims by the type
+    its labels make: placing_catalog), with the devices Pods could be given there: quota for what Pods
+    can use, so a node cordoned, not ready, or reserved by a taint of its own gives its type a flavor
+    but no quota (each said in a note). DRA devices are claimed, not requested as a resource Kueue
     counts: they get no flavor."""
-    flavors: dict[str, dict[Flavor, None]] = {name: {} for name in catalog.types}
+    flavors: dict[str, dict[Flavor, None]] = {name: {} for name in placing_catalog(catalog, snapshot).types}
     amounts: dict[tuple[Flavor, str], int] = {}
+    left_out: dict[str, list[str]] = {}  # why -> nodes
     for node in sorted(snapshot.nodes.values(), key=lambda n: n.name):
+        why = _not_for_quota(node)
         for offer in node.offers:
             if offer.dra:
                 continue
             flavor = Flavor(offer.label_key, offer.value)
             flavors[offer.type_name][flavor] = None
-            amounts[(flavor, offer.resource)] = amounts.get((flavor, offer.resource), 0) + offer.allocatable
-    absent = [name for name, fs in flavors.items() if not fs]
-    notes = (f"no node in the cluster is {', '.join(absent)}",) if absent else ()
+            amounts.setdefault((flavor, offer.resource), 0)
+            if why is None:
+                amounts[(flavor, offer.resource)] += offer.allocatable
+            elif offer.allocatable:
+                left_out.setdefault(why, []).append(node.name)
+    absent = [name for name, fs in flavors.items() if not fs and name in catalog.types]
+    notes = [f"no node in the cluster is {', '.join(absent)}"] if absent else []
+    notes += [f"no quota for the GPUs of {len(set(nodes))} node(s) {why}: {_some(sorted(set(nodes)))}"
+              for why, nodes in sorted(left_out.items())]
     return Supply({name: tuple(sorted(fs, key=lambda f: (f.key, f.value))) for name, fs in flavors.items()},
-                  amounts, notes)
+                  amounts, tuple(notes))
+
+
+def _not_for_quota(node: NodeInfo) -> str | None:
+    """Why no namespace's Pods could be given this node's GPUs now; None when they could."""
+    if not node.ready:
+        return "not ready"
+    if node.unschedulable:
+        return "cordoned"
+    if node.reserved:
+        return "reserved by a taint of their own (" + ", ".join(sorted({t.key for t in node.reserved})) + ")"
+    return None
+
+
+def _some(names: Sequence[str], most: int = 5) -> str:
+    return ", ".join(names[:most]) + (f" and {len(names) - most} more" if len(names) > most else "")
 
 
 def queue_name(gpu_class: str, tenant: Tenant | None, root: str = ROOT_COHORT) -> str:
@@ -181,12 +208,13 @@ def share(total: int, parts: int, index: int) -> int:
     return total // parts + (1 if index < total % parts else 0)
 
 
-def kueue_objects(catalog: Catalog, supply: Supply, tenants: Sequence[Tenant] = (),
-                  root: str = ROOT_COHORT) -> tuple[list[dict[str, Any]], list[str]]:
+def kueue_objects(catalog: Catalog, supply: Supply, tenants: Sequence[Tenant] = (), root: str = ROOT_COHORT,
+                  namespaces: Mapping[str, NamespaceInfo] | None = None) -> tuple[list[dict[str, Any]], list[str]]:
     """ResourceFlavors of the supply's flavors; the cohorts that hold its devices as quota; per class
     (and tenant) a ClusterQueue listing the class's flavors in the class's order; per tenant and class
-    a LocalQueue named after the class in each of the tenant's namespaces. And notes on what could
-    not be expressed.
+    a LocalQueue named after the class in each of the tenant's namespaces that allows the class (its
+    gpu-class.io/allowed-classes, where `namespaces` holds it; a class none of them allows gets no queue of
+    the tenant's). And notes on what could not be expressed.
 
     Without tenants, cohort `root` holds all the quota and every namespace may use the class queues.
     With tenants, cohort `<root>-<tenant>` holds the tenant's share of each flavor (the devices split
@@ -212,13 +240,27 @@ def kueue_objects(catalog: Catalog, supply: Supply, tenants: Sequence[Tenant] = 
     for index, (tenant, cohort) in enumerate(owners):
         objects += _cohorts(cohort, root if tenant else None, cohort_groups, shares, index)
         for class_name, groups in class_groups.items():
-            objects.append(_cluster_queue(queue_name(class_name, tenant, root), cohort, tenant, groups))
+            allowing = None if tenant is None else _allowing(tenant, class_name, namespaces)
+            if tenant is not None and not allowing:
+                notes.append(f"tenant {tenant.name}: none of its namespaces allows class {class_name} "
+                             "(gpu-class.io/allowed-classes): no queue of it")
+                continue
+            objects.append(_cluster_queue(queue_name(class_name, tenant, root), cohort, allowing, groups))
     for tenant in tenants:
         objects += [{"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
                      "metadata": {"name": class_name, "namespace": namespace},
                      "spec": {"clusterQueue": queue_name(class_name, tenant, root)}}
-                    for namespace in tenant.namespaces for class_name in class_groups]
+                    for class_name in class_groups for namespace in _allowing(tenant, class_name, namespaces)]
     return objects, notes
+
+
+def _allowing(tenant: Tenant, class_name: str, namespaces: Mapping[str, NamespaceInfo] | None) -> tuple[str, ...]:
+    """The tenant's namespaces whose Pods may be of the class: all of them where the cluster's namespaces
+    were not read or a namespace is not found (its policy unknown here; the tenant boundary still holds)."""
+    def allows(name: str) -> bool:
+        info = None if namespaces is None else namespaces.get(name)
+        return info is None or info.allowed_classes is None or class_name in info.allowed_classes
+    return tuple(n for n in tenant.namespaces if allows(n))
 
 
 def _class_flavors(catalog: Catalog, supply: Supply, names: Mapping[Flavor, str], notes: list[str]) -> tuple[
@@ -293,10 +335,10 @@ def _cohort(name: str, parent: str | None, groups: list[dict[str, Any]]) -> dict
     return {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Cohort", "metadata": {"name": name}, "spec": spec}
 
 
-def _cluster_queue(name: str, cohort: str, tenant: Tenant | None,
+def _cluster_queue(name: str, cohort: str, namespaces: tuple[str, ...] | None,
                    groups: list[tuple[list[str], list[str]]]) -> dict[str, Any]:
-    selector: dict[str, Any] = {} if tenant is None else {"matchExpressions": [
-        {"key": "kubernetes.io/metadata.name", "operator": "In", "values": list(tenant.namespaces)}]}
+    selector: dict[str, Any] = {} if namespaces is None else {"matchExpressions": [
+        {"key": "kubernetes.io/metadata.name", "operator": "In", "values": list(namespaces)}]}
     return {
         "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue",
         "metadata": {"name": name},
