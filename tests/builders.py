@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import copy
+import threading
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping, NamedTuple
 
 import kubernetes_validate
 import yaml
@@ -338,6 +339,29 @@ def make_bare_node(name: str, *, labels: Mapping[str, str] | None = None, ready:
     if unschedulable:
         node["spec"]["unschedulable"] = True
     return node
+
+
+class FlagWait(NamedTuple):
+    """One wait on a RecordedFlag."""
+
+    timeout_seconds: float | None  # what the waiter was ready to sit out
+    already_set: bool  # the flag was up before the wait began: it did not block at all
+    ended_by_flag: bool  # False: the wait ran out its timeout
+
+
+class RecordedFlag(threading.Event):
+    """A threading.Event that records every wait on it, so that a test can say why a wait ended (its flag, or
+    its timeout) without reading the clock: put it where the code under test waits (a reflector's `recheck`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.waits: list[FlagWait] = []
+
+    def wait(self, timeout: float | None = None) -> bool:
+        already = self.is_set()
+        ended_by_flag = super().wait(timeout)
+        self.waits.append(FlagWait(timeout, already, ended_by_flag))
+        return ended_by_flag
 
 
 def record_decoded_lines(monkeypatch: Any) -> list[bytes]:

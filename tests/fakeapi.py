@@ -1,12 +1,13 @@
 """A fake Kubernetes API server on loopback for tests.
 
-It serves core/v1 Nodes, Namespaces and Pods (and, when asked to, the
+It serves core/v1 Nodes, Namespaces and Pods, apps/v1 ReplicaSets, policy/v1
+PodDisruptionBudgets (and, when asked to, the
 resource.k8s.io/v1 ResourceSlices, DeviceClasses and ResourceClaims of Dynamic
 Resource Allocation; otherwise those paths are 404, as on a server without the
 API group) over plain HTTP the way a kube-apiserver does for the calls the project makes: GET, LIST (label and
 field selectors, limit/continue), WATCH (replay from a resourceVersion, 410
 Expired after compaction, bookmarks, timeoutSeconds), PATCH (merge, strategic
-merge treated as merge, JSON Patch), POST and DELETE. Tests talk to it with
+merge treated as merge, JSON Patch), POST and DELETE, and a Pod's Eviction subresource. Tests talk to it with
 the real `kubernetes` client and steer it through FakeApiServer: change
 objects, compact history, cut watches, inject failures, take the listener
 away and bring it back on the same port.
@@ -15,6 +16,8 @@ Simplifications, on purpose: deletion is immediate (no graceful deletion),
 strategic merge patch replaces lists wholesale, set-based label selectors
 (`in`, `notin`) are refused with 400, there is no admission (a Pod may name a
 Namespace that does not exist), and lists always come from the current state.
+No controller runs: a PodDisruptionBudget's status.disruptionsAllowed is what the
+test writes, and an eviction it allows takes one from it and deletes the Pod at once.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import copy
 import datetime
 import itertools
 import json
+import re
 import select
 import socket
 import sys
@@ -91,6 +95,7 @@ class Resource:
 DRA_API = "resource.k8s.io/v1"
 KARPENTER_API = "karpenter.sh/v1"
 CRD_API = "apiextensions.k8s.io/v1"  # always served, as on every API server
+APPS_API, POLICY_API = "apps/v1", "policy/v1"  # likewise
 APIREGISTRATION_API = "apiregistration.k8s.io/v1"  # likewise
 # what kube-apiserver's aggregator registers for resource.k8s.io/v1 while it serves it
 DRA_API_SERVICE_NAME = "v1.resource.k8s.io"
@@ -113,6 +118,10 @@ RESOURCES: dict[str, Resource] = {r.plural: r for r in (
     Resource("ResourceClaim", "resourceclaims", True, frozenset({"metadata.name", "metadata.namespace"}),
              api_version=DRA_API),
     Resource("NodePool", "nodepools", False, frozenset({"metadata.name"}), api_version=KARPENTER_API),
+    Resource("ReplicaSet", "replicasets", True, frozenset({"metadata.name", "metadata.namespace"}),
+             api_version=APPS_API),
+    Resource("PodDisruptionBudget", "poddisruptionbudgets", True, frozenset({"metadata.name", "metadata.namespace"}),
+             api_version=POLICY_API),
     Resource("CustomResourceDefinition", "customresourcedefinitions", False, frozenset({"metadata.name"}),
              api_version=CRD_API),
     Resource("APIService", "apiservices", False, frozenset({"metadata.name"}), api_version=APIREGISTRATION_API),
@@ -620,8 +629,12 @@ class FakeApiServer:
             if rule is not None:
                 raise ApiError(rule.code, f"injected failure ({rule.code})", details=None if rule.retry_after is None
                                else {"retryAfterSeconds": rule.retry_after})
-            served = {"v1", CRD_API, APIREGISTRATION_API, *([DRA_API] if self.serve_dra else []),
-                      *([KARPENTER_API] if self.serve_karpenter else [])}
+            evicted = _EVICTION.fullmatch(url.path)
+            if evicted is not None and h.command == "POST":
+                h.send_json(201, self._evict(evicted["namespace"], evicted["name"]))
+                return
+            served = {"v1", CRD_API, APIREGISTRATION_API, APPS_API, POLICY_API,
+                      *([DRA_API] if self.serve_dra else []), *([KARPENTER_API] if self.serve_karpenter else [])}
             res, namespace, name = _route(url.path, served=frozenset(served))
             query = Query(res, namespace, parse_label_selector(params.get("labelSelector", "")),
                           parse_field_selector(params.get("fieldSelector", ""), res))
@@ -660,6 +673,30 @@ class FakeApiServer:
             if method == "PATCH":
                 return self._replace(res, key, apply_patch(current, content_type, payload), False)
             raise ApiError(405, f"{method} is not supported on {res.plural}/{name}")
+
+    def _evict(self, namespace: str, name: str) -> JsonObj:
+        """policy/v1 Eviction as kube-apiserver answers it (pkg/registry/core/pod/storage/eviction.go): refused
+        with 429 while the Pod's PodDisruptionBudget allows no disruption, 500 when more than one selects it."""
+        pods, budgets = RESOURCES["pods"], RESOURCES["poddisruptionbudgets"]
+        with self._cond:
+            pod = self._objects.get(_key(pods, namespace, name))
+            if pod is None:
+                raise _not_found(pods, name)
+            labels = pod["metadata"].get("labels") or {}
+            selecting = [k for k, o in sorted(self._objects.items()) if k[0] == budgets.plural and k[1] == namespace
+                         and _selects((o.get("spec") or {}).get("selector"), labels)]
+            if len(selecting) > 1:
+                raise ApiError(500, "This pod has more than one PodDisruptionBudget, which the eviction subresource "
+                                    "does not support.")
+            for key in selecting:
+                pdb = copy.deepcopy(self._objects[key])
+                allowed = int((pdb.get("status") or {}).get("disruptionsAllowed") or 0)
+                if allowed <= 0:
+                    raise ApiError(429, "Cannot evict pod as it would violate the pod's disruption budget.")
+                pdb.setdefault("status", {})["disruptionsAllowed"] = allowed - 1
+                self._replace(budgets, key, pdb, force=True)
+            self._delete(pods, _key(pods, namespace, name))
+            return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
 
     def _list(self, q: Query, params: Mapping[str, str]) -> JsonObj:
         token, limit = params.get("continue"), int(params.get("limit") or 0)
@@ -777,6 +814,19 @@ def _translate(ev: StoredEvent, q: Query) -> WatchEvent | None:
     gone = copy.deepcopy(ev.prev or {})  # left the selector: the old state at the new version
     gone["metadata"]["resourceVersion"] = str(ev.rv)
     return {"type": "DELETED", "object": gone}
+
+
+_EVICTION = re.compile(r"/api/v1/namespaces/(?P<namespace>[^/]+)/pods/(?P<name>[^/]+)/eviction")
+
+
+def _selects(selector: Mapping[str, Any] | None, labels: Mapping[str, str]) -> bool:
+    """A LabelSelector of policy/v1 (matchLabels and matchExpressions) against a Pod's labels; null selects none."""
+    if selector is None:
+        return False
+    ops = {"In": lambda k, vs: labels.get(k) in vs, "NotIn": lambda k, vs: labels.get(k) not in vs,
+           "Exists": lambda k, vs: k in labels, "DoesNotExist": lambda k, vs: k not in labels}
+    return (all(labels.get(k) == v for k, v in (selector.get("matchLabels") or {}).items())
+            and all(ops[e["operator"]](e["key"], e.get("values") or []) for e in selector.get("matchExpressions") or []))
 
 
 def _route(path: str, *, served: frozenset[str]) -> tuple[Resource, str | None, str | None]:

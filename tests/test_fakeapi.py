@@ -24,7 +24,9 @@ import kubernetes.watch
 import pytest
 import urllib3
 
+import fakeapi
 from fakeapi import FakeApiServer, JsonObj
+from test_watch import eventually
 
 Event = dict[str, Any]
 
@@ -92,6 +94,49 @@ def watch_count(server: FakeApiServer) -> int:
     return sum(1 for r in server.request_log if r.is_watch)
 
 
+class HeldClock:
+    """The fake server's clock (what its watches' timeouts and bookmarks read), held still until the test moves
+    it: a watch then ends by its timeout only after the test has moved the clock past it, whatever the load
+    on the machine, so a test orders the end instead of measuring it. Everything else is the real `time`."""
+
+    def __init__(self) -> None:
+        self.start = time.monotonic()
+        self.now = self.start
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def move_to(self, seconds_after_start: float) -> None:
+        # the same sum a watch's deadline is (its start, plus its timeout): the clock lands on it exactly
+        self.now = self.start + seconds_after_start
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(time, name)
+
+
+def held_clock(monkeypatch: pytest.MonkeyPatch) -> HeldClock:
+    clock = HeldClock()
+    monkeypatch.setattr(fakeapi, "time", clock)
+    return clock
+
+
+def stream_in_thread(stream: Iterator[Event]) -> tuple[threading.Thread, list[Event]]:
+    """Read `stream` on a thread of its own, so that a stream that does not end fails the test, not hangs it."""
+    events: list[Event] = []
+
+    def read() -> None:
+        for event in stream:
+            events.append(event)
+    thread = threading.Thread(target=read, daemon=True)
+    thread.start()
+    return thread, events
+
+
+def ended(thread: threading.Thread) -> bool:
+    thread.join(timeout=30)  # generous for a loaded machine: the end is ordered by the test, not timed
+    return not thread.is_alive()
+
+
 # ---------------------------------------------------------------- list and watch
 
 def test_list_then_watch_from_list_rv_sees_added_modified_deleted(
@@ -139,13 +184,20 @@ def test_watch_without_resource_version_starts_with_current_objects(
 
 
 def test_watch_timeout_ends_the_stream_without_retry(
-        server: FakeApiServer, v1: kubernetes.client.CoreV1Api) -> None:
-    started = time.monotonic()
-    events = list(kubernetes.watch.Watch().stream(
+        server: FakeApiServer, v1: kubernetes.client.CoreV1Api, monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = held_clock(monkeypatch)
+    thread, events = stream_in_thread(kubernetes.watch.Watch().stream(
         v1.list_node, resource_version=server.current_resource_version, timeout_seconds=1))
-    elapsed = time.monotonic() - started
-    assert events == []
-    assert 0.9 <= elapsed < 3
+    assert server.wait_for_watches(1)
+    server.create(make_node("a"))  # its arrival says the stream runs: its deadline is read from the held clock
+    eventually(lambda: summary(events) == [("ADDED", "a")], what="the first change")
+    clock.move_to(0.9)
+    server.create(make_node("b"))  # sent after the server has read 0.9 s on its clock
+    eventually(lambda: len(events) == 2, what="a change 0.9 s into the watch")
+    assert thread.is_alive(), "the stream ended before its timeout"
+    clock.move_to(1.0)
+    assert ended(thread), "the stream did not end at its timeout"
+    assert summary(events) == [("ADDED", "a"), ("ADDED", "b")]
     assert watch_count(server) == 1  # with timeout_seconds the client does not re-watch
 
 
@@ -246,12 +298,14 @@ def test_abruptly_dropped_watch_raises_protocol_error(
 
 
 def test_gracefully_ended_watch_with_timeout_just_ends(
-        server: FakeApiServer, v1: kubernetes.client.CoreV1Api) -> None:
+        server: FakeApiServer, v1: kubernetes.client.CoreV1Api, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the server's clock held: the watch's own 5 s cannot end it, so an end is the graceful one's
+    held_clock(monkeypatch)
     after_watch_starts(server, lambda: server.drop_watches(graceful=True))
-    started = time.monotonic()
-    assert list(kubernetes.watch.Watch().stream(
-        v1.list_node, resource_version=server.current_resource_version, timeout_seconds=5)) == []
-    assert time.monotonic() - started < 2
+    thread, events = stream_in_thread(kubernetes.watch.Watch().stream(
+        v1.list_node, resource_version=server.current_resource_version, timeout_seconds=5))
+    assert ended(thread), "the gracefully ended watch is still read"
+    assert events == [] and watch_count(server) == 1  # ended, not watched again
 
 
 def test_gracefully_ended_watch_without_timeout_resumes_from_last_rv(
@@ -281,10 +335,7 @@ def test_client_stopping_a_watch_frees_the_server_side(
     w = kubernetes.watch.Watch()
     for _ in w.stream(v1.list_node, resource_version=server.current_resource_version):
         w.stop()
-    deadline = time.monotonic() + 2
-    while server.open_watches and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert server.open_watches == 0
+    eventually(lambda: server.open_watches == 0, what="the server to close the watch the client stopped")
 
 
 # ---------------------------------------------------------------- failures and outages

@@ -19,6 +19,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from kubernetes.client import CoreV1Api
 
+from builders import RecordedFlag
 from fakeapi import FakeApiServer, merge_patch
 from webhook.cluster.labeller import (
     MERGE_PATCH_CONTENT_TYPE,
@@ -645,13 +646,27 @@ def test_main_loop_stops_on_sigterm_and_restores_handlers(
             time.sleep(0.02)
         os.kill(os.getpid(), signal.SIGTERM)
 
+    # The loop waits its interval on a flag that records why each wait ended; the stop that the SIGTERM handler
+    # sets is passed on to it
+    waited = RecordedFlag()
+
+    def run_recording_its_waits(**kwargs: Any) -> int:
+        stop: threading.Event = kwargs["stop"]
+
+        def relay() -> None:
+            stop.wait()
+            waited.set()
+        threading.Thread(target=relay, daemon=True).start()
+        return run_label_node(**{**kwargs, "stop": waited})
+
+    monkeypatch.setattr("webhook.cluster.labeller.run_label_node", run_recording_its_waits)
     killer = threading.Thread(target=terminate_after_first_patch)
     killer.start()
-    started = time.monotonic()
     result = main_label_node(label_node_args(node="gpu-1", once=False, kubeconfig=str(kubeconfig)))
     killer.join()
     assert result == 0
-    assert time.monotonic() - started < 30  # it did not sit out the 300 s interval
+    # one round, then its 300 s interval ended by the SIGTERM's stop, not sat out
+    assert [(w.timeout_seconds, w.ended_by_flag) for w in waited.waits] == [(300.0, True)]
     assert node_labels(server) == {**OTHER_LABELS, **A100_LABELS}
     assert signal.getsignal(signal.SIGTERM) is before
 

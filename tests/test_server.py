@@ -13,6 +13,7 @@ import pytest
 
 from builders import CATALOG_NODES, TEST_CATALOG_YAML, assert_valid_pod, make_pod, make_review
 from servers import serving_test_inventory, Server, running_server, write_objects
+from webhook.serving.config import ServeConfig
 
 
 @pytest.fixture(scope="module")
@@ -144,24 +145,25 @@ def test_misconfiguration_fails_at_start_with_a_message(tmp_path: Path) -> None:
 
 def test_a_trickling_body_is_cut_off_and_the_server_keeps_serving(server: Server) -> None:
     import socket
-    import time
 
     with socket.create_connection(("127.0.0.1", server.port), timeout=15) as raw:
         with server.context().wrap_socket(raw, server_hostname="localhost") as tls:
             tls.sendall(b"POST /mutate HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
                         b"Content-Length: 1000\r\n\r\n{")
-            started = time.monotonic()
-            reply = tls.recv(65536)
-            waited = time.monotonic() - started
-    assert reply.startswith(b"HTTP/1.1 408"), reply[:100]
-    assert waited < 5  # the read budget (2 s) is well under the webhook timeout
+            reply = b""
+            # to the end of its JSON answer (the socket's 15 s fails the test: a cut that never came)
+            while not reply.endswith(b"}") and (chunk := tls.recv(65536)):
+                reply += chunk
+    # cut by the read deadline (under the webhooks' timeoutSeconds), as its answer says, not by any later one
+    head, _, body = reply.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 408"), reply[:100]
+    assert json.loads(body)["message"] == f"request not received whole within {ServeConfig.request_read_seconds}s"
     assert server.get("/healthz")[0] == 200
 
 
 def test_silent_connections_do_not_stop_the_server(tmp_path: Path) -> None:
     """Clients that connect, shake hands and say nothing are cut off after the first-request deadline."""
     import socket
-    import time
 
     nodes = write_objects(tmp_path / "nodes.yaml", CATALOG_NODES)
     with running_server(tmp_path, ["--nodes", str(nodes), "--threads", "1"], workers=2) as srv:
@@ -169,10 +171,9 @@ def test_silent_connections_do_not_stop_the_server(tmp_path: Path) -> None:
         for _ in range(4):  # more than workers x threads
             raw = socket.create_connection(("127.0.0.1", srv.port), timeout=10)
             silent.append(srv.context().wrap_socket(raw, server_hostname="localhost"))
-        started = time.monotonic()
+        # answered (within the client's 10 s) with every slot held by a silent client: not held behind them
         status, _ = srv.get("/healthz")
         assert status == 200
-        assert time.monotonic() - started < 8  # at most a few first-request deadlines (3 s), not forever
         for tls in silent:
             tls.settimeout(10)
             assert tls.recv(1) == b""  # the server closed it

@@ -1,18 +1,27 @@
-"""The upgrader's owner reads (webhook/cluster/upgrader.py): each controller read once and kept for
-OWNER_REFRESH_SECONDS, read afresh when asked (before an eviction), and forgotten once no Pod names it."""
+"""The upgrader's I/O (webhook/cluster/upgrader.py). Its owner reads: each controller read once and kept for
+OWNER_REFRESH_SECONDS, read afresh when asked (before an eviction), and forgotten once no Pod names it. Its
+evictions, against a fake API server that keeps PodDisruptionBudgets: a move a budget refuses leaves its Pods
+where they are, to be tried again at a later pass, and a group is evicted only when every budget allows all of it."""
 
 from __future__ import annotations
 
+import datetime
+import time
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 import kubernetes
 import pytest
 
-from webhook.cluster.upgrader import OWNER_REFRESH_SECONDS, Upgrader, may_move
+from builders import make_node
+from fakeapi import FakeApiServer
+from test_inventory_report import A100, H100, snapshot_of
+from test_inventory_report import CATALOG as TEST_CATALOG
+from test_upgrade import OPT_IN, api_pod
+from webhook.cluster.upgrader import OWNER_REFRESH_SECONDS, NoUpgradeObserver, Upgrader, may_move
 from webhook.core.catalog.loading import load_default_catalog
 from webhook.core.view.snapshot import EMPTY_SNAPSHOT
-from webhook.core.after_bind.upgrade import Owner
+from webhook.core.after_bind.upgrade import History, Owner, UpgradeDecision
 
 CATALOG = load_default_catalog()
 OWNERS = {uid: Owner("apps", "ReplicaSet", "ml", name, uid, f"Deployment/ml/{name}")
@@ -106,3 +115,132 @@ def test_an_owner_changed_since_it_was_read_is_seen_afresh() -> None:
 ])
 def test_may_move(manifest: dict[str, Any], wanted: bool) -> None:
     assert may_move(manifest, CATALOG) is wanted
+
+
+# --- evictions, and the PodDisruptionBudgets that hold them back ------------------------------------------------
+
+NODES = [make_node("h100-a", H100, gpus=4), make_node("a100-a", A100, gpus=4)]
+
+
+class Told(NoUpgradeObserver):
+    """What the upgrader told of each Eviction it asked for: evicted, pdb (429), gone (404) or error."""
+
+    def __init__(self) -> None:
+        self.outcomes: list[str] = []
+
+    def evicted(self, outcome: str) -> None:
+        self.outcomes.append(outcome)
+
+
+@pytest.fixture
+def api() -> Iterator[FakeApiServer]:
+    with FakeApiServer() as server:
+        yield server
+
+
+def placed_on_a100(api: FakeApiServer, names: list[str], *, group: str | None = None) -> None:
+    """Opted-in Pods of one Deployment's ReplicaSet (which the API holds, so the owner is found by UID), one GPU
+    each, bound to a100-a an hour ago, as the webhook placed them (types H100,A100)."""
+    replica_set = api.create({"kind": "ReplicaSet", "metadata": {"name": "infer-7d9", "namespace": "ml",
+                              "ownerReferences": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": "infer",
+                                                   "uid": "deploy-uid", "controller": True}]}})
+    ref = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "infer-7d9",
+           "uid": replica_set["metadata"]["uid"], "controller": True}
+    started = datetime.datetime.fromtimestamp(time.time() - 3600, datetime.timezone.utc)
+    for name in names:
+        pod = api_pod(OPT_IN, [ref])
+        pod["metadata"].update(name=name, labels={"app": "infer", **({"gpu-class.io/group": group} if group else {})})
+        pod["status"].update(phase="Running", startTime=started.strftime("%Y-%m-%dT%H:%M:%SZ"))
+        api.create(pod)
+
+
+def upgrader_of(api: FakeApiServer, pods: int, told: Told) -> Upgrader:
+    for node in NODES:
+        api.create(node)
+    snapshot = snapshot_of(NODES, {"a100-a": pods})
+    clock = Clock(time.time())
+    upgrader = Upgrader(api.api_client(), TEST_CATALOG, lambda: snapshot, observer=told, clock=clock)
+    # H100 has had room for them for two minutes: past the settle time, so only the API can hold them back
+    upgrader.history = History(room_since={("H100", "nvidia.com/gpu", 1, pods): clock.now - 120})
+    return upgrader
+
+
+def budget(allowed: int) -> dict[str, Any]:
+    """The Deployment's PodDisruptionBudget, with the disruptionsAllowed its controller would have written."""
+    return {"kind": "PodDisruptionBudget", "metadata": {"name": "infer", "namespace": "ml"},
+            "spec": {"selector": {"matchLabels": {"app": "infer"}}, "minAvailable": 1},
+            "status": {"disruptionsAllowed": allowed}}
+
+
+def requests(api: FakeApiServer, method: str, suffix: str) -> list[str]:
+    return [r.path for r in api.request_log if r.method == method and r.path.endswith(suffix)]
+
+
+def outcome(decision: UpgradeDecision) -> tuple[list[list[str]], list[tuple[list[str], str]]]:
+    return ([[p.name for p in m.pods] for m in decision.moves],
+            [([p.name for p in h.pods], h.reason) for h in decision.held])
+
+
+@dataclass(frozen=True)
+class EvictionCase:
+    id: str
+    pods: tuple[str, ...]
+    budget: int | None  # the PodDisruptionBudget's disruptionsAllowed; None: no budget selects them
+    moves: list[list[str]]
+    held: list[tuple[list[str], str]]
+    evictions_asked: int
+    told: tuple[str, ...]
+    group: str | None = None
+    budgets_unreadable: bool = False  # listing the namespace's PodDisruptionBudgets fails
+
+
+EVICTION_CASES = [
+    EvictionCase("no-budget-evicted", ("a",), None, [["a"]], [], 1, ("evicted",)),
+    EvictionCase("budget-allows-one-evicted", ("a",), 1, [["a"]], [], 1, ("evicted",)),
+    EvictionCase("budget-allows-none-429-pod-kept", ("a",), 0, [], [(["a"], "pdb")], 1, ("pdb",)),
+    EvictionCase("group-no-budget-evicted-whole", ("g0", "g1", "g2"), None, [["g0", "g1", "g2"]], [], 3,
+                 ("evicted",) * 3, group="train"),
+    EvictionCase("group-budget-allows-all-three", ("g0", "g1", "g2"), 3, [["g0", "g1", "g2"]], [], 3,
+                 ("evicted",) * 3, group="train"),
+    # evicting one by one would take two and leave the third refused: a group split over two types
+    EvictionCase("group-budget-allows-two-of-three-none-asked", ("g0", "g1", "g2"), 2, [],
+                 [(["g0", "g1", "g2"], "pdb")], 0, ("pdb",), group="train"),
+    EvictionCase("group-budgets-unreadable-none-asked", ("g0", "g1", "g2"), 3, [], [(["g0", "g1", "g2"], "pdb")], 0,
+                 ("pdb",), group="train", budgets_unreadable=True),
+]
+
+
+@pytest.mark.parametrize("case", EVICTION_CASES, ids=lambda c: c.id)
+def test_evictions_and_the_budgets_that_refuse_them(api: FakeApiServer, case: EvictionCase) -> None:
+    told = Told()
+    upgrader = upgrader_of(api, len(case.pods), told)
+    placed_on_a100(api, list(case.pods), group=case.group)
+    if case.budget is not None:
+        api.create(budget(case.budget))
+    if case.budgets_unreadable:
+        api.fail_next(1, 500, "/apis/policy/v1/namespaces/ml/poddisruptionbudgets")
+    decision = upgrader.run_once()
+    assert len(requests(api, "POST", "/eviction")) == case.evictions_asked, requests(api, "POST", "/eviction")
+    assert outcome(decision) == (case.moves, case.held)
+    assert told.outcomes == list(case.told)
+    # the upgrader only asks; a Pod leaves by an eviction the API server allowed, never by a DELETE of its own
+    assert requests(api, "DELETE", "") == []
+    moved = {name for m in case.moves for name in m}
+    assert [n for n in case.pods if api.get("Pod", n, "ml") is None] == sorted(moved)
+    assert {e.pod for e in upgrader.history.evictions} == {f"ml/{n}" for n in moved}
+
+
+def test_a_move_a_budget_refused_is_tried_again_once_the_budget_allows_it(api: FakeApiServer) -> None:
+    told = Told()
+    upgrader = upgrader_of(api, 1, told)
+    placed_on_a100(api, ["a"])
+    api.create(budget(0))
+    assert outcome(upgrader.run_once()) == ([], [(["a"], "pdb")])
+    assert upgrader.history.evictions == (), "a refused move is not counted: it holds no later pass back"
+    assert api.get("Pod", "a", "ml") is not None
+    allowing = api.get("PodDisruptionBudget", "infer", "ml")
+    assert allowing is not None
+    allowing["status"]["disruptionsAllowed"] = 1
+    api.update(allowing)
+    assert outcome(upgrader.run_once()) == ([["a"]], [])
+    assert api.get("Pod", "a", "ml") is None and told.outcomes == ["pdb", "evicted"]

@@ -4,7 +4,8 @@ what explain says of a Pod's wait. gpu-class-scheduler's side is deploy/schedule
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Mapping
 
 import jsonpatch
 import pytest
@@ -102,6 +103,69 @@ def test_a_group_that_waits_keeps_its_best_type_without_room_for_all_of_it_now(
     assert decision.placement is not None, decision.message
     assert decision.placement.types == types and decision.placement.max_wait == pod_wait
     assert decision.group is not None and decision.group.outcome == "started"
+
+
+H100_NODE = make_node("h100", "NVIDIA-H100-80GB-HBM3")
+A100_NODE = make_node("a100", "A100-SXM4-40GB")
+A100_BY_HAND = make_node("a100-80", "NVIDIA-A100-SXM4-80GB", label_key="gpu-type")  # labelled by hand, not by GFD
+
+
+@dataclass(frozen=True)
+class FallbackCase:
+    """A Pod sent to gpu-class-scheduler, and the types (by hand) it may end on once its wait is spent."""
+
+    id: str
+    annotations: Mapping[str, str]
+    nodes: tuple[dict[str, Any], ...]
+    types: tuple[str, ...]
+    kept_wait: str | None
+    used: Mapping[str, int] = field(default_factory=dict)  # GPUs held on each node by bound Pods
+
+
+FALLBACK_CASES = [
+    FallbackCase("the-pods-own-wait", {"gpu-class.io/class": "high", W: "10m"}, (H100_NODE, A100_NODE),
+                 ("H100", "A100"), "10m"),
+    FallbackCase("its-class-wait", {"gpu-class.io/class": "patient"}, (H100_NODE, A100_NODE), ("H100", "A100"), "10m"),
+    FallbackCase("a-fallback-under-another-label-key", {"gpu-class.io/class": "high", W: "10m"},
+                 (H100_NODE, A100_NODE, A100_BY_HAND), ("H100", "A100"), "10m"),
+    FallbackCase("a-group-waiting-for-room-for-all-of-it", {
+        "gpu-class.io/class": "high", "gpu-class.io/group": "train", "gpu-class.io/group-size": "3", W: "10m"},
+        (H100_NODE, A100_NODE), ("H100", "A100"), "10m", used={"h100": 6}),
+    FallbackCase("no-wait-the-same-affinity", {"gpu-class.io/class": "high"}, (H100_NODE, A100_NODE),
+                 ("H100", "A100"), None),
+]
+
+
+def admits(node_affinity: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
+    """Whether required node affinity lets a node with these labels in: terms ORed, expressions ANDed (In only:
+    the webhook writes nothing else, and anything else fails here loudly)."""
+    terms = node_affinity["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    for term in terms:
+        assert all(e["operator"] == "In" for e in term["matchExpressions"]), term
+    return any(all(labels.get(e["key"]) in e["values"] for e in term["matchExpressions"]) for term in terms)
+
+
+@pytest.mark.parametrize("case", FALLBACK_CASES, ids=lambda c: c.id)
+def test_a_waiting_pods_required_affinity_keeps_every_type_it_may_fall_back_to(case: FallbackCase) -> None:
+    """gpu-class-scheduler keeps the wait (it holds the lesser types back for max-wait); the webhook must not:
+    a required affinity narrowed to the best type leaves the Pod Pending for good once its wait is spent,
+    while gpu-class.io/types still promises the others."""
+    catalog = dataclasses.replace(make_catalog(CATALOG_EXTRA), strict_schedulers=(STRICT,))
+    state = InventoryState(catalog=catalog, synced=True, watch_pods=True)
+    state.replace_nodes(i for n in case.nodes if (i := node_info_from_object(n, catalog)) is not None)
+    state.replace_pods([(f"ml/on-{node}", node, {"nvidia.com/gpu": gpus}) for node, gpus in case.used.items()], {})
+    pod = make_pod(dict(case.annotations), extra_spec={"schedulerName": STRICT})
+    decision = plan(pod, state.publish(), catalog, namespace="ml")
+    assert decision.outcome == "patched" and decision.placement is not None, decision.message
+    patched = jsonpatch.apply_patch(pod, build_patch(pod, decision.placement))
+    assert patched["metadata"]["annotations"]["gpu-class.io/types"] == ",".join(case.types)
+    assert patched["metadata"]["annotations"].get(W) == case.kept_wait
+    assert patched["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "1"}
+    node_affinity = patched["spec"]["affinity"]["nodeAffinity"]
+    # every node of every type the Pod lists, whatever label key names its product; none of another type
+    shut_out = [n["metadata"]["name"] for n in case.nodes if not admits(node_affinity, n["metadata"]["labels"])]
+    assert shut_out == [], f"required node affinity shuts out {shut_out} of types {case.types}: {node_affinity}"
+    assert not admits(node_affinity, make_node("t4", "Tesla-T4")["metadata"]["labels"])
 
 
 @pytest.mark.parametrize("written", ["10", "ten minutes", "48h"])

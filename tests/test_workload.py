@@ -120,6 +120,62 @@ def test_every_template_kueue_counts_gets_the_gpus_and_the_class(kind: str, limi
     assert review(decided).patch == []
 
 
+# --- the pod templates of each kind, written by hand from each kind's API (not read from KINDS) ---------------
+
+# (API group, kind) -> JSON pointers of the pod templates Kueue reads in sample(kind) (RayJob with a submitter)
+TEMPLATES_BY_HAND: dict[tuple[str, str], tuple[str, ...]] = {
+    ("batch", "Job"): ("/spec/template",),
+    ("apps", "StatefulSet"): ("/spec/template",),
+    ("jobset.x-k8s.io", "JobSet"): ("/spec/replicatedJobs/0/template/spec/template",
+                                    "/spec/replicatedJobs/1/template/spec/template"),
+    ("leaderworkerset.x-k8s.io", "LeaderWorkerSet"): ("/spec/leaderWorkerTemplate/leaderTemplate",
+                                                      "/spec/leaderWorkerTemplate/workerTemplate"),
+    ("ray.io", "RayCluster"): ("/spec/headGroupSpec/template", "/spec/workerGroupSpecs/0/template"),
+    ("ray.io", "RayJob"): ("/spec/rayClusterSpec/headGroupSpec/template",
+                           "/spec/rayClusterSpec/workerGroupSpecs/0/template", "/spec/submitterPodTemplate"),
+    ("kubeflow.org", "PyTorchJob"): ("/spec/pytorchReplicaSpecs/Master/template",
+                                     "/spec/pytorchReplicaSpecs/Worker/template"),
+    ("kubeflow.org", "TFJob"): ("/spec/tfReplicaSpecs/Master/template", "/spec/tfReplicaSpecs/Worker/template"),
+    ("kubeflow.org", "XGBoostJob"): ("/spec/xgbReplicaSpecs/Master/template", "/spec/xgbReplicaSpecs/Worker/template"),
+    ("kubeflow.org", "PaddleJob"): ("/spec/paddleReplicaSpecs/Master/template",
+                                    "/spec/paddleReplicaSpecs/Worker/template"),
+    ("kubeflow.org", "JAXJob"): ("/spec/jaxReplicaSpecs/Master/template", "/spec/jaxReplicaSpecs/Worker/template"),
+    ("kubeflow.org", "MPIJob"): ("/spec/mpiReplicaSpecs/Master/template", "/spec/mpiReplicaSpecs/Worker/template"),
+}
+
+
+def at_pointer(obj: Any, pointer: str) -> Any:
+    for token in pointer.lstrip("/").split("/"):
+        obj = obj[int(token)] if isinstance(obj, list) else obj[token]
+    return obj
+
+
+@pytest.mark.parametrize("group_kind, pointers", [pytest.param(k, p, id=k[1]) for k, p in TEMPLATES_BY_HAND.items()])
+def test_each_pod_template_of_each_kind_gets_the_gpus_and_the_class(group_kind: tuple[str, str],
+                                                                    pointers: tuple[str, ...]) -> None:
+    """A template left undecided (a LeaderWorkerSet's leader, a RayJob's submitter) runs without the GPUs Kueue
+    counted for it, or with GPUs Kueue never counted."""
+    group, kind = group_kind
+    obj = sample(kind, template(2))
+    assert obj["apiVersion"].rpartition("/")[0] == group
+    if kind == "RayJob":
+        obj["spec"]["submitterPodTemplate"] = template(2)
+    answer = review(obj)
+    assert answer.decision.outcome == "patched", answer.decision.message
+    decided = patched(obj, answer)
+    for pointer in pointers:
+        t = at_pointer(decided, pointer)
+        assert t["spec"]["containers"][0].get("resources", {}).get("limits") == {"nvidia.com/gpu": "2"}, pointer
+        assert t["metadata"]["annotations"].get("gpu-class.io/types") == "H100,A100", pointer
+        assert required_products(t["spec"]) == {H100, A100}, pointer
+    stray = [op["path"] for op in answer.patch if not any(op["path"].startswith(p + "/") for p in pointers)]
+    assert stray == [], "the patch writes outside the pod templates"
+
+
+def test_the_kinds_decided_at_the_workload_are_those_written_by_hand() -> None:
+    assert set(KINDS) == set(TEMPLATES_BY_HAND)
+
+
 @pytest.mark.parametrize("obj, outcome, message", [
     pytest.param(workload("batch/v1", "Job", {"template": template()}, owner="JobSet"), "out-of-scope",
                  "a Job of JobSet train: decided at its owner", id="a-jobsets-child-job"),
