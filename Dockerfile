@@ -1,6 +1,6 @@
 # syntax=docker/dockerfile:1
 # The gpu-class image. Build from the repository root:
-#   docker build -t gpu-class:0.1.0 .
+#   docker build -t gpu-class:0.2.0 .
 
 # Build stage: the gpu-class wheel and the wheels of its dependencies.
 FROM python:3.12-slim AS build

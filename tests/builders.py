@@ -332,6 +332,51 @@ def make_claim(name: str, devices: list[tuple[str, str, str]], *, namespace: str
             "status": {"allocation": {"devices": {"results": results}}} if devices else {}}
 
 
+# --- ComputeDomains of NVIDIA's DRA driver: the claims a multi-node NVLink job brings beside its GPUs ---------
+
+COMPUTE_DOMAIN_DRIVER = "compute-domain.nvidia.com"
+CHANNEL_CLASS = "compute-domain-default-channel.nvidia.com"
+
+
+def compute_domain_device_classes() -> list[dict[str, Any]]:
+    """The chart's DeviceClasses for ComputeDomains: the default channel's and the daemon's."""
+    return dra_fixture("compute-domain-deviceclasses.yaml")
+
+
+def compute_domain_devices() -> list[dict[str, Any]]:
+    """channel-0 and daemon-0, as the ComputeDomain kubelet plugin publishes them on each node."""
+    (slice_,) = dra_fixture("compute-domain-resourceslice.yaml")
+    return list(slice_["spec"]["devices"])
+
+
+def channel_claim_template(namespace: str = "ml", name: str | None = None) -> dict[str, Any]:
+    """The ResourceClaimTemplate the ComputeDomain controller makes for a ComputeDomain's channel."""
+    (template,) = dra_fixture("compute-domain-channel-claimtemplate.yaml")
+    template["metadata"]["namespace"] = namespace
+    if name is not None:
+        template["metadata"]["name"] = name
+    return template
+
+
+def device_requests(*classes: str | tuple[str, ...]) -> dict[str, Any]:
+    """A claim's spec.devices: a request per class, `exactly` for a name, `firstAvailable` for a tuple of names."""
+    requests = [{"name": f"r{i}", "exactly": {"deviceClassName": c}} if isinstance(c, str) else
+                {"name": f"r{i}", "firstAvailable": [{"name": f"s{j}", "deviceClassName": n} for j, n in enumerate(c)]}
+                for i, c in enumerate(classes)]
+    return {"devices": {"requests": requests}}
+
+
+def make_claim_template(name: str, *classes: str | tuple[str, ...], namespace: str = "ml") -> dict[str, Any]:
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+            "metadata": {"name": name, "namespace": namespace}, "spec": {"spec": device_requests(*classes)}}
+
+
+def make_resource_claim(name: str, *classes: str | tuple[str, ...], namespace: str = "ml") -> dict[str, Any]:
+    """A ResourceClaim of the Pod's author (not made from a template), not allocated."""
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+            "metadata": {"name": name, "namespace": namespace}, "spec": device_requests(*classes)}
+
+
 def make_bare_node(name: str, *, labels: Mapping[str, str] | None = None, ready: bool = True,
                    unschedulable: bool = False) -> dict[str, Any]:
     """A Node with no GPU labels and no GPU allocatable: its GPUs, if any, are DRA devices."""

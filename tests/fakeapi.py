@@ -1,6 +1,7 @@
 """A fake Kubernetes API server on loopback for tests.
 
-It serves core/v1 Nodes, Namespaces and Pods, apps/v1 ReplicaSets, policy/v1
+It serves core/v1 Nodes, Namespaces, Pods and Secrets, admissionregistration.k8s.io/v1
+MutatingWebhookConfigurations, apps/v1 ReplicaSets, policy/v1
 PodDisruptionBudgets (and, when asked to, the
 resource.k8s.io/v1 ResourceSlices, DeviceClasses and ResourceClaims of Dynamic
 Resource Allocation; otherwise those paths are 404, as on a server without the
@@ -97,6 +98,7 @@ KARPENTER_API = "karpenter.sh/v1"
 CRD_API = "apiextensions.k8s.io/v1"  # always served, as on every API server
 APPS_API, POLICY_API = "apps/v1", "policy/v1"  # likewise
 APIREGISTRATION_API = "apiregistration.k8s.io/v1"  # likewise
+ADMISSIONREGISTRATION_API = "admissionregistration.k8s.io/v1"  # likewise
 # what kube-apiserver's aggregator registers for resource.k8s.io/v1 while it serves it
 DRA_API_SERVICE_NAME = "v1.resource.k8s.io"
 DRA_API_SERVICE: JsonObj = {"apiVersion": APIREGISTRATION_API, "kind": "APIService", "metadata": {
@@ -108,6 +110,9 @@ RESOURCES: dict[str, Resource] = {r.plural: r for r in (
     Resource("Node", "nodes", False, frozenset({"metadata.name", "spec.unschedulable"}),
              frozenset({"spec.unschedulable"})),
     Resource("Namespace", "namespaces", False, frozenset({"metadata.name", "status.phase"})),
+    Resource("Secret", "secrets", True, frozenset({"metadata.name", "metadata.namespace"})),
+    Resource("MutatingWebhookConfiguration", "mutatingwebhookconfigurations", False, frozenset({"metadata.name"}),
+             api_version=ADMISSIONREGISTRATION_API),
     Resource("Pod", "pods", True, frozenset({
         "metadata.name", "metadata.namespace", "spec.nodeName", "spec.restartPolicy",
         "spec.schedulerName", "spec.serviceAccountName", "spec.hostNetwork", "status.phase",
@@ -117,8 +122,12 @@ RESOURCES: dict[str, Resource] = {r.plural: r for r in (
     Resource("DeviceClass", "deviceclasses", False, frozenset({"metadata.name"}), api_version=DRA_API),
     Resource("ResourceClaim", "resourceclaims", True, frozenset({"metadata.name", "metadata.namespace"}),
              api_version=DRA_API),
+    Resource("ResourceClaimTemplate", "resourceclaimtemplates", True, frozenset({"metadata.name", "metadata.namespace"}),
+             api_version=DRA_API),
     Resource("NodePool", "nodepools", False, frozenset({"metadata.name"}), api_version=KARPENTER_API),
     Resource("ReplicaSet", "replicasets", True, frozenset({"metadata.name", "metadata.namespace"}),
+             api_version=APPS_API),
+    Resource("StatefulSet", "statefulsets", True, frozenset({"metadata.name", "metadata.namespace"}),
              api_version=APPS_API),
     Resource("PodDisruptionBudget", "poddisruptionbudgets", True, frozenset({"metadata.name", "metadata.namespace"}),
              api_version=POLICY_API),
@@ -368,6 +377,10 @@ class FakeApiServer:
         self._httpd: _HTTPServer | None = None
         self._serve_thread: threading.Thread | None = None
         self.serve_dra = serve_dra
+        # TokenReview and SubjectAccessReview: the tokens the server accepts (token -> status.user) and the
+        # non-resource rights granted, as (user or "group:NAME", verb, path)
+        self._tokens: dict[str, JsonObj] = {}
+        self._grants: set[tuple[str, str, str]] = set()
 
     @property
     def serve_dra(self) -> bool:
@@ -461,6 +474,20 @@ class FakeApiServer:
         return out
 
     # ------------------------------------------------------------ test controls
+
+    def add_token(self, token: str, username: str, groups: tuple[str, ...] = (), uid: str = "") -> None:
+        """A bearer token TokenReview accepts, of `username` in `groups`."""
+        with self._cond:
+            self._tokens[token] = {"username": username, "uid": uid or f"uid-{username}", "groups": list(groups)}
+
+    def grant(self, subject: str, verb: str, path: str) -> None:
+        """Let `subject` (a user name, or "group:NAME") `verb` the non-resource URL `path` (SubjectAccessReview)."""
+        with self._cond:
+            self._grants.add((subject, verb, path))
+
+    def revoke(self, subject: str, verb: str, path: str) -> None:
+        with self._cond:
+            self._grants.discard((subject, verb, path))
 
     @property
     def current_resource_version(self) -> str:
@@ -629,11 +656,14 @@ class FakeApiServer:
             if rule is not None:
                 raise ApiError(rule.code, f"injected failure ({rule.code})", details=None if rule.retry_after is None
                                else {"retryAfterSeconds": rule.retry_after})
+            if h.command == "POST" and url.path in (TOKEN_REVIEWS, ACCESS_REVIEWS):
+                h.send_json(201, self._review(url.path, body))
+                return
             evicted = _EVICTION.fullmatch(url.path)
             if evicted is not None and h.command == "POST":
                 h.send_json(201, self._evict(evicted["namespace"], evicted["name"]))
                 return
-            served = {"v1", CRD_API, APIREGISTRATION_API, APPS_API, POLICY_API,
+            served = {"v1", CRD_API, APIREGISTRATION_API, ADMISSIONREGISTRATION_API, APPS_API, POLICY_API,
                       *([DRA_API] if self.serve_dra else []), *([KARPENTER_API] if self.serve_karpenter else [])}
             res, namespace, name = _route(url.path, served=frozenset(served))
             query = Query(res, namespace, parse_label_selector(params.get("labelSelector", "")),
@@ -673,6 +703,28 @@ class FakeApiServer:
             if method == "PATCH":
                 return self._replace(res, key, apply_patch(current, content_type, payload), False)
             raise ApiError(405, f"{method} is not supported on {res.plural}/{name}")
+
+    def _review(self, path: str, body: bytes) -> JsonObj:
+        """TokenReview or SubjectAccessReview (non-resource attributes only), answered as kube-apiserver answers:
+        the request echoed with its status filled in."""
+        try:
+            review = json.loads(body)
+            spec = review["spec"]
+        except (json.JSONDecodeError, KeyError, TypeError) as e:
+            raise ApiError(400, f"invalid review: {e}")
+        with self._cond:
+            if path == TOKEN_REVIEWS:
+                user = self._tokens.get(spec.get("token") or "")
+                review["status"] = {"authenticated": True, "user": copy.deepcopy(user)} if user else {
+                    "authenticated": False, "error": "invalid bearer token"}
+                return review
+            attrs = spec.get("nonResourceAttributes")
+            if not isinstance(attrs, dict):
+                raise ApiError(400, "this fake answers SubjectAccessReviews of nonResourceAttributes only")
+            subjects = [spec.get("user") or "", *(f"group:{g}" for g in spec.get("groups") or ())]
+            allowed = any((s, attrs.get("verb"), attrs.get("path")) in self._grants for s in subjects)
+            review["status"] = {"allowed": allowed, **({} if allowed else {"reason": "no RBAC policy matched"})}
+            return review
 
     def _evict(self, namespace: str, name: str) -> JsonObj:
         """policy/v1 Eviction as kube-apiserver answers it (pkg/registry/core/pod/storage/eviction.go): refused
@@ -816,6 +868,8 @@ def _translate(ev: StoredEvent, q: Query) -> WatchEvent | None:
     return {"type": "DELETED", "object": gone}
 
 
+TOKEN_REVIEWS = "/apis/authentication.k8s.io/v1/tokenreviews"
+ACCESS_REVIEWS = "/apis/authorization.k8s.io/v1/subjectaccessreviews"
 _EVICTION = re.compile(r"/api/v1/namespaces/(?P<namespace>[^/]+)/pods/(?P<name>[^/]+)/eviction")
 
 

@@ -48,6 +48,18 @@ class Server:
     ca_file: Path
     log_file: Path
     extender_port: int | None = None  # with `extender=True`: --extender-bind, trusting ca_file's clients
+    metrics_port: int | None = None  # --metrics-bind
+
+    def metrics(self, token: str | None = None) -> tuple[int, str]:
+        """GET /metrics on the metrics listener, with `token` as the bearer token if given."""
+        assert self.metrics_port is not None, "started without a metrics listener"
+        conn = self.connection(port=self.metrics_port)
+        try:
+            conn.request("GET", "/metrics", headers={"Authorization": f"Bearer {token}"} if token else {})
+            resp = conn.getresponse()
+            return resp.status, resp.read().decode()
+        finally:
+            conn.close()
 
     def context(self, **kwargs: Any) -> ssl.SSLContext:
         ctx = ssl.create_default_context(cafile=str(self.ca_file))
@@ -116,24 +128,27 @@ def wait_until_serving(server: Server, timeout_seconds: float = 30.0) -> None:
 @contextlib.contextmanager
 def running_server(tmp: Path, args: Sequence[str], *, cert_dir: Path | None = None, workers: int = 1,
                    env: dict[str, str] | None = None, extender: bool = False,
-                   cpus: set[int] | None = None) -> Iterator[Server]:
-    """`cpus`: the CPUs the master and its workers run on (set before the master forks its workers)."""
+                   cpus: set[int] | None = None, metrics_auth: str = "none") -> Iterator[Server]:
+    """`cpus`: the CPUs the master and its workers run on (set before the master forks its workers).
+    `metrics_auth`: none serves /metrics unchecked on loopback; delegated needs --kubeconfig in `args`."""
     cert_dir = cert_dir or write_certs(tmp / "certs")
     port = free_port()
     extender_port = free_port() if extender else None
+    metrics_port = free_port()
     log_file = tmp / f"server-{port}.log"
     listener = ["--extender-bind", f"127.0.0.1:{extender_port}", "--client-ca-file", str(cert_dir / "ca.crt")]
     cmd = [
         sys.executable, "-m", "webhook.cli", "serve",
         "--cert-file", str(cert_dir / "tls.crt"), "--key-file", str(cert_dir / "tls.key"),
-        "--bind", f"127.0.0.1:{port}", "--workers", str(workers), *(listener if extender else []), *args,
+        "--bind", f"127.0.0.1:{port}", "--workers", str(workers), *(listener if extender else []),
+        "--metrics-bind", f"127.0.0.1:{metrics_port}", "--metrics-auth", metrics_auth, *args,
     ]
     with open(log_file, "wb") as log:
         process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})},
                                    start_new_session=True)
     if cpus:
         os.sched_setaffinity(process.pid, cpus)
-    server = Server(process, port, cert_dir / "ca.crt", log_file, extender_port)
+    server = Server(process, port, cert_dir / "ca.crt", log_file, extender_port, metrics_port)
     try:
         wait_until_serving(server)
         if cpus:

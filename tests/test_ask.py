@@ -12,7 +12,7 @@ import builders
 from builders import make_namespace, make_node, make_pod
 from webhook.core.admission.annotations import GroupAsk
 from webhook.core.admission.ask import Gpus, PodAsk, read_pod
-from webhook.core.admission.shape import Malformed, MalformedPod
+from webhook.core.admission.shape import Malformed, MalformedPod, PodClaim
 from webhook.core.catalog.loading import load_catalog_text
 from webhook.core.view.inventory import build_snapshot
 from webhook.core.admission.planner import plan
@@ -107,8 +107,13 @@ class Part:
     pytest.param(Part({**make_pod(), "metadata": {"labels": {"kueue.x-k8s.io/podset": "main"}}}, "kueue_started", True),
                  id="kueue-podset-label"),
     pytest.param(Part(make_pod(), "kueue_started", False), id="no-podset-label"),
-    pytest.param(Part(make_pod(extra_spec={"resourceClaims": [{"name": "gpu"}, {}]}), "claims", ("gpu", "?")),
-                 id="own-claims"),
+    pytest.param(Part(make_pod(extra_spec={"resourceClaims": [{"name": "gpu"}, {}]}), "claims",
+                      (PodClaim("gpu", None, None), PodClaim("?", None, None))), id="own-claims"),
+    pytest.param(Part(make_pod(extra_spec={"resourceClaims": [
+        {"name": "channel", "resourceClaimTemplateName": "cd-channel"}, {"name": "nic", "resourceClaimName": "rdma"}]}),
+        "claims", (PodClaim("channel", None, "cd-channel"), PodClaim("nic", "rdma", None))), id="own-claims-named"),
+    pytest.param(Part(make_pod(extra_spec={"resourceClaims": [{"name": "gpu", "resourceClaimName": 3}]}), "claims",
+                      Malformed("spec.resourceClaims[0].resourceClaimName must be a string")), id="claim-name-a-number"),
     pytest.param(Part(make_pod(extra_spec={"resourceClaims": ["gpu"]}), "claims",
                       Malformed("spec.resourceClaims[0] must be an object")), id="claim-a-string"),
     pytest.param(Part(make_pod(extra_spec={"nodeSelector": "gpu"}), "node_selector",

@@ -32,10 +32,12 @@ from cryptography.hazmat.primitives import serialization
 import local_cluster
 import test_deploy as deploy
 from test_deploy import CertificateFiles, Obj, all_of, copy_deploy, kustomize, name_of, one_of
+import webhook
 from tools import gotools
 from webhook.core.catalog.profiles import MIG_RESOURCE_PREFIX, SLICES_SUFFIX, STRICT_SCHEDULER
 
 CHART = deploy.DEPLOY / "chart" / "gpu-class"
+VERSION = webhook.__version__  # the chart's appVersion, our images' default tag
 VALUES_DIR = deploy.REPO / "tests" / "fixtures" / "chart"
 RELEASE = "gpu-class"
 NAMESPACE = deploy.SYSTEM_NAMESPACE
@@ -96,12 +98,8 @@ def test_helm_lint_strict(values: str | None) -> None:
 
 
 def test_chart_version_is_the_package_version() -> None:
-    import configparser
-
-    setup = configparser.ConfigParser()
-    setup.read(deploy.REPO / "setup.cfg")
     chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
-    assert chart["version"] == chart["appVersion"] == setup["metadata"]["version"]
+    assert chart["version"] == chart["appVersion"] == webhook.__version__
 
 
 BAD_VALUES = [
@@ -123,6 +121,31 @@ BAD_VALUES = [
                  id="secret-mode-extender-without-a-client-certificate"),
     pytest.param(["--set", "networkPolicy.admissionFrom=everyone"], "/networkPolicy/admissionFrom",
                  id="admission-sources-not-peers"),
+    # where and how each component runs
+    pytest.param(["--set", "scheduler.nodeSelectors.pool=system"], "'nodeSelectors' not allowed", id="misspelt-component-key"),
+    pytest.param(["--set", "upgrader.tolerations[0].opertor=Exists"], "/upgrader/tolerations/0", id="misspelt-toleration"),
+    pytest.param(["--set", "labeller.affinity.nodeAfinity.x=y"], "/labeller/affinity", id="misspelt-affinity"),
+    pytest.param(["--set", "podLabels.app\\.kubernetes\\.io/name=other"], "/podLabels/app.kubernetes.io~1name",
+                 id="webhook-pod-label-of-the-selector"),
+    pytest.param(["--set", "scheduler.podLabels.app\\.kubernetes\\.io/component=other"],
+                 "/scheduler/podLabels/app.kubernetes.io~1component", id="scheduler-pod-label-of-the-selector"),
+    pytest.param(["--set", "upgrader.podLabels.app\\.kubernetes\\.io/name=other"], "/upgrader/podLabels/app.kubernetes.io~1name",
+                 id="upgrader-pod-label-of-the-selector"),
+    pytest.param(["--set", "labeller.podLabels.app\\.kubernetes\\.io/component=other"],
+                 "/labeller/podLabels/app.kubernetes.io~1component", id="labeller-pod-label-of-the-selector"),
+    pytest.param(["--set", "scheduler.podAnnotations.checksum/config=0"], "/scheduler/podAnnotations/checksum~1config",
+                 id="pod-annotation-of-the-chart"),
+    pytest.param(["--set", "scheduler.extraArgs={-v=4}"], "/scheduler/extraArgs/0", id="extra-arg-not-a-flag"),
+    pytest.param(["--set", "scheduler.resources.limits.memory=lots"], "/scheduler/resources/limits/memory",
+                 id="scheduler-bad-quantity"),
+    pytest.param(["--set", "upgrader.priorityClassName=Critical"], "/upgrader/priorityClassName", id="bad-priority-class"),
+    pytest.param(["--set", "image.digest=latest"], "/image/digest", id="digest-not-sha256"),
+    pytest.param(["--set", "scheduler.image.digests.latest=sha256:" + "a" * 64], "'latest' not allowed",
+                 id="scheduler-digest-not-by-minor"),
+    pytest.param(["--set", "webhook.workloadFailurePolicy=Open"], "/webhook/workloadFailurePolicy",
+                 id="workload-failure-policy"),
+    pytest.param(["--set", "monitoring.prometheusRule.runbookBaseURL=wiki/runbooks#top"],
+                 "/monitoring/prometheusRule/runbookBaseURL", id="runbook-base-not-a-url"),
 ]
 
 
@@ -189,6 +212,10 @@ SAFETY_CHECKS: Sequence[Callable[..., None]] = (
 NOT_APPLICABLE = {
     # The catalog is the user's own ConfigMap, which the chart does not render.
     ("own-secret.yaml", "test_webhook_args_name_mounted_files"),
+    # The webhook writes its certificate files itself, and writes its own Secrets and caBundle:
+    # test_webhook_managed_rbac_is_only_its_secrets_and_webhooks holds that install to what it needs instead.
+    ("webhook-managed.yaml", "test_webhook_args_name_mounted_files"),
+    ("webhook-managed.yaml", "test_rbac_reads_the_cluster_and_writes_only_its_own_configmaps"),
 }
 
 
@@ -415,7 +442,9 @@ SAME_INSTALLS = [
          "--set", "monitoring.serviceMonitor.enabled=true", "--set", "monitoring.prometheusRule.enabled=true",
          "--set", "monitoring.dashboard.enabled=true"],
         # The namespace: Helm installs into one that exists. The Secrets: the user's, in mode secret.
-        {f"Namespace {NAMESPACE}", f"Secret {NAMESPACE}/{deploy.TLS_SECRET}", f"Secret {NAMESPACE}/{deploy.CLIENT_SECRET}"},
+        {f"Namespace {NAMESPACE}", f"Secret {NAMESPACE}/{deploy.TLS_SECRET}", f"Secret {NAMESPACE}/{deploy.CLIENT_SECRET}",
+         # the component cannot know whether deploy/upgrader is applied; the chart renders it with upgrader.enabled
+         f"ServiceMonitor {NAMESPACE}/gpu-class-upgrader"},
         id="self-managed-labeller-monitoring",
     ),
     pytest.param(
@@ -429,7 +458,7 @@ SAME_INSTALLS = [
     pytest.param(
         # The component's tag is fixed; the chart's follows the cluster (test_scheduler_follows_the_clusters_version).
         [deploy.CERT_MANAGER], [deploy.STOCK], ["--set", "tls.mode=cert-manager", "--set", "scheduler.stockBinary=true",
-                                                "--set", "scheduler.image.tag=v1.35.0"],
+                                                "--set", "scheduler.image.tag=v1.33.13"],
         {f"Namespace {NAMESPACE}"}, id="cert-manager-stock-scheduler",
     ),
     pytest.param(
@@ -529,9 +558,9 @@ def test_optional_parts_are_off_by_default(chart_renders: dict[str, list[Obj]]) 
 
 
 SCHEDULER_BINARIES = [
-    pytest.param([], "gpu-class-scheduler:0.1.0", "gpu-class-scheduler", True, id="defaults-our-binary"),
+    pytest.param([], f"gpu-class-scheduler:{VERSION}", "gpu-class-scheduler", True, id="defaults-our-binary"),
     pytest.param(["--set", "scheduler.image.repository=mirror.example/gpu-class-scheduler"],
-                 "mirror.example/gpu-class-scheduler:0.1.0", "gpu-class-scheduler", True, id="our-binary-mirrored"),
+                 f"mirror.example/gpu-class-scheduler:{VERSION}", "gpu-class-scheduler", True, id="our-binary-mirrored"),
     # the cluster's release: template() renders for 1.37.0
     pytest.param(["--set", "scheduler.stockBinary=true"], "registry.k8s.io/kube-scheduler:v1.37.0", "kube-scheduler",
                  False, id="stock-binary"),
@@ -558,10 +587,10 @@ def test_scheduler_binary_follows_the_values(values: list[str], image: str, comm
 
 
 SKEW_CASES = [
-    pytest.param("1.37.2", [], "gpu-class-scheduler:0.1.0", id="our-build-on-its-minor"),
-    pytest.param("1.38.0", [], "gpu-class-scheduler:0.1.0", id="our-build-on-a-newer-cluster"),
-    pytest.param("1.36.3", [], "gpu-class-scheduler:0.1.0-k8s1.36", id="the-build-for-an-older-minor"),
-    pytest.param("1.33.9", [], "gpu-class-scheduler:0.1.0-k8s1.33", id="the-build-for-the-oldest-minor"),
+    pytest.param("1.37.2", [], f"gpu-class-scheduler:{VERSION}", id="our-build-on-its-minor"),
+    pytest.param("1.38.0", [], f"gpu-class-scheduler:{VERSION}", id="our-build-on-a-newer-cluster"),
+    pytest.param("1.36.3", [], f"gpu-class-scheduler:{VERSION}-k8s1.36", id="the-build-for-an-older-minor"),
+    pytest.param("1.33.9", [], f"gpu-class-scheduler:{VERSION}-k8s1.33", id="the-build-for-the-oldest-minor"),
     pytest.param("1.34.2", ["--set", "scheduler.image.tag=1.2.3"], "gpu-class-scheduler:1.2.3-k8s1.34",
                  id="the-build-for-an-older-minor-of-another-release"),
     pytest.param("1.34.2", ["--set", "scheduler.olderMinors={1.35,1.36}"], None, id="older-than-every-build-refused"),
@@ -605,3 +634,349 @@ def test_image_pull_secrets_reach_the_webhook_and_the_scheduler(chart_renders: d
     for name in ("gpu-class", "gpu-class-scheduler"):
         spec = one_of(objects, "Deployment", name, NAMESPACE)["spec"]["template"]["spec"]
         assert spec["imagePullSecrets"] == values["imagePullSecrets"], name
+
+
+# --- where and how each component runs: every value reaches its own object, and no other ----------
+
+# Every component on, and nothing that differs between two renders of the same values (cert-manager
+# issues the certificates), so that a render differs from this one only by what a value changed.
+PLACEMENT_BASE = {"tls": {"mode": "cert-manager"}, "upgrader": {"enabled": True}, "labeller": {"enabled": True},
+                  "monitoring": {"prometheusRule": {"enabled": True}}}
+WEBHOOK = f"Deployment {NAMESPACE}/gpu-class"
+SCHEDULER = f"Deployment {NAMESPACE}/gpu-class-scheduler"
+UPGRADER = f"Deployment {NAMESPACE}/gpu-class-upgrader"
+LABELLER = f"DaemonSet {NAMESPACE}/gpu-class-labeller"
+QUOTA = f"ResourceQuota {NAMESPACE}/gpu-class-critical-pods"
+# Each component's values: the webhook's at the top level, the others' in their section.
+COMPONENTS = {WEBHOOK: None, SCHEDULER: "scheduler", UPGRADER: "upgrader", LABELLER: "labeller"}
+DIGEST = "sha256:" + "a" * 64
+OTHER_DIGEST = "sha256:" + "b" * 64
+THIRD_DIGEST = "sha256:" + "c" * 64
+
+Change = Callable[[dict[str, Obj]], None]
+
+
+def values_at(section: str | None, key: str, value: Any) -> dict[str, Any]:
+    return {key: value} if section is None else {section: {key: value}}
+
+
+def pod_spec(objects: Mapping[str, Obj], owner: str) -> Obj:
+    spec: Obj = objects[owner]["spec"]["template"]["spec"]
+    return spec
+
+
+def merged(owner: str, path: tuple[str, ...], value: Mapping[str, Any]) -> Change:
+    """The map at `path` of the pod template gains `value`'s keys (made where there was none)."""
+    def change(objects: dict[str, Obj]) -> None:
+        target = objects[owner]["spec"]["template"]
+        for step in path:
+            target = target.setdefault(step, {})
+        target.update(value)
+    return change
+
+
+def set_in_pod(owner: str, key: str, value: Any) -> Change:
+    def change(objects: dict[str, Obj]) -> None:
+        pod_spec(objects, owner)[key] = value
+    return change
+
+
+def set_in_container(owners: Sequence[str], key: str, value: Any) -> Change:
+    def change(objects: dict[str, Obj]) -> None:
+        for owner in owners:
+            pod_spec(objects, owner)["containers"][0][key] = value
+    return change
+
+
+def appended_to_container(owner: str, key: str, items: Sequence[str]) -> Change:
+    def change(objects: dict[str, Obj]) -> None:
+        pod_spec(objects, owner)["containers"][0][key] += list(items)
+    return change
+
+
+def failure_policies(configuration: str, policy: str) -> Change:
+    def change(objects: dict[str, Obj]) -> None:
+        for hook in objects[f"MutatingWebhookConfiguration {configuration}"]["webhooks"]:
+            hook["failurePolicy"] = policy
+    return change
+
+
+def runbooks_at(page: str) -> Change:
+    def change(objects: dict[str, Obj]) -> None:
+        for group in objects[f"PrometheusRule {NAMESPACE}/gpu-class"]["spec"]["groups"]:
+            for rule in group["rules"]:
+                anchor = rule["annotations"]["runbook_url"].split("#")[1]
+                rule["annotations"]["runbook_url"] = f"{page}#{anchor}"
+    return change
+
+
+def all_changes(*changes: Change) -> Change:
+    def change(objects: dict[str, Obj]) -> None:
+        for one in changes:
+            one(objects)
+    return change
+
+
+def without(key: str) -> Change:
+    def change(objects: dict[str, Obj]) -> None:
+        del objects[key]
+    return change
+
+
+def removed_from_pod(owner: str, key: str) -> Change:
+    def change(objects: dict[str, Obj]) -> None:
+        del pod_spec(objects, owner)[key]
+    return change
+
+
+TOLERATION = {"key": "dedicated", "operator": "Equal", "value": "gpu-class", "effect": "NoSchedule"}
+ANTI_AFFINITY = {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{
+    "weight": 10, "podAffinityTerm": {"topologyKey": "topology.kubernetes.io/zone",
+                                      "labelSelector": {"matchLabels": {"example.com/spread": "me"}}}}]}}
+# Every key given, so that none of the chart's defaults is merged in.
+RESOURCES = {"requests": {"cpu": "2", "memory": "3Gi"}, "limits": {"cpu": "4", "memory": "6Gi"}}
+
+
+def component_cases() -> list[Any]:
+    """The same keys for each component, each landing in that component's pod template alone."""
+    cases = []
+    for owner, section in COMPONENTS.items():
+        name = owner.rsplit("/", 1)[1]
+        args = "command" if owner == SCHEDULER else "args"
+        table: list[tuple[str, Any, Change]] = [
+            # merged with the kubernetes.io/os: linux of the defaults (the labeller has none)
+            ("nodeSelector", {"pool": "system"}, merged(owner, ("spec", "nodeSelector"), {"pool": "system"})),
+            ("tolerations", [TOLERATION], set_in_pod(owner, "tolerations", [TOLERATION])),
+            # the labeller keeps its GPU-node nodeAffinity beside it
+            ("affinity", ANTI_AFFINITY, merged(owner, ("spec", "affinity"), ANTI_AFFINITY)),
+            ("podAnnotations", {"example.com/team": "infra"},
+             merged(owner, ("metadata", "annotations"), {"example.com/team": "infra"})),
+            ("podLabels", {"example.com/team": "infra"}, merged(owner, ("metadata", "labels"), {"example.com/team": "infra"})),
+            ("extraArgs", ["--example-flag=1"], appended_to_container(owner, args, ["--example-flag=1"])),
+            ("resources", RESOURCES, set_in_container([owner], "resources", RESOURCES)),
+        ]
+        if owner != WEBHOOK:  # the webhook's is the scheduler's too: PRIORITY_CASES
+            table.append(("priorityClassName", "gpu-class-infra", set_in_pod(owner, "priorityClassName", "gpu-class-infra")))
+        cases += [pytest.param(values_at(section, key, value), change, id=f"{name}-{key}") for key, value, change in table]
+    return cases
+
+
+PLACEMENT_CASES = [
+    *component_cases(),
+    pytest.param({"priorityClassName": "gpu-class-infra"},
+                 all_changes(set_in_pod(WEBHOOK, "priorityClassName", "gpu-class-infra"),
+                             set_in_pod(SCHEDULER, "priorityClassName", "gpu-class-infra"), without(QUOTA)),
+                 id="webhook-priority-class-is-the-schedulers-unless-it-has-one"),
+    pytest.param({"scheduler": {"priorityClassName": ""}},
+                 removed_from_pod(SCHEDULER, "priorityClassName"),
+                 id="scheduler-without-priority-class"),
+    pytest.param({"image": {"digest": DIGEST, "tag": "9.9.9"}},
+                 set_in_container([WEBHOOK, UPGRADER, LABELLER], "image", f"gpu-class@{DIGEST}"),
+                 id="image-digest-for-every-pod-of-the-webhook-image"),
+    pytest.param({"scheduler": {"image": {"digests": {"1.37": DIGEST, "1.36": OTHER_DIGEST}}}},
+                 set_in_container([SCHEDULER], "image", f"gpu-class-scheduler@{DIGEST}"), id="scheduler-digests"),
+    pytest.param({"webhook": {"workloadFailurePolicy": "Fail"}}, failure_policies("gpu-class.io-workloads", "Fail"),
+                 id="workload-failure-policy-alone"),
+    pytest.param({"webhook": {"failurePolicy": "Fail"}},
+                 all_changes(failure_policies("gpu-class.io", "Fail"), failure_policies("gpu-class.io-workloads", "Fail")),
+                 id="workload-failure-policy-follows-the-pods-when-empty"),
+    pytest.param({"webhook": {"failurePolicy": "Fail", "workloadFailurePolicy": "Ignore"}},
+                 failure_policies("gpu-class.io", "Fail"), id="pod-failure-policy-alone"),
+    pytest.param({"monitoring": {"prometheusRule": {"runbookBaseURL": "https://wiki.example.com/gpu-class/runbooks"}}},
+                 runbooks_at("https://wiki.example.com/gpu-class/runbooks"), id="runbook-base-url"),
+]
+
+
+def placement_render(tmp_path: Path, values: Mapping[str, Any], *args: str) -> dict[str, Obj]:
+    (tmp_path / "base.yaml").write_text(yaml.safe_dump(PLACEMENT_BASE))
+    (tmp_path / "case.yaml").write_text(yaml.safe_dump(dict(values)))
+    return keyed(template("--values", str(tmp_path / "base.yaml"), "--values", str(tmp_path / "case.yaml"), *args))
+
+
+def render_diffs(expected: Mapping[str, Obj], rendered: Mapping[str, Obj]) -> list[str]:
+    return ["\n".join(difflib.unified_diff(
+        yaml.safe_dump(expected.get(key), sort_keys=True).splitlines(),
+        yaml.safe_dump(rendered.get(key), sort_keys=True).splitlines(), f"expected {key}", f"rendered {key}", lineterm=""))
+        for key in sorted(set(expected) | set(rendered)) if expected.get(key) != rendered.get(key)]
+
+
+@pytest.mark.parametrize(("values", "change"), PLACEMENT_CASES)
+def test_each_value_reaches_its_place_and_no_other(tmp_path: Path, values: Mapping[str, Any], change: Change) -> None:
+    """The render with the value is the default render with exactly `change` made: the value lands where
+    it should (tolerations of the scheduler in its pod spec), and nowhere else."""
+    expected = placement_render(tmp_path, {})
+    change(expected)
+    diffs = render_diffs(expected, placement_render(tmp_path, values))
+    assert not diffs, "\n\n".join(diffs)
+
+
+@pytest.mark.parametrize(("values", "quota"), [
+    pytest.param({}, True, id="defaults"),
+    pytest.param({"priorityClassName": "", "scheduler": {"priorityClassName": "system-cluster-critical"}}, True,
+                 id="the-scheduler-alone-at-the-class"),
+    pytest.param({"priorityClassName": "", "upgrader": {"enabled": True, "priorityClassName": "system-cluster-critical"}},
+                 True, id="the-upgrader-alone-at-the-class"),
+    pytest.param({"priorityClassName": "", "upgrader": {"priorityClassName": "system-cluster-critical"}}, False,
+                 id="a-component-not-installed"),
+    pytest.param({"priorityClassName": "gpu-class-infra"}, False, id="another-class"),
+])
+def test_quota_admits_the_class_wherever_a_component_uses_it(tmp_path: Path, values: Mapping[str, Any],
+                                                               quota: bool) -> None:
+    (tmp_path / "values.yaml").write_text(yaml.safe_dump(dict(values)))
+    objects = template("--values", str(tmp_path / "values.yaml"))
+    assert [name_of(q) for q in all_of(objects, "ResourceQuota")] == ([QUOTA] if quota else [])
+
+
+@pytest.mark.parametrize("owner", list(COMPONENTS))
+def test_pod_labels_never_reach_the_selector(tmp_path: Path, owner: str) -> None:
+    """The schema refuses the selector's labels in podLabels (BAD_VALUES); rendered without it, they are
+    dropped, so a Pod never leaves its own Deployment's or DaemonSet's selector."""
+    forged = {"app.kubernetes.io/name": "other", "app.kubernetes.io/component": "other", "example.com/team": "infra"}
+    workload = placement_render(tmp_path, values_at(COMPONENTS[owner], "podLabels", forged), "--skip-schema-validation")[owner]
+    labels = workload["spec"]["template"]["metadata"]["labels"]
+    assert labels == {**workload["spec"]["selector"]["matchLabels"], "example.com/team": "infra"}
+
+
+SCHEDULER_DIGESTS = {"1.37": DIGEST, "1.36": OTHER_DIGEST}
+SCHEDULER_DIGEST_CASES = [
+    pytest.param("1.37.2", {}, f"gpu-class-scheduler@{DIGEST}", id="the-build-of-its-minor"),
+    pytest.param("1.38.0", {}, f"gpu-class-scheduler@{DIGEST}", id="a-newer-cluster-runs-the-newest-build"),
+    pytest.param("1.36.3", {}, f"gpu-class-scheduler@{OTHER_DIGEST}", id="an-older-minors-build-without-suffix"),
+    pytest.param("1.36.3", {"image": {"tag": "1.2.3"}}, f"gpu-class-scheduler@{OTHER_DIGEST}", id="the-tag-unused"),
+    pytest.param("1.37.0", {"image": {"repository": "mirror.example/gpu-class-scheduler"}},
+                 f"mirror.example/gpu-class-scheduler@{DIGEST}", id="mirrored"),
+    pytest.param("1.35.4", {}, None, id="no-digest-for-the-clusters-build-refused"),
+    pytest.param("1.35.4", {"stockBinary": True, "image": {"digests": {"1.35": THIRD_DIGEST}}},
+                 f"registry.k8s.io/kube-scheduler@{THIRD_DIGEST}", id="stock-binary-by-the-clusters-minor"),
+]
+
+
+@pytest.mark.parametrize(("kube_version", "scheduler", "image"), SCHEDULER_DIGEST_CASES)
+def test_scheduler_digest_follows_the_minor_of_its_build(tmp_path: Path, kube_version: str,
+                                                         scheduler: Mapping[str, Any], image: str | None) -> None:
+    """Each minor's build is an image of its own: scheduler.image.digests names each by its minor, and the
+    one of the build the cluster gets is pulled as repository@digest, without the -k8s suffix of its tag."""
+    values = {"scheduler": {**scheduler, "image": {"digests": SCHEDULER_DIGESTS, **scheduler.get("image", {})}}}
+    (tmp_path / "values.yaml").write_text(yaml.safe_dump(values))
+    done = helm("template", RELEASE, str(CHART), "--namespace", NAMESPACE, "--kube-version", kube_version,
+                "--values", str(tmp_path / "values.yaml"), check=False)
+    if image is None:
+        assert done.returncode != 0
+        assert 'scheduler.image.digests has no digest for Kubernetes 1.35' in done.stderr, done.stderr
+        return
+    assert done.returncode == 0, done.stderr
+    objects = [o for o in yaml.safe_load_all(done.stdout) if o]
+    (container,) = pod_spec({SCHEDULER: one_of(objects, "Deployment", "gpu-class-scheduler", NAMESPACE)}, SCHEDULER)["containers"]
+    assert container["image"] == image
+
+
+# --- tls.mode webhook-managed: the same render every time, nothing secret in it ---------------------
+
+
+def test_webhook_managed_renders_the_same_every_time_and_no_key_material() -> None:
+    args = ("--values", str(VALUES_DIR / "webhook-managed.yaml"))
+    first = helm("template", RELEASE, str(CHART), "--namespace", NAMESPACE, "--kube-version", "1.37.0", *args).stdout
+    second = helm("template", RELEASE, str(CHART), "--namespace", NAMESPACE, "--kube-version", "1.37.0", *args).stdout
+    assert first == second
+    assert "PRIVATE KEY" not in first and "CERTIFICATE" not in first
+    objects = [o for o in yaml.safe_load_all(first) if o]
+    assert all_of(objects, "Secret") == []
+    for configuration in all_of(objects, "MutatingWebhookConfiguration"):
+        for webhook_ in configuration["webhooks"]:
+            # the webhook writes it; a rendered value would be a diff on every sync
+            assert "caBundle" not in webhook_["clientConfig"], webhook_["name"]
+    # the self-managed default, by contrast, makes a new CA on each render (no cluster to look up)
+    default = helm("template", RELEASE, str(CHART), "--namespace", NAMESPACE, "--kube-version", "1.37.0").stdout
+    assert default != helm("template", RELEASE, str(CHART), "--namespace", NAMESPACE, "--kube-version", "1.37.0").stdout
+
+
+def _rules_of_the_webhook(objects: Sequence[Obj]) -> list[Obj]:
+    """Every rule bound to the webhook's service account, with the namespace it holds in (None: cluster-wide)."""
+    bound = set()
+    for binding in [*all_of(objects, "RoleBinding"), *all_of(objects, "ClusterRoleBinding")]:
+        if any(s.get("kind") == "ServiceAccount" and s["name"] == "gpu-class" for s in binding["subjects"]):
+            bound.add((binding["roleRef"]["kind"], binding["roleRef"]["name"], binding["metadata"].get("namespace")))
+    rules = []
+    for kind, name, namespace in bound:
+        roles = [r for r in all_of(objects, kind) if r["metadata"]["name"] == name
+                 and (kind == "ClusterRole" or r["metadata"].get("namespace") == namespace)]
+        # a role the chart does not render is a built-in one (system:auth-delegator): the same in every mode
+        rules += [{**rule, "namespace": namespace} for role in roles for rule in role["rules"]]
+    return rules
+
+
+def test_webhook_managed_rbac_is_only_its_secrets_and_webhooks(chart_renders: dict[str, list[Obj]]) -> None:
+    objects = chart_renders["webhook-managed.yaml"]
+    configurations = sorted(o["metadata"]["name"] for o in all_of(objects, "MutatingWebhookConfiguration"))
+    container = deploy.webhook_container(deploy.webhook_deployment(objects))
+    kept = sorted(a.split("=", 1)[1] for a in container["args"] if a.startswith("--manage-webhook-configuration="))
+    assert kept == configurations == ["gpu-class.io", "gpu-class.io-workloads"]
+    writes = [r for r in _rules_of_the_webhook(objects) if set(r["verbs"]) - {"get", "list", "watch"}]
+    secret_writes = [r for r in writes if "secrets" in r["resources"]]
+    assert all(r["namespace"] == NAMESPACE for r in secret_writes)
+    by_name = [r for r in secret_writes if r.get("resourceNames")]
+    assert [sorted(r["resourceNames"]) for r in by_name] == [["gpu-class-ca", "gpu-class-extender-client",
+                                                              "gpu-class-tls"]]
+    # create is the one verb RBAC cannot limit by name (docs/operators/security.md)
+    assert [r["verbs"] for r in secret_writes if not r.get("resourceNames")] == [["create"]]
+    webhook_writes = [r for r in writes if "mutatingwebhookconfigurations" in r["resources"]]
+    assert [(sorted(r["resourceNames"]), sorted(r["verbs"])) for r in webhook_writes] == [(configurations,
+                                                                                           ["get", "patch"])]
+    # and the other writes are those of every install (its ConfigMaps), with nothing on Secrets read cluster-wide
+    assert not [r for r in _rules_of_the_webhook(objects) if "secrets" in r["resources"] and r["namespace"] is None]
+    default_writes = [r for r in _rules_of_the_webhook(chart_renders["defaults"])
+                      if set(r["verbs"]) - {"get", "list", "watch"}]
+    assert len(writes) == len(default_writes) + 3
+
+
+def test_cert_manager_takes_your_issuer() -> None:
+    objects = template("--values", str(VALUES_DIR / "cert-manager-full.yaml"),
+                       "--set", "tls.certManager.issuerRef.name=corp-ca",
+                       "--set", "tls.certManager.issuerRef.kind=ClusterIssuer")
+    issued = {c["metadata"]["name"]: c["spec"]["issuerRef"] for c in all_of(objects, "Certificate")}
+    assert issued == {n: {"group": "cert-manager.io", "kind": "ClusterIssuer", "name": "corp-ca"}
+                      for n in ("gpu-class-serving", "gpu-class-extender-client")}
+    assert all_of(objects, "Issuer") == []  # no chart CA beside yours
+
+
+def documented_example(marker: str) -> Obj:
+    """The YAML block that follows `<!-- marker -->` in docs/operators/install.md."""
+    text = (deploy.REPO / "docs" / "operators" / "install.md").read_text()
+    block = text.split(f"<!-- {marker} -->", 1)[1].split("```yaml\n", 1)[1].split("```", 1)[0]
+    example: Obj = yaml.safe_load(block)
+    return example
+
+
+def test_the_documented_kustomize_patch_gives_what_the_values_give(tmp_path: Path) -> None:
+    """Kustomize users tune a component with a patch (docs/operators/install.md): its example renders the
+    objects the chart renders for the same values."""
+    example = documented_example("kustomize-placement-example")
+    files = deploy.make_test_certificates()
+    root = copy_deploy(tmp_path)
+    files.write(root / deploy.SELF_MANAGED / "certs")
+    work = root / "install"
+    work.mkdir()
+    (work / "kustomization.yaml").write_text(yaml.safe_dump({
+        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+        "resources": [f"../{deploy.SELF_MANAGED}"], **example}))
+    rendered = kustomize(work)
+    assert not isinstance(rendered, str), rendered
+    from_kustomize = keyed(rendered)
+    toleration = {"key": "node-role.example.com/infra", "operator": "Exists", "effect": "NoSchedule"}
+    values = {"tls": {"mode": "secret", "secretName": deploy.TLS_SECRET, "caBundle": files.ca_pem.decode()},
+              "image": {"digest": example["images"][0]["digest"]},
+              "scheduler": {"nodeSelector": {"node-role.example.com/infra": "true"}, "tolerations": [toleration]}}
+    (tmp_path / "values.yaml").write_text(yaml.safe_dump(values))
+    from_chart = keyed(template("--values", str(tmp_path / "values.yaml")))
+    assert pod_spec(from_chart, SCHEDULER)["tolerations"] == [toleration]
+    diffs = render_diffs({k: from_kustomize[k] for k in (WEBHOOK, SCHEDULER)}, {k: from_chart[k] for k in (WEBHOOK, SCHEDULER)})
+    assert not diffs, "\n\n".join(diffs)
+
+
+def test_configuration_annotations_reach_both_webhook_configurations_beside_cert_managers() -> None:
+    objects = template("--values", str(VALUES_DIR / "cert-manager-full.yaml"),
+                       "--set-string", r"webhook.configurationAnnotations.argocd\.argoproj\.io/sync-wave=1")
+    annotations = {o["metadata"]["name"]: o["metadata"]["annotations"] for o in all_of(objects, "MutatingWebhookConfiguration")}
+    assert annotations == {name: {"cert-manager.io/inject-ca-from": f"{NAMESPACE}/gpu-class-serving",
+                                  "argocd.argoproj.io/sync-wave": "1"}
+                           for name in ("gpu-class.io", "gpu-class.io-workloads")}

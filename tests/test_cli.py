@@ -49,6 +49,47 @@ def test_demo_pod_with_namespace_default_class(capsys: pytest.CaptureFixture[str
     assert json.loads(capsys.readouterr().out)["outcome"] == "out-of-scope"
 
 
+RAYJOB = """\
+apiVersion: ray.io/v1
+kind: RayJob
+metadata: {name: tune, labels: {kueue.x-k8s.io/queue-name: team}}
+spec:
+  rayClusterSpec:
+    headGroupSpec:
+      template: {spec: {containers: [{name: head, image: ray}]}}
+    workerGroupSpecs:
+    - groupName: gpus
+      template:
+        metadata: {annotations: {gpu-class.io/class: %s}}
+        spec: {containers: [{name: w, image: ray, resources: {limits: {nvidia.com/gpu: "1"}}}]}
+"""
+
+
+@pytest.mark.parametrize("class_name, rc, outcome", [
+    pytest.param("high", 0, "patched", id="placed"),
+    pytest.param("turbo", 1, "refused", id="a-refused-template-exits-1"),
+])
+def test_explain_a_workload_file_template_by_template(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                      class_name: str, rc: int, outcome: str) -> None:
+    path = tmp_path / "rayjob.yaml"
+    path.write_text(RAYJOB % class_name)
+    assert main(["explain", str(path), "-n", "ml-team", *INVENTORY]) == rc
+    out = capsys.readouterr().out
+    assert out.startswith(f"RayJob ml-team/tune: {outcome}\n")
+    # the head asks for no GPU and names no class: out of scope, as a Pod of it would be
+    assert "pod template spec.rayClusterSpec.headGroupSpec.template (headGroupSpec): out-of-scope" in out
+    assert f"pod template spec.rayClusterSpec.workerGroupSpecs[0].template (gpus): {outcome}" in out
+    assert main(["explain", str(path), "-n", "ml-team", *INVENTORY, "-o", "json"]) == rc
+    result = json.loads(capsys.readouterr().out)
+    assert (result["kind"], result["outcome"], result["decidedAt"]) == ("RayJob", outcome, "workload")
+    head, workers = result["templates"]
+    assert (head["role"], workers["role"], workers["outcome"]) == ("headGroupSpec", "gpus", outcome)
+    assert result["patch"] == (workers["patch"] if outcome == "patched" else [])
+    if outcome == "patched":
+        assert all(op["path"].startswith("/spec/rayClusterSpec/workerGroupSpecs/0/template/") for op in result["patch"])
+        assert workers["placement"]["order"] and workers["class"] == "high"
+
+
 def test_review_prints_an_admission_review(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["review", str(DEMO / "pod-high.yaml"), "--namespace", "ml-team"]) == 0
     review = json.loads(capsys.readouterr().out)
@@ -72,6 +113,8 @@ def test_certs_have_the_service_names_and_a_private_key(tmp_path: Path) -> None:
 @pytest.mark.parametrize("argv, message", [
     pytest.param(["explain", "missing.yaml", "--nodes", str(DEMO / "nodes.yaml")], "cannot read missing.yaml",
                  id="missing-pod-file"),
+    pytest.param(["explain", str(DEMO / "nodes.yaml"), "--nodes", str(DEMO / "nodes.yaml")],
+                 "must hold exactly one Pod, or one workload the webhook decides (Job, StatefulSet, JobSet", id="no-pod"),
     pytest.param(["explain", str(DEMO / "pod-high.yaml"), "--nodes", str(DEMO / "namespaces.yaml")], "no Node objects",
                  id="no-nodes"),
     pytest.param(["certs", "--out", "/tmp/x", "--ip", "not-an-ip"], "does not appear to be an IPv4 or IPv6", id="bad-ip"),

@@ -78,14 +78,16 @@ def test_inventory_figures_are_what_the_cluster_holds(kubeconfig: Path, capsys: 
          "products": [{"labelKey": "nvidia.com/gpu.product", "product": H100,
                        "nodes": {"total": 2, "ready": 2, "notReady": 0, "cordoned": 1},
                        "gpus": {"allocatable": 8, "used": 4, "free": 4}}],
-         "placedByLabels": False, "scoreBasis": load_default_catalog().types["H100"].facts.score_basis},
+         "placedByLabels": False, "scoreBasis": load_default_catalog().types["H100"].facts.score_basis,
+         "unhealthy": {"gpus": 0, "nodes": []}},
         {"name": "A100-40GB", "resource": "nvidia.com/gpu",  # the built-in catalog
          "nodes": {"total": 1, "ready": 0, "notReady": 1, "cordoned": 0},
          "gpus": {"allocatable": 0, "used": 0, "free": 0},
          "products": [{"labelKey": "nvidia.com/gpu.product", "product": A100,
                        "nodes": {"total": 1, "ready": 0, "notReady": 1, "cordoned": 0},
                        "gpus": {"allocatable": 0, "used": 0, "free": 0}}],
-         "placedByLabels": False, "scoreBasis": load_default_catalog().types["A100-40GB"].facts.score_basis},
+         "placedByLabels": False, "scoreBasis": load_default_catalog().types["A100-40GB"].facts.score_basis,
+         "unhealthy": {"gpus": 0, "nodes": []}},
     ]
     assert report["unknownProducts"] == [{"labelKey": "nvidia.com/gpu.product", "product": "NVIDIA-GeForce-RTX-5090",
                                           "nodes": 1, "reason": (
@@ -104,7 +106,8 @@ def test_inventory_reads_the_cluster_once_and_never_watches(api: FakeApiServer, 
     # the DRA resources and NodePools too (this API server serves neither: both are off, said in the report)
     assert {r.path for r in calls} == {"/api/v1/nodes", "/api/v1/namespaces", "/api/v1/pods",
                                        *(f"/apis/resource.k8s.io/v1/{r}" for r in ("resourceslices", "deviceclasses",
-                                                                                    "resourceclaims")),
+                                                                                    "resourceclaims",
+                                                                                    "resourceclaimtemplates")),
                                        "/apis/karpenter.sh/v1/nodepools",
                                        # the heralds, by name: what wakes NodePools and DRA in a watch
                                        "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
@@ -229,6 +232,47 @@ def test_kubectl_namespace_flag_on_a_cluster_wide_command_is_ignored(kubeconfig:
 def test_kubectl_flags_go_anywhere(kubeconfig: Path, capsys: pytest.CaptureFixture[str], argv: list[str]) -> None:
     assert kubectl_main([a.replace("{kc}", str(kubeconfig)) for a in argv]) == 0
     assert json.loads(capsys.readouterr().out)["node"] == "h100-a"
+
+
+def queued_statefulset(name: str, gpus: str, class_name: str = "high") -> dict[str, Any]:
+    return {"apiVersion": "apps/v1", "kind": "StatefulSet",
+            "metadata": {"name": name, "namespace": "ml", "labels": {"kueue.x-k8s.io/queue-name": "team-a"}},
+            "spec": {"serviceName": name, "selector": {"matchLabels": {"app": name}}, "template": {
+                "metadata": {"labels": {"app": name}, "annotations": {"gpu-class.io/class": class_name}},
+                "spec": {"containers": [{"name": "main", "image": "i", "resources": {"limits": {"nvidia.com/gpu": gpus}}}]}}}}
+
+
+@pytest.mark.parametrize("argv, rc", [
+    pytest.param(["explain", "statefulset/serve", "-n", "ml", "--kubeconfig", "{kc}", "-o", "json"], 0,
+                 id="gpuclass-kind-slash-name"),
+    pytest.param(["-n", "ml", "explain", "sts/serve", "--kubeconfig", "{kc}", "-o", "json"], 0, id="kubectl-short-name"),
+    pytest.param(["explain", "statefulsets.apps/serve", "-n", "ml", "--kubeconfig", "{kc}", "-o", "json"], 0,
+                 id="kubectl-resource-dot-group"),
+    pytest.param(["explain", "sts/turbo", "-n", "ml", "--kubeconfig", "{kc}", "-o", "json"], 1, id="refused-exits-1"),
+])
+def test_explain_an_existing_workload(api: FakeApiServer, kubeconfig: Path, capsys: pytest.CaptureFixture[str],
+                                      argv: list[str], rc: int) -> None:
+    """The decision the workload webhook would make for the workload as the API server holds it, against the
+    live inventory, read with kubectl's ways of naming a kind."""
+    api.create(queued_statefulset("serve", "2"))
+    api.create(queued_statefulset("turbo", "1", "turbo"))  # a class the catalog does not have
+    assert kubectl_main([a.replace("{kc}", str(kubeconfig)) for a in argv]) == rc
+    result = json.loads(capsys.readouterr().out)
+    assert (result["kind"], result["namespace"], result["decidedAt"]) == ("StatefulSet", "ml", "workload")
+    (template,) = result["templates"]
+    assert template["path"] == "spec.template"
+    if rc == 0:
+        assert result["outcome"] == template["outcome"] == "patched" and template["placement"]["order"][0] == "H100"
+        assert result["patch"] == template["patch"] and result["patch"][0]["path"].startswith("/spec/template/")
+    else:
+        assert result["outcome"] == template["outcome"] == "refused" and result["patch"] == []
+    assert any(r.path == f"/apis/apps/v1/namespaces/ml/statefulsets/{argv[argv.index('explain') + 1].split('/')[1]}"
+               for r in api.request_log)
+
+
+def test_explain_of_a_workload_that_does_not_exist(kubeconfig: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["explain", "jobset/nope", "-n", "ml", "--kubeconfig", str(kubeconfig)]) == 2
+    assert "jobsets ml/nope not found" in capsys.readouterr().err
 
 
 def kubectl() -> str:

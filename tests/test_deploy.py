@@ -18,7 +18,6 @@ so deploy/ must be self-contained: a kustomization may not reach outside it.
 from __future__ import annotations
 
 import base64
-import configparser
 import re
 import shlex
 import shutil
@@ -42,6 +41,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+import webhook
 from webhook.cluster.watch import HERALDS
 from webhook.core.published.boundary import BOUNDARY_CONFIGMAP
 from webhook.core.published.public import PUBLISHED_CONFIGMAP
@@ -64,6 +64,7 @@ PRIORITY_CLASS = "system-cluster-critical"
 USER_ID = 65532
 CONTAINER_PORT = 8443
 EXTENDER_PORT = 8444
+METRICS_PORT = 8445
 SERVICE_DNS_NAMES = (
     f"{SERVICE}.{SYSTEM_NAMESPACE}.svc",
     f"{SERVICE}.{SYSTEM_NAMESPACE}.svc.cluster.local",
@@ -76,6 +77,7 @@ SERVE_ARGS = [
     "--bind", f"0.0.0.0:{CONTAINER_PORT}",
     "--extender-bind", f"0.0.0.0:{EXTENDER_PORT}",
     "--client-ca-file", "/etc/gpu-class/tls/ca.crt",
+    "--metrics-bind", f"0.0.0.0:{METRICS_PORT}",
 ]
 BACKSTOP_MESSAGE_PREFIX = "gpu-class did not place this Pod (webhook down or bypassed): "
 
@@ -1001,7 +1003,8 @@ def test_rbac_reads_the_cluster_and_writes_only_its_own_configmaps(renders: Rend
     }
     reads = ("get", "list", "watch")
     assert granted == {("", r, v) for r in ("nodes", "namespaces", "pods") for v in reads} | {
-        ("resource.k8s.io", r, v) for r in ("resourceslices", "deviceclasses", "resourceclaims") for v in reads} | {
+        ("resource.k8s.io", r, v) for r in ("resourceslices", "deviceclasses", "resourceclaims", "resourceclaimtemplates")
+        for v in reads} | {
         ("karpenter.sh", "nodepools", v) for v in reads} | {
         (h.api.split("/")[0], h.resource, v) for h in HERALDS for v in reads}
     # every rule reads whole kinds, but for the heralds (Karpenter's CRD, DRA's APIService): each alone, by the name
@@ -1015,8 +1018,13 @@ def test_rbac_reads_the_cluster_and_writes_only_its_own_configmaps(renders: Rend
         b["roleRef"] for b in all_of(objects, "ClusterRoleBinding") + all_of(objects, "RoleBinding")
         if subject in (b.get("subjects") or [])
     ]
-    assert bound == [{"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": CLUSTER_ROLE},
-                     {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "gpu-class-publish"}]
+    # system:auth-delegator: TokenReviews and SubjectAccessReviews, to check who scrapes /metrics
+    assert sorted(bound, key=lambda r: (r["kind"], r["name"])) == [
+        {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": CLUSTER_ROLE},
+        {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "system:auth-delegator"},
+        {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "gpu-class-publish"}]
+    reader = one_of(objects, "ClusterRole", "gpu-class-metrics-reader")
+    assert reader["rules"] == [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}], "for Prometheus to be bound to"
     publish = one_of(objects, "Role", "gpu-class-publish", SYSTEM_NAMESPACE)
     # create cannot be limited to a name; get and update (never delete, patch or list) are, to its two ConfigMaps
     assert publish["rules"] == [
@@ -1676,10 +1684,8 @@ def test_image_runs_as_the_manifests_expect(renders: Renders) -> None:
 
 
 def test_image_tag_is_the_package_version(renders: Renders) -> None:
-    setup = configparser.ConfigParser()
-    setup.read(REPO / "setup.cfg")
     image = webhook_container(webhook_deployment(objects_of(renders, BASE)))["image"]
-    assert image.rsplit(":", 1)[1] == setup["metadata"]["version"]
+    assert image.rsplit(":", 1)[1] == webhook.__version__
 
 
 def test_build_context_holds_only_what_the_build_copies() -> None:

@@ -16,8 +16,9 @@ import kubernetes
 import pytest
 
 from builders import (
-    NVIDIA_DRIVER, FlagWait, RecordedFlag, make_bare_node, make_claim, make_namespace, make_node, make_pod, make_slice,
-    nvidia_device_classes, nvidia_gpus,
+    CHANNEL_CLASS, NVIDIA_DRIVER, FlagWait, RecordedFlag, channel_claim_template, compute_domain_device_classes,
+    make_bare_node, make_claim, make_claim_template, make_namespace, make_node, make_pod, make_resource_claim,
+    make_slice, nvidia_device_classes, nvidia_gpus,
 )
 from fakeapi import FakeApiServer
 from test_watch import eventually
@@ -76,7 +77,8 @@ def test_without_resource_k8s_io_dra_is_off_and_nodes_work_as_before(caplog: pyt
                                 r"plugins' node allocatable only", off_line), off_line
             # off is asked once, and again only after OFF_RECHECK_SECONDS: no retry storm
             time.sleep(0.5)
-            assert len([r for r in api.request_log if r.path.startswith(DRA_PATH)]) == 3
+            # (one list each: deviceclasses, resourceslices, resourceclaims, resourceclaimtemplates)
+            assert len([r for r in api.request_log if r.path.startswith(DRA_PATH)]) == 4
             assert api.server_errors == []
         finally:
             inv.stop()
@@ -214,6 +216,63 @@ def test_resource_slices_relist_after_410(dra_api: FakeApiServer) -> None:
         inv.stop()
 
 
+def with_claim(claim: dict[str, str]) -> dict[str, Any]:
+    pod = make_pod({"gpu-class.io/class": "high"}, extra_spec={"resourceClaims": [claim]})
+    return pod
+
+
+def outcome(inv: LiveInventory, claim: dict[str, str]) -> str:
+    return plan(with_claim(claim), inv.snapshot(), CATALOG, namespace="ml").outcome
+
+
+def test_claims_and_templates_a_pod_names_are_read_from_their_watches(dra_api: FakeApiServer) -> None:
+    """What a class Pod's own claim is for follows the cluster: the ComputeDomain controller's template, a claim
+    of the Pod's author, a DeviceClass changed to one that may give a GPU, and each deleted again."""
+    dra_api.create(make_node("h100-a", "NVIDIA-H100-80GB-HBM3", gpus=8))
+    for obj in compute_domain_device_classes():
+        dra_api.create(obj)
+    channel = {"name": "channel", "resourceClaimTemplateName": "nvbandwidth-test-compute-domain-1-channel"}
+    gpu = {"name": "gpu", "resourceClaimName": "shared-gpu"}
+    inv = start(dra_api, watch_pods=True)
+    try:
+        assert outcome(inv, channel) == "refused"  # the controller has not made it yet
+        dra_api.create(channel_claim_template("ml"))
+        eventually(lambda: outcome(inv, channel) == "patched", what="the template seen")
+        dra_api.create(make_resource_claim("shared-gpu", "gpu.nvidia.com"))
+        eventually(lambda: "ResourceClaim 'ml/shared-gpu' uses DeviceClass gpu.nvidia.com" in plan(
+            with_claim(gpu), inv.snapshot(), CATALOG, namespace="ml").message, what="the claim seen")
+        # the channel's class rewritten to select by attribute alone: it may give a GPU now
+        dra_api.update({**compute_domain_device_classes()[0], "spec": {"selectors": [
+            {"cel": {"expression": "device.attributes['compute-domain.nvidia.com'].type == 'channel'"}}]}})
+        eventually(lambda: outcome(inv, channel) == "refused", what="the class unpinned")
+        dra_api.update(compute_domain_device_classes()[0])
+        eventually(lambda: outcome(inv, channel) == "patched", what="the class pinned again")
+        dra_api.delete("ResourceClaimTemplate", "nvbandwidth-test-compute-domain-1-channel", "ml")
+        eventually(lambda: outcome(inv, channel) == "refused", what="the template deleted")
+        assert dra_api.server_errors == []
+    finally:
+        inv.stop()
+
+
+def test_templates_not_allowed_refuse_the_pods_that_name_one(caplog: pytest.LogCaptureFixture,
+                                                              dra_api: FakeApiServer) -> None:
+    caplog.set_level(logging.INFO, logger="gpu_class.watch")
+    dra_api.create(make_node("h100-a", "NVIDIA-H100-80GB-HBM3", gpus=8))
+    dra_api.create(make_claim_template("channel", CHANNEL_CLASS))
+    dra_api.fail_next(10**6, status=403, path_prefix=DRA_PATH + "resourceclaimtemplates")
+    inv = start(dra_api, watch_pods=True)
+    try:
+        decision = plan(with_claim({"name": "c", "resourceClaimTemplateName": "channel"}), inv.snapshot(), CATALOG,
+                        namespace="ml")
+        assert decision.outcome == "refused"
+        assert "the webhook does not read ResourceClaimTemplates (not allowed to list resourceclaimtemplates" in \
+            decision.message
+        assert types_for(inv) == ("H100",)  # a Pod without claims is placed as ever
+        assert any(r.getMessage().startswith("ResourceClaimTemplates are off: not allowed to list") for r in caplog.records)
+    finally:
+        inv.stop()
+
+
 def test_claims_not_allowed_count_pods_instead(caplog: pytest.LogCaptureFixture, dra_api: FakeApiServer) -> None:
     caplog.set_level(logging.INFO, logger="gpu_class.watch")
     dra_api.create(make_bare_node("dra-1"))
@@ -343,11 +402,12 @@ def test_dra_served_after_the_start_is_read_in_seconds_not_at_the_next_minute(
             # test_a_herald_retries_within_a_second_while_other_watches_back_off.)
             assert [(w.timeout_seconds, w.ended_by_flag) for w in recheck.waits] == [(watch.OFF_RECHECK_SECONDS, True)]
             assert inv.snapshot().dra.off is None
-            eventually(lambda: all(reading.said[r][-1] for r in ("deviceclasses", "resourceslices", "resourceclaims")),
+            eventually(lambda: all(reading.said[r][-1] for r in ("deviceclasses", "resourceslices", "resourceclaims",
+                                                                  "resourceclaimtemplates")),
                        what="the gauge told")
             messages = [r.getMessage() for r in caplog.records]
             assert ("apiservices v1.resource.k8s.io is Available: resource.k8s.io/v1 is served, reading "
-                    "deviceclasses, resourceslices, resourceclaims now") in messages
+                    "deviceclasses, resourceslices, resourceclaims, resourceclaimtemplates now") in messages
             assert "DRA is on: reading ResourceSlices and DeviceClasses" in messages
         finally:
             inv.stop()

@@ -5,13 +5,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import jsonpatch
 import pytest
 
-from builders import make_catalog, make_node, placed_terms
-from webhook.core.reports.fidelity import judge_bind, pending_by_class
-from webhook.core.view.inventory import InventoryState
+from builders import GPU_TAINT, make_catalog, make_node, make_pod, placed_terms
+from webhook.core.admission.review import Request, review_pod
+from webhook.core.reports.fidelity import BindVerdict, judge_bind, pending_by_class
+from webhook.core.view.inventory import InventoryState, build_snapshot
 from webhook.core.view.nodes import node_info_from_object
-from webhook.core.view.pods import GroupName, UnboundGpuPod
+from webhook.core.view.own_constraints import Requirement, own_constraints
+from webhook.core.view.pods import GroupName, UnboundGpuPod, unbound_gpu_pod
 from webhook.core.view.snapshot import Snapshot
 
 CATALOG = make_catalog()  # high: H100, A100, H200 (performance); economy: cost; packed: binpack; balanced
@@ -153,3 +156,215 @@ def test_pending_by_class_counts_placed_unbound_pods_by_how_long_they_waited() -
 
 def test_pending_is_unknown_where_pods_are_not_watched() -> None:
     assert pending_by_class(Snapshot(groups_by_type={}), CATALOG, NOW) is None
+
+
+# --- the nodes a Pod's own constraints let it use ---------------------------------------------------------
+
+TEAM = {"key": "dedicated", "value": "team-a", "effect": "NoSchedule"}
+TOLERATES_TEAM = {"key": "dedicated", "operator": "Equal", "value": "team-a", "effect": "NoSchedule"}
+
+
+def team_node(name: str, product: str, team: str = "team-a", effect: str = "NoSchedule", **kw: Any) -> dict[str, Any]:
+    """A node a platform team reserved: its label, and its taint besides the GPU's."""
+    return make_node(name, product, labels={"team": team}, taints=(GPU_TAINT, {**TEAM, "value": team, "effect": effect}),
+                     **kw)
+
+
+def own_affinity(*expressions: dict[str, Any]) -> dict[str, Any]:
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": list(expressions)}]}}}
+
+
+def as_placed(class_name: str, nodes: list[dict[str, Any]], *, gpus: str = "1", **spec: Any) -> UnboundGpuPod:
+    """The Pod the webhook places (its real patch applied: the restriction it appends to each term, its
+    tolerations, its types), as the watch reads it once it binds."""
+    obj = make_pod({"gpu-class.io/class": class_name}, gpu_limit=gpus, extra_spec=spec)
+    request = Request(api_version="admission.k8s.io/v1", uid="u", operation="CREATE", kind="Pod", group="",
+                      sub_resource="", namespace="ml", object=obj, name="p")
+    review = review_pod(request, build_snapshot(CATALOG, nodes), CATALOG)
+    assert review.decision.placement is not None, review.decision.message
+    placed = jsonpatch.apply_patch(obj, review.patch)
+    placed["metadata"]["uid"] = "uid-p"
+    found = unbound_gpu_pod(placed, (GPU,))
+    assert found is not None and found.placed
+    return found
+
+
+@dataclass
+class OwnCase:
+    id: str
+    class_name: str
+    spec: dict[str, Any]  # the Pod's own nodeSelector, affinity, tolerations
+    node: str
+    nodes: list[dict[str, Any]]
+    used: dict[str, int]
+    expected: str  # outcome
+    better: str = ""
+    # the nodes when the webhook decided, where they differ: it leaves out a type whose nodes a Pod's
+    # tolerations do not open, so for the judge to see such a node it was reserved after the admission
+    admitted: list[dict[str, Any]] | None = None
+
+
+UNRESERVED = [make_node("h100", H100), make_node("a100", A100)]
+
+OWN = [
+    # the team's A100 nodes, reserved by label and taint; H100 had room elsewhere, where the Pod could never go
+    OwnCase("pinned-by-node-selector-to-its-teams-nodes-kept", "high",
+            {"nodeSelector": {"team": "team-a"}, "tolerations": [TOLERATES_TEAM]}, "a100-team",
+            [make_node("h100", H100), team_node("a100-team", A100)], {}, "fallback"),
+    OwnCase("pinned-by-its-own-required-affinity-kept", "high",
+            {"affinity": own_affinity({"key": "team", "operator": "In", "values": ["team-a"]}),
+             "tolerations": [TOLERATES_TEAM]}, "a100-team",
+            [make_node("h100", H100), team_node("a100-team", A100)], {}, "fallback"),
+    OwnCase("not-in-and-exists-are-read", "high",
+            {"affinity": own_affinity({"key": "team", "operator": "Exists"},
+                                      {"key": "team", "operator": "NotIn", "values": ["team-b"]})},
+            "a100", [team_node("h100", H100, "team-b", "PreferNoSchedule"),
+                     make_node("a100", A100, labels={"team": "team-c"})], {}, "fallback"),
+    OwnCase("pinned-by-node-name-kept", "high",
+            {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["a100"]}]}]}}}},
+            "a100", [make_node("h100", H100), make_node("a100", A100)], {}, "fallback"),
+    # the same bind, the Pod without constraints of its own: H100 had room for it
+    OwnCase("without-constraints-broken", "high", {}, "a100",
+            [make_node("h100", H100), make_node("a100", A100)], {}, "broken", "H100 had room"),
+    OwnCase("its-teams-better-type-had-room-broken", "high",
+            {"nodeSelector": {"team": "team-a"}, "tolerations": [TOLERATES_TEAM]}, "a100-team",
+            [make_node("h100", H100), team_node("h100-team", H100), team_node("a100-team", A100)], {},
+            "broken", "H100 had room"),
+    OwnCase("its-teams-better-type-full-kept", "high",
+            {"nodeSelector": {"team": "team-a"}, "tolerations": [TOLERATES_TEAM]}, "a100-team",
+            [make_node("h100", H100), team_node("h100-team", H100), team_node("a100-team", A100)],
+            {"h100-team": 8}, "fallback"),
+    # taints: a node another team reserved is no room for a Pod that does not tolerate its taint
+    OwnCase("not-tolerating-the-taint-kept", "high", {}, "a100",
+            [team_node("h100", H100, "team-b"), make_node("a100", A100)], {}, "fallback", admitted=UNRESERVED),
+    OwnCase("not-tolerating-a-no-execute-taint-kept", "high", {}, "a100",
+            [team_node("h100", H100, "team-b", "NoExecute"), make_node("a100", A100)], {}, "fallback", admitted=UNRESERVED),
+    OwnCase("tolerating-the-taint-broken", "high", {"tolerations": [{**TOLERATES_TEAM, "value": "team-b"}]}, "a100",
+            [team_node("h100", H100, "team-b"), make_node("a100", A100)], {}, "broken", "H100 had room",
+            admitted=UNRESERVED),
+    OwnCase("tolerating-everything-broken", "high", {"tolerations": [{"operator": "Exists"}]}, "a100",
+            [team_node("h100", H100, "team-b"), make_node("a100", A100)], {}, "broken", "H100 had room",
+            admitted=UNRESERVED),
+    OwnCase("a-prefer-no-schedule-taint-reserves-nothing", "high", {}, "a100",
+            [team_node("h100", H100, "team-b", "PreferNoSchedule"), make_node("a100", A100)], {},
+            "broken", "H100 had room"),
+    # what the scheduler does not enforce excuses nothing
+    OwnCase("a-preferred-affinity-is-no-constraint", "high",
+            {"affinity": {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+                {"weight": 100, "preference": {"matchExpressions": [
+                    {"key": "team", "operator": "In", "values": ["team-a"]}]}}]}}}, "a100-team",
+            [make_node("h100", H100), make_node("a100-team", A100, labels={"team": "team-a"})], {},
+            "broken", "H100 had room"),
+    OwnCase("a-label-the-view-does-not-keep-is-taken-to-hold", "high",
+            {"nodeSelector": {"nvidia.com/gpu.present": "true"}}, "a100",
+            [make_node("h100", H100), make_node("a100", A100, labels={"nvidia.com/gpu.present": "true"})], {},
+            "broken", "H100 had room"),
+    # binpack: the fuller L4 node is another team's; among the Pod's own nodes, its node was the fullest
+    OwnCase("binpack-judged-among-its-own-nodes", "packed", {"nodeSelector": {"team": "team-a"}}, "l4-a",
+            [make_node("l4-a", L4, gpus=4, labels={"team": "team-a"}),
+             make_node("l4-b", L4, gpus=4, labels={"team": "team-b"})], {"l4-b": 3}, "best"),
+    OwnCase("binpack-its-own-fuller-node-broken", "packed", {"nodeSelector": {"team": "team-a"}}, "l4-a",
+            [make_node("l4-a", L4, gpus=4, labels={"team": "team-a"}),
+             make_node("l4-b", L4, gpus=4, labels={"team": "team-a"})], {"l4-b": 2},
+            "broken", "a node of L4 would have had 75% of its GPUs in use, this one 25%"),
+]
+
+
+@pytest.mark.parametrize("case", OWN, ids=[c.id for c in OWN])
+def test_judged_against_the_nodes_its_own_constraints_allow(case: OwnCase) -> None:
+    pod = as_placed(case.class_name, case.admitted or case.nodes, **case.spec)
+    verdict = judge_bind(pod, case.node, snapshot_of(case.nodes, case.used), CATALOG)
+    assert verdict is not None and (verdict.outcome, verdict.better) == (case.expected, case.better)
+
+
+def test_an_affinity_in_gpu_class_shape_excuses_nothing() -> None:
+    """A Pod's author writes what the webhook appends (an `In` over the types, last in its term) with types of
+    its own: set aside as gpu-class's, it cannot narrow where the Pod is judged, though it pins the Pod to A100."""
+    nodes = [make_node("h100", H100), make_node("a100", A100)]
+    obj = make_pod({"gpu-class.io/class": "high", "gpu-class.io/types": "H100,A100"}, gpu_limit="1",
+                   affinity=own_affinity({"key": "team", "operator": "DoesNotExist"},
+                                         {"key": "nvidia.com/gpu.product", "operator": "In", "values": [A100]}))
+    obj["metadata"]["uid"] = "uid-p"
+    pod = unbound_gpu_pod(obj, (GPU,))
+    assert pod is not None and pod.own.terms == ((Requirement("team", "DoesNotExist"),),)
+    verdict = judge_bind(pod, "a100", snapshot_of(nodes), CATALOG)
+    assert verdict is not None and (verdict.outcome, verdict.better) == ("broken", "H100 had room")
+
+
+def test_the_restriction_gpu_class_appends_is_not_the_pods_own() -> None:
+    """A Pod placed without constraints of its own: what the webhook wrote leaves it none."""
+    pod = as_placed("high", [make_node("h100", H100), make_node("a100", A100)])
+    assert pod.node_terms and pod.own.terms == () and not pod.own.selects
+
+
+def test_the_nodes_a_pod_may_use_follow_the_nodes_and_the_devices_in_use() -> None:
+    """The nodes a kind of Pod may use are read once per node map (a bind changes only the devices in use); a
+    bind that fills the team's H100 node and a node that joins the team are both seen."""
+    nodes = [team_node("h100-team", H100), team_node("a100-team", A100)]
+    pod = as_placed("high", nodes, nodeSelector={"team": "team-a"}, tolerations=[TOLERATES_TEAM])
+    state = InventoryState(catalog=CATALOG, synced=True, watch_pods=True)
+    state.replace_nodes(i for i in (node_info_from_object(n, CATALOG) for n in nodes) if i is not None)
+    free = state.publish()
+    assert judge_bind(pod, "a100-team", free, CATALOG) == BindVerdict("high", "broken", "A100", "H100 had room")
+    state.replace_pods([("ml/other", "h100-team", {GPU: 8})], {})
+    full = state.publish()
+    assert full.nodes is free.nodes  # the same node map: what the Pod may use is not read again
+    assert judge_bind(pod, "a100-team", full, CATALOG) == BindVerdict("high", "fallback", "A100")
+    # a free H100 node joins the team: a new node map, read again
+    joined = [*nodes, make_node("h100-b", H100, labels={"team": "team-a"})]
+    state.replace_nodes(i for i in (node_info_from_object(n, CATALOG) for n in joined) if i is not None)
+    grown = state.publish()
+    assert grown.nodes is not free.nodes
+    assert judge_bind(pod, "a100-team", grown, CATALOG) == BindVerdict("high", "broken", "A100", "H100 had room")
+
+
+def affinity_terms(*terms: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": t} for t in terms]}}}
+
+
+def with_restriction(spec: dict[str, Any]) -> dict[str, Any]:
+    """The spec with the `In` gpu-class appends to each term of a required affinity: set aside, it changes nothing."""
+    required = (spec.get("affinity") or {}).get("nodeAffinity", {}).get("requiredDuringSchedulingIgnoredDuringExecution")
+    if required is None:
+        return spec
+    restriction = {"key": "nvidia.com/gpu.product", "operator": "In", "values": [A100]}
+    terms = [{**t, "matchExpressions": [*t.get("matchExpressions", []), restriction]} for t in required["nodeSelectorTerms"]]
+    return {**spec, "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": terms}}}}
+
+
+NODE_LABELS = {"team": "team-a", "gpu-count": "8", "nvidia.com/gpu.present": "true"}
+
+
+@pytest.mark.parametrize("spec, admitted", [
+    pytest.param({}, True, id="no-constraints"),
+    pytest.param({"nodeSelector": {"team": "team-a"}}, True, id="selector-holds"),
+    pytest.param({"nodeSelector": {"team": "team-b"}}, False, id="selector-fails"),
+    pytest.param({"nodeSelector": {"zone": "z1"}}, False, id="selector-on-a-label-the-node-lacks"),
+    pytest.param({"nodeSelector": {"nvidia.com/gpu.present": "false"}}, True, id="a-label-not-kept-holds"),
+    pytest.param({"affinity": affinity_terms([{"key": "gpu-count", "operator": "Gt", "values": ["4"]}])}, True,
+                 id="gt"),
+    pytest.param({"affinity": affinity_terms([{"key": "gpu-count", "operator": "Lt", "values": ["4"]}])}, False,
+                 id="lt"),
+    pytest.param({"affinity": affinity_terms([{"key": "team", "operator": "DoesNotExist"}])}, False,
+                 id="does-not-exist"),
+    pytest.param({"affinity": affinity_terms([{"key": "team", "operator": "In", "values": ["team-b"]}],
+                                             [{"key": "team", "operator": "Exists"}])}, True, id="terms-are-ored"),
+    pytest.param({"affinity": affinity_terms([{"key": "team", "operator": "Exists"},
+                                              {"key": "team", "operator": "NotIn", "values": ["team-a"]}])}, False,
+                 id="expressions-are-anded"),
+    pytest.param({"affinity": affinity_terms([{"key": "team", "operator": "Bogus"}])}, True,
+                 id="an-operator-not-read-holds"),
+    pytest.param({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": ["n"]}]}]}}}},
+        False, id="match-fields-name"),
+])
+def test_own_constraints_follow_kubernetes_rules(spec: dict[str, Any], admitted: bool) -> None:
+    node = node_info_from_object(make_node("n", H100, labels=NODE_LABELS), CATALOG)
+    assert node is not None
+    own = own_constraints({"spec": spec})
+    restricted = own_constraints({"spec": with_restriction(spec)})
+    assert own.admits(node) is admitted and restricted.admits(node) is admitted

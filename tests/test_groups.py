@@ -365,7 +365,7 @@ def test_a_pending_pod_of_a_full_group_type_says_why_it_waits() -> None:
     snapshot = snapshot_with(NODES, {"a100-1": 6, "a100-2": 7}, members=ON_A100)
     report = build_pod_report(pod, snapshot, CATALOG)
     assert report["group"] == {"name": "train", "runsOn": {"types": ["A100"], "labelKey": GFD,
-                                                           "products": [A100], "pods": 1}}
+                                                           "products": [A100], "pods": 1}, "domains": None}
     # H100 has room, but the scheduler will not put a Pod of this group there
     assert [r["type"] for r in report["room"] or []] == ["A100"] and not can_run_now(report)
     text = render_pod_text(report)
@@ -375,7 +375,7 @@ def test_a_pending_pod_of_a_full_group_type_says_why_it_waits() -> None:
 def test_a_pending_pod_of_a_group_not_started_is_judged_on_its_types() -> None:
     snapshot = snapshot_with(NODES)
     report = build_pod_report(pending_group_pod(snapshot), snapshot, CATALOG)
-    assert report["group"] == {"name": "train", "runsOn": None} and can_run_now(report)
+    assert report["group"] == {"name": "train", "runsOn": None, "domains": None} and can_run_now(report)
     assert "group train: none of its Pods is bound yet" in render_pod_text(report)
 
 

@@ -265,6 +265,43 @@ def test_promtool_test_rules_catches_a_wrong_expectation(rules_dir: Path) -> Non
 # --- the Prometheus Operator objects, checked by hand (no core schema describes them) --------------
 
 
+SERVICE_ACCOUNT_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+# each ServiceMonitor scrapes the Service of its name; those of components with a certificate they make
+# themselves (kube-scheduler, the upgrader) cannot be verified, the webhook's must be
+SELF_SIGNED = {"gpu-class-scheduler", "gpu-class-upgrader"}
+
+
+def service_monitor_problems(obj: Obj, objects: Sequence[Obj]) -> list[str]:
+    problems: list[str] = []
+    spec, name, namespace = obj.get("spec") or {}, obj["metadata"]["name"], obj["metadata"].get("namespace")
+    services = [s for s in deploy.all_of(objects, "Service") if s["metadata"].get("namespace") == namespace
+                and deploy.selects(spec.get("selector"), s["metadata"].get("labels") or {})]
+    installed = [s["metadata"]["name"] for s in deploy.all_of(objects, "Service") if s["metadata"]["name"] == name]
+    if name not in {deploy.SERVICE, *SELF_SIGNED} or [s["metadata"]["name"] for s in services] != installed:
+        problems.append(f"selects Services {[s['metadata']['name'] for s in services]}, not {name} alone")
+    if name == deploy.SERVICE and not installed:
+        problems.append("the webhook's Service is not in the install")
+    for endpoint in spec.get("endpoints") or [{}]:
+        ports = {p.get("name") for s in services for p in s["spec"]["ports"]}
+        if services and endpoint.get("port") not in ports or endpoint.get("scheme") != "https":
+            problems.append(f"endpoint {endpoint} is not a named HTTPS port of the Service")
+        if endpoint.get("bearerTokenFile") != SERVICE_ACCOUNT_TOKEN:
+            problems.append("the endpoint does not present Prometheus' ServiceAccount token: every /metrics asks for one")
+        tls = endpoint.get("tlsConfig") or {}
+        if name in SELF_SIGNED:
+            if tls != {"insecureSkipVerify": True}:
+                problems.append(f"tlsConfig {tls}: the server's certificate is made at its start, verified by nothing")
+            continue
+        if tls.get("serverName") != f"{deploy.SERVICE}.{namespace}.svc" or tls.get("insecureSkipVerify"):
+            problems.append(f"tlsConfig {tls} does not verify the Service's name")
+        mounted = {secret for _, secret, _ in deploy.mounted_files(
+            deploy.webhook_deployment(objects)["spec"]["template"]["spec"],
+            deploy.webhook_container(deploy.webhook_deployment(objects))).values()}
+        if deploy.dig(tls, "ca", "secret", "key") != "ca.crt" or deploy.dig(tls, "ca", "secret", "name") not in mounted:
+            problems.append("tlsConfig.ca is not ca.crt of the Secret the webhook serves from")
+    return problems
+
+
 def monitoring_problems(obj: Obj, objects: Sequence[Obj]) -> list[str]:
     """What the Prometheus Operator needs of a ServiceMonitor or PrometheusRule in this install."""
     problems: list[str] = []
@@ -273,22 +310,7 @@ def monitoring_problems(obj: Obj, objects: Sequence[Obj]) -> list[str]:
         problems.append(f"apiVersion {obj['apiVersion']}")
     namespace = obj["metadata"].get("namespace")
     if obj["kind"] == "ServiceMonitor":
-        services = [s for s in deploy.all_of(objects, "Service") if s["metadata"].get("namespace") == namespace
-                    and deploy.selects(spec.get("selector"), s["metadata"].get("labels") or {})]
-        if [s["metadata"]["name"] for s in services] != [deploy.SERVICE]:
-            problems.append(f"selects Services {[s['metadata']['name'] for s in services]}, not {deploy.SERVICE} alone")
-        for endpoint in spec.get("endpoints") or [{}]:
-            ports = {p.get("name") for s in services for p in s["spec"]["ports"]}
-            if endpoint.get("port") not in ports or endpoint.get("scheme") != "https":
-                problems.append(f"endpoint {endpoint} is not a named HTTPS port of the Service")
-            tls = endpoint.get("tlsConfig") or {}
-            if tls.get("serverName") != f"{deploy.SERVICE}.{namespace}.svc" or tls.get("insecureSkipVerify"):
-                problems.append(f"tlsConfig {tls} does not verify the Service's name")
-            mounted = {name for _, name, _ in deploy.mounted_files(
-                deploy.webhook_deployment(objects)["spec"]["template"]["spec"],
-                deploy.webhook_container(deploy.webhook_deployment(objects))).values()}
-            if deploy.dig(tls, "ca", "secret", "key") != "ca.crt" or deploy.dig(tls, "ca", "secret", "name") not in mounted:
-                problems.append("tlsConfig.ca is not ca.crt of the Secret the webhook serves from")
+        problems += service_monitor_problems(obj, objects)
     elif obj["kind"] == "PrometheusRule":
         if not spec.get("groups") or not all(g.get("rules") for g in spec["groups"]):
             problems.append("no rule groups")
@@ -303,7 +325,9 @@ def test_component_renders_with_an_install(tmp_path: Path) -> None:
     objects = kustomize_install(tmp_path, deploy.make_test_certificates(), [deploy.SELF_MANAGED],
                                 ["components/monitoring"])
     monitoring = [o for o in objects if o["apiVersion"].startswith("monitoring.coreos.com/")]
-    assert sorted(o["kind"] for o in monitoring) == ["PrometheusRule", "ServiceMonitor"]
+    assert sorted(f"{o['kind']} {o['metadata']['name']}" for o in monitoring) == [
+        "PrometheusRule gpu-class", "ServiceMonitor gpu-class", "ServiceMonitor gpu-class-scheduler",
+        "ServiceMonitor gpu-class-upgrader"]
     assert [p for o in monitoring for p in monitoring_problems(o, objects)] == []
     dashboard = deploy.one_of(objects, "ConfigMap", "gpu-class-dashboard", deploy.SYSTEM_NAMESPACE)
     assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"

@@ -52,7 +52,7 @@ def types_of(body: dict[str, Any]) -> str | None:
 
 
 def scrape(server: Server) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    status, text = server.get("/metrics")
+    status, text = server.metrics()
     assert status == 200
     return {
         (s.name, tuple(sorted(s.labels.items()))): s.value
@@ -155,14 +155,15 @@ def test_watch_restart_series_are_exported_at_zero(tmp_path: Path) -> None:
             restarts = series(scrape(server), "gpu_class_watch_restarts_total")
             assert restarts == {(resource, reason): 0.0
                                 for resource in ("nodes", "namespaces", "pods", "deviceclasses", "resourceslices",
-                                                 "resourceclaims", "nodepools", "customresourcedefinitions",
-                                                 "apiservices")
+                                                 "resourceclaims", "resourceclaimtemplates", "nodepools",
+                                                 "customresourcedefinitions", "apiservices")
                                 for reason in ("timeout", "expired", "error")}
             # this fake serves neither DRA nor Karpenter (but CRDs and APIServices, as every API server, their
             # heralds): read, and not read, by every worker
             read = series(scrape(server), "gpu_class_inventory_resource_read")
             assert read == {("nodes",): 1, ("namespaces",): 1, ("pods",): 1, ("deviceclasses",): 0,
-                            ("resourceslices",): 0, ("resourceclaims",): 0, ("nodepools",): 0,
+                            ("resourceslices",): 0, ("resourceclaims",): 0, ("resourceclaimtemplates",): 0,
+                            ("nodepools",): 0,
                             ("customresourcedefinitions",): 1, ("apiservices",): 1}, read
             api.drop_watches()
             deadline = time.monotonic() + 10
@@ -186,6 +187,12 @@ def placed_pod(name: str, node: str | None = None, gpus: int = 1, types: str = "
 def watches(api: FakeApiServer) -> Counter[str]:
     """Watch requests by path: a reflector watches once its list is in the worker's inventory."""
     return Counter(r.path for r in api.request_log if r.is_watch)
+
+
+WATCHED = {"/api/v1/nodes", "/api/v1/pods", "/api/v1/namespaces", "/apis/resource.k8s.io/v1/resourceslices",
+           "/apis/resource.k8s.io/v1/deviceclasses", "/apis/resource.k8s.io/v1/resourceclaims",
+           "/apis/resource.k8s.io/v1/resourceclaimtemplates", "/apis/karpenter.sh/v1/nodepools",
+           "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", "/apis/apiregistration.k8s.io/v1/apiservices"}
 
 
 def test_binds_are_counted_once_across_workers_and_worker_deaths(tmp_path: Path) -> None:
@@ -233,7 +240,7 @@ def test_binds_are_counted_once_across_workers_and_worker_deaths(tmp_path: Path)
                     api.delete("Pod", name, "ml")
                 if round_ < 2:  # a new worker has listed everything before the next round's Pods exist
                     before = watches(api)
-                    assert len(before) == 9, before  # every resource the worker reads, the heralds too
+                    assert set(before) == WATCHED, before  # every resource the worker reads, the heralds too
                     os.kill(originals[round_], signal.SIGKILL)
                     deadline = time.monotonic() + 30
                     while any(watches(api)[path] <= n for path, n in before.items()):

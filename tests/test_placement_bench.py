@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections import Counter
 from typing import Callable
@@ -10,8 +11,8 @@ import pytest
 
 from bench.placement.placement_cluster import cpu_millis, memory_mib, read_scheduler_times
 from bench.placement.placement_model import (
-    BEST_NODES, STRATEGY_CLASS, NodeState, Outcome, Verdicts, Workload, allowed_types, judge, make_fleet, make_streams,
-    merge, pods_per_second, promised, utilisation_spread,
+    BEST_NODES, GPU, KINDS, SICK_CONDITION, STRATEGY_CLASS, NodeSpec, NodeState, Outcome, Verdicts, Workload, allowed_types,
+    is_sick, judge, make_fleet, make_streams, merge, pods_per_second, promised, sicken, utilisation_spread,
 )
 from tests.builders import make_node, make_pod
 from webhook.core.catalog.loading import load_catalog_text, load_default_catalog
@@ -40,8 +41,9 @@ ONE = Workload("w", "high", 1, 500)
 JOB = Workload("j", "high", 1, 500, "job", 3)
 
 
-def node(name: str, gpu_type: str, gpus: int, free: int | None = None, cpu: int = 64_000) -> NodeState:
-    return NodeState(name, gpu_type, gpus, gpus if free is None else free, cpu, 512 * 1024)
+def node(name: str, gpu_type: str, gpus: int, free: int | None = None, cpu: int = 64_000,
+         sick: bool = False) -> NodeState:
+    return NodeState(name, gpu_type, gpus, gpus if free is None else free, cpu, 512 * 1024, sick)
 
 
 def one(strategy: str, gpus: int = 1) -> Workload:
@@ -266,3 +268,134 @@ def test_scheduler_times_add_up_the_profiles() -> None:
     ])
     assert read_scheduler_times(text) == {"attempt sum": 0.75, "attempt count": 4, "Filter sum": 0.125,
                                           "PreFilter sum": 0.5, "Score sum": 0.0625}
+
+
+# --- sick nodes ----------------------------------------------------------------------------
+
+# h100-a is sick; h100-b healthy; the L40S node healthy, the A100 one sick
+SICK_CLUSTER = {n.name: n for n in (node("h100-a", "H100", 8, sick=True), node("h100-b", "H100", 8, free=2),
+                                    node("l40s-a", "L40S", 4), node("a100-a", "A100", 8, sick=True),
+                                    node("t4-a", "T4", 4))}
+ALL_H100_SICK = {**SICK_CLUSTER, "h100-b": node("h100-b", "H100", 8, sick=True)}
+
+
+@pytest.mark.parametrize("cluster, outcomes, expected, on_sick", [
+    pytest.param(SICK_CLUSTER, [bound("p", "h100-b")], (1, 1, 1, 0, 0), 0, id="healthy-best-type-right"),
+    pytest.param(SICK_CLUSTER, [bound("p", "h100-a")], (1, 0, 0, 0, 0), 1, id="sick-best-type-node-wrong"),
+    # h100-b has 2 free: a 4-GPU Pod's best type with room is L40S, the sick H100 node's room not counted
+    pytest.param(SICK_CLUSTER, [bound("p", "l40s-a", Workload("w", "high", 4, 500))], (1, 1, 1, 0, 0), 0,
+                 id="best-type-with-room-judged-on-healthy-nodes"),
+    pytest.param(ALL_H100_SICK, [bound("p", "l40s-a")], (1, 1, 1, 0, 0), 0, id="every-best-type-node-sick"),
+    pytest.param(SICK_CLUSTER, [bound("p", "a100-a", one("balanced"))], (1, 0, 0, 0, 0), 1,
+                 id="balanced-emptiest-but-sick-wrong"),
+    pytest.param(SICK_CLUSTER, [bound("p", "l40s-a", one("balanced"))], (1, 1, 0, 0, 0), 0,
+                 id="balanced-emptiest-healthy-right"),
+    pytest.param(SICK_CLUSTER, [bound("p", "a100-a", one("cost", 8))], (1, 0, 0, 0, 0), 1,
+                 id="cost-only-a-sick-node-fits"),
+    pytest.param(SICK_CLUSTER, [pending("p", one("performance", 8))], (0, 0, 0, 0, 1), 0,
+                 id="pending-when-only-sick-nodes-hold-it-is-right"),
+    pytest.param(SICK_CLUSTER, [pending("p", one("performance", 4))], (0, 0, 0, 1, 0), 0,
+                 id="pending-while-a-healthy-node-holds-it-is-wrong"),
+])
+def test_judge_with_sick_nodes(cluster: dict[str, NodeState], outcomes: list[Outcome], expected: tuple[int, ...],
+                               on_sick: int) -> None:
+    v = merge(list(judge(cluster, outcomes, CATALOG).values()))
+    assert (tally(v), v.on_sick) == (expected, on_sick)
+
+
+def test_a_bind_to_a_sick_node_says_so() -> None:
+    assert judge(SICK_CLUSTER, [bound("p", "h100-a")], CATALOG)["single"].wrong == ["p (1 GPUs) on h100-a (H100, sick)"]
+
+
+def test_sick_nodes_are_left_out_of_the_spread() -> None:
+    # healthy H100 6 of 8 in use, plus 1: 7/8; T4 0 of 4. The sick H100 node's 8 free GPUs do not count.
+    outcomes = [bound("p", "h100-b")]
+    assert utilisation_spread(SICK_CLUSTER, outcomes, ["H100", "T4"]) == pytest.approx(7 / 8)
+
+
+def _gpu_nodes(product: str, count: int) -> list[NodeSpec]:
+    return [NodeSpec(f"{product}-{i}", product, 8, 64_000, 512 * 1024, tainted=False) for i in range(count)]
+
+
+@pytest.mark.parametrize("percent, count, sick_at", [
+    pytest.param(0, 40, [], id="none"),
+    pytest.param(5, 3, [0], id="the-best-types-handful-has-one"),
+    pytest.param(5, 20, [0], id="five-percent-of-20-is-1"),
+    pytest.param(5, 21, [0, 20], id="of-21-rounded-up-2"),
+    pytest.param(5, 40, [0, 20], id="five-percent-of-40-is-2"),
+    pytest.param(10, 30, [0, 10, 20], id="ten-percent-of-30"),
+    pytest.param(50, 4, [0, 2], id="half"),
+    pytest.param(2.5, 80, [0, 40], id="a-fraction-of-a-percent"),
+])
+def test_sicken_takes_the_share_of_each_product_rounded_up(percent: float, count: int, sick_at: list[int]) -> None:
+    nodes = sicken(_gpu_nodes("NVIDIA-L4", count), percent)
+    assert [i for i, n in enumerate(nodes) if n.sick] == sick_at
+
+
+def test_sicken_counts_each_product_apart_and_alternates_the_signs() -> None:
+    cpu = NodeSpec("cpu", "", 0, 16_000, 64 * 1024, tainted=False)
+    nodes = sicken([*_gpu_nodes("Tesla-T4", 3), cpu, *_gpu_nodes("NVIDIA-L4", 3), cpu], 5)
+    assert [(n.name, n.sick) for n in nodes if n.sick] == [("Tesla-T4-0", "allocatable"), ("NVIDIA-L4-0", "condition")]
+
+
+@pytest.mark.parametrize("percent", [-1, 100, 150])
+def test_sicken_refuses_a_share_that_is_not_one(percent: float) -> None:
+    with pytest.raises(ValueError, match="sick_percent"):
+        sicken(_gpu_nodes("NVIDIA-L4", 3), percent)
+
+
+def test_a_sick_fleet_is_the_healthy_one_with_the_same_sick_nodes_at_every_size() -> None:
+    small, large = make_fleet(500, 5), make_fleet(5000, 5)
+    assert large[:500] == small
+    assert [dataclasses.replace(n, sick="") for n in large] == make_fleet(5000)
+    sick = [n for n in large if n.sick]
+    assert not any(n.sick for n in large if not n.gpus)
+    # the best types' first node each: one H100 by allocatable, one T4 by the condition
+    assert [(n.name, n.sick) for n in sick[:2]] == [("pl-h100-0", "allocatable"), ("pl-t4-0", "condition")]
+    by_product = Counter(n.product for n in large if n.gpus)
+    sick_by_product = Counter(n.product for n in sick)
+    assert all(sick_by_product[p] == -(-k * 5 // 100) for p, k in by_product.items()), sick_by_product
+    assert abs(sum(n.sick == "allocatable" for n in sick) - sum(n.sick == "condition" for n in sick)) <= 1
+
+
+UNHEALTHY = (SICK_CONDITION,)
+READY = {"type": "Ready", "status": "True"}
+
+
+@pytest.mark.parametrize("capacity, allocatable, conditions, sick", [
+    pytest.param({GPU: "8"}, {GPU: "8"}, [READY], False, id="healthy"),
+    pytest.param({GPU: "9"}, {GPU: "8"}, [READY], True, id="allocatable-below-capacity"),
+    pytest.param({}, {GPU: "8"}, [READY], False, id="no-capacity-reported"),
+    pytest.param({GPU: "8"}, {GPU: "8"}, [READY, {"type": "AcceleratedHardwareReady", "status": "False"}], True,
+                 id="the-unhealthy-condition"),
+    pytest.param({GPU: "8"}, {GPU: "8"}, [READY, {"type": "AcceleratedHardwareReady", "status": "True"}], False,
+                 id="the-condition-healthy"),
+    pytest.param({GPU: "8"}, {GPU: "8"}, [{"type": "GPUHealthy", "status": "False"}], False,
+                 id="a-condition-the-catalog-does-not-name"),
+    pytest.param({"cpu": "4"}, {"cpu": "3"}, [READY], False, id="cpu-below-capacity-is-not-gpu-sickness"),
+])
+def test_is_sick(capacity: dict[str, str], allocatable: dict[str, str], conditions: list[dict[str, str]],
+                 sick: bool) -> None:
+    assert is_sick(capacity, allocatable, conditions, UNHEALTHY) is sick
+
+
+def test_the_built_in_catalog_counts_the_benchs_condition_as_unhealthy() -> None:
+    assert SICK_CONDITION in BUILT_IN.unhealthy_conditions
+
+
+def test_the_report_counts_each_paths_pods_on_sick_nodes() -> None:
+    from bench.placement.placement import Path_, SizeRun, StreamResult, render
+
+    fleet = make_fleet(100, 5)
+    run = SizeRun(100, sick=[n for n in fleet if n.sick])
+    paths: tuple[tuple[Path_, int], ...] = (("profiles", 0), ("default", 1))
+    for strategy in STRATEGY_CLASS:
+        for path, on_sick in paths:
+            run.streams.append(StreamResult(100, strategy, path, {k: Verdicts(placed=2, right=2 - on_sick,
+                                                                               on_sick=on_sick) for k in KINDS}, None))
+    text = render([run], "python -m bench placement --sick-percent 5", ["profiles", "default"])
+    assert text.startswith("## Placement at scale with sick nodes")
+    assert "of the best types' handful, pl-h100-0 (allocatable), pl-t4-0 (condition)" in text
+    assert "Pods bound to a sick node (streams and bursts): 0 / 12." in text  # 4 strategies x 3 kinds on (a)
+    healthy = render([SizeRun(100, streams=run.streams)], "python -m bench placement", ["profiles", "default"])
+    assert "sick" not in healthy

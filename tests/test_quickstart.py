@@ -33,6 +33,7 @@ import yaml
 
 import local_cluster
 import test_deploy as deploy
+import webhook
 from test_deploy import Obj, copy_deploy, kustomize, pod_templates
 
 README = deploy.REPO / "README.md"
@@ -131,7 +132,7 @@ def positionals(argv: Sequence[str], with_value: Sequence[str]) -> list[str]:
 
 
 def image_repository(image: str) -> str:
-    """registry.example.com:5000/x/gpu-class:0.1.0 -> registry.example.com:5000/x/gpu-class"""
+    """registry.example.com:5000/x/gpu-class:0.2.0 -> registry.example.com:5000/x/gpu-class"""
     name = image.split("@")[0]
     head, _, tail = name.rpartition("/")
     return f"{head}/{tail.split(':')[0]}" if head else tail.split(":")[0]
@@ -249,7 +250,7 @@ def test_the_quick_start_ends_on_the_node_the_pod_is_bound_to(calls: list[Call])
     pytest.param(lambda s: re.sub(r"^docker build -t \$REGISTRY/gpu-class-scheduler.*$", "", s, flags=re.M),
                  "gpu-class-scheduler runs", id="scheduler-image-not-built"),
     pytest.param(lambda s: re.sub(r"^\s+- \{name: gpu-class-scheduler.*$", "", s, flags=re.M),
-                 "runs gpu-class-scheduler:0.1.0, which no step built", id="scheduler-image-not-set"),
+                 f"runs gpu-class-scheduler:{webhook.__version__}, which no step built", id="scheduler-image-not-set"),
     pytest.param(lambda s: s.replace("kubectl create namespace ml-team\n", ""), "namespace ml-team does not exist",
                  id="namespace-not-created"),
     pytest.param(lambda s: s.replace("deploy/scheduler/plugin &&", ". &&"),

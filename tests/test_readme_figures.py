@@ -3,7 +3,7 @@
 Every link from the README's "What it promises" table to a section of bench/RESULTS.md points to a
 section that names the commit it was measured at (`Commit abc1234` or `Code abc1234`), and that
 commit is the last one to change the default install's scheduler (deploy/scheduler/plugin, by git
-log, its Go tests and test binaries aside: they are not in the image) or a descendant of it (git merge-base
+log, its Go tests, test binaries and the Dockerfile's comments aside: they are not in the image) or a descendant of it (git merge-base
 --is-ancestor). A figure measured on an older scheduler
 fails here until it is measured again or taken out of the table.
 
@@ -69,11 +69,29 @@ def sections() -> dict[str, str]:
     return {anchor: "\n".join(lines) for anchor, lines in found.items()}
 
 
+def shipped(commit: str) -> tuple[tuple[str, str], ...]:
+    """What the scheduler's image is built from at `commit`: each shipped file of SCHEDULER with its text, the
+    Dockerfile's comment lines aside (its `# syntax=` directive kept): a comment there, such as the build command
+    naming the version, is in no image."""
+    names = git("ls-tree", "-r", "--name-only", commit, "--", SCHEDULER, *NOT_SHIPPED).stdout.split()
+    files = []
+    for name in names:
+        text = git("show", f"{commit}:{name}").stdout
+        if name.endswith("Dockerfile"):
+            text = "\n".join(line for line in text.splitlines()
+                             if not line.lstrip().startswith("#") or line.startswith("# syntax="))
+        files.append((name, text))
+    return tuple(files)
+
+
 @cache
 def scheduler_commit() -> str:
-    proc = git("log", "-1", "--format=%H", "--", SCHEDULER, *NOT_SHIPPED)
-    assert proc.returncode == 0 and proc.stdout.strip(), f"git log found no commit of {SCHEDULER}: {proc.stderr}"
-    return proc.stdout.strip()
+    """The last commit that changed what the scheduler's image is built from (not its tests, not a comment of
+    its Dockerfile)."""
+    proc = git("log", "--format=%H", "--", SCHEDULER, *NOT_SHIPPED)
+    commits = proc.stdout.split()
+    assert proc.returncode == 0 and commits, f"git log found no commit of {SCHEDULER}: {proc.stderr}"
+    return next((c for c in commits if shipped(c) != shipped(f"{c}^")), commits[-1])
 
 
 def test_the_table_links_results() -> None:

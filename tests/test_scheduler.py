@@ -16,7 +16,6 @@ objects: tests/test_chart.py).
 
 from __future__ import annotations
 
-import configparser
 import copy
 import re
 import subprocess
@@ -27,6 +26,7 @@ import pytest
 import yaml
 
 import local_cluster
+import webhook
 from scheduler_replicas import (cut_off_leader_stops_within_seconds, parse_duration_seconds, shipped_lease_settings,
                                 worst_takeover_seconds)
 from test_deploy import (CERT_MANAGER, CLIENT_SECRET, DEPLOY, EXTENDER, SELF_MANAGED, STOCK, STRICT_INSTALLS,
@@ -360,9 +360,7 @@ def test_scheduler_verifies_the_webhook_and_shows_its_own_certificate(extender_c
 
 
 def package_version() -> str:
-    setup = configparser.ConfigParser()
-    setup.read(DEPLOY.parent / "setup.cfg")
-    return setup["metadata"]["version"]
+    return webhook.__version__
 
 
 def scheduler_deployment(objects: Sequence[Obj]) -> Obj:

@@ -267,7 +267,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 
 
 def cut_count(server: Server, outcome: str) -> float:
-    status, text = server.get("/metrics")
+    status, text = server.metrics()
     assert status == 200
     return sum(s.value for family in text_string_to_metric_families(text) for s in family.samples
                if s.name == "gpu_class_admission_requests_total" and s.labels == {"outcome": outcome, "class": "none"})

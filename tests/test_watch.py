@@ -387,10 +387,10 @@ def test_a_pod_the_view_holds_is_forgotten_when_its_gpus_leave_its_line(api: Fak
 
 
 @pytest.mark.parametrize("order", [
-    pytest.param(("nodes", "namespaces", "pods", "deviceclasses", "resourceslices", "resourceclaims", "nodepools",
-                  "customresourcedefinitions", "apiservices"), id="nodes-first"),
-    pytest.param(("apiservices", "customresourcedefinitions", "nodepools", "resourceclaims", "pods", "resourceslices",
-                  "namespaces", "deviceclasses", "nodes"), id="pods-first"),
+    pytest.param(("nodes", "namespaces", "pods", "deviceclasses", "resourceslices", "resourceclaims",
+                  "resourceclaimtemplates", "nodepools", "customresourcedefinitions", "apiservices"), id="nodes-first"),
+    pytest.param(("apiservices", "customresourcedefinitions", "nodepools", "resourceclaimtemplates", "resourceclaims",
+                  "pods", "resourceslices", "namespaces", "deviceclasses", "nodes"), id="pods-first"),
 ])
 def test_synced_once_every_first_list_is_in_whatever_the_reflectors_flags_say(api: FakeApiServer,
                                                                               order: tuple[str, ...]) -> None:
@@ -658,7 +658,7 @@ def test_served_by_gunicorn_workers_from_a_live_watch(api: FakeApiServer, tmp_pa
             return all(types_annotation(server.post("/mutate", review)[1]) == "A100" for _ in range(8))
 
         eventually(every_worker_sees_it, timeout_seconds=20, what="both workers updated")
-        assert re.search(r"^gpu_class_inventory_synced_workers 2\.0$", server.get("/metrics")[1], re.M)
+        assert re.search(r"^gpu_class_inventory_synced_workers 2\.0$", server.metrics()[1], re.M)
         assert api.server_errors == []
 
 

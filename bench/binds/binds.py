@@ -88,7 +88,8 @@ def run_round(catalog: Catalog, fleet: list[dict[str, Any]], binds: int, *, judg
     inventory.namespaces_watch.replace([])
     heralds = [r.replace for r in inventory.reflectors if r.name in {h.resource for h in HERALDS}]
     replaces: list[Callable[[list[Any]], None]] = [inventory.dra_watch.replace_slices, inventory.dra_watch.replace_classes,
-                                                   inventory.dra_watch.replace_claims, inventory.pools_watch.replace, *heralds]
+                                                   inventory.dra_watch.replace_claims, inventory.dra_watch.replace_templates,
+                                                   inventory.pools_watch.replace, *heralds]
     for replace in replaces:
         replace([])  # a device-plugin fleet: DRA, NodePools and their heralds read, and empty
     names = [n["metadata"]["name"] for n in fleet]

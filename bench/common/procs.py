@@ -283,6 +283,8 @@ def gpuclass_serve_command(*, port: int, cert_dir: Path, nodes_file: Path, worke
         "--cert-file", str(cert_dir / "tls.crt"), "--key-file", str(cert_dir / "tls.key"),
         "--bind", f"127.0.0.1:{port}", "--workers", str(workers), "--threads", str(threads),
         "--log-level", log_level,
+        # a file inventory, no API server to check scrapes with: metrics unchecked, on loopback
+        "--metrics-bind", f"127.0.0.1:{free_port()}", "--metrics-auth", "none",
     ]
 
 

@@ -24,6 +24,7 @@ from typing import Any, Callable, Sequence
 
 from flask import Flask, Response, request
 
+from bench.common.procs import free_port
 from webhook.serving.config import ServeConfig
 from webhook.serving.server import WebhookServer, build_app, check_config, prepare_metrics_dir
 
@@ -93,9 +94,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     p.add_argument("--log-level", default="info")
     p.add_argument("--answer-file", help="baseline: JSON object whose fields every answer carries (patch, warnings)")
     args = p.parse_args(argv)
+    # a port of its own for /metrics, unchecked on loopback (no API server here): variants run side by side
     config = ServeConfig(
         cert_file=args.cert_file, key_file=args.key_file, bind=args.bind, nodes_files=tuple(args.nodes),
         workers=args.workers, threads=args.threads, log_level=args.log_level,
+        metrics_bind=f"127.0.0.1:{free_port()}", metrics_auth="none",
     )
     factory: Callable[[ServeConfig], Flask] = create_baseline_app
     if args.answer_file:

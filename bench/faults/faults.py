@@ -191,7 +191,7 @@ def noop_configuration(template: Mapping[str, Any], url: str, ca_bundle: bytes) 
     return config
 
 
-def relists(port: int, ca_file: Path) -> Counter[str]:
+def relists(port: int, ca_file: Path) -> Counter[str]:  # port: the replica's metrics listener
     """A replica's watch restarts after 410 Gone so far, by resource it watches (its workers added up).
     A resource that is off (not served here: NodePools without Karpenter) has no watch to restart."""
     context = ssl.create_default_context(cafile=str(ca_file))
@@ -223,6 +223,7 @@ class Suite:
     work: Path = field(init=False)
     namespaces: dict[str, str] = field(default_factory=dict)
     windows: list[Window] = field(default_factory=list)
+    metrics_ports: dict[int, int] = field(default_factory=dict)  # a replica's admission port -> its metrics port
 
     def __post_init__(self) -> None:
         self.api = Api(self.cluster)
@@ -249,7 +250,9 @@ class Suite:
     def _gpuclass_command(self, port: int) -> list[str]:
         return [local_cluster.gpuclass_path(), "serve", f"--kubeconfig={self.cluster.dir / 'gpu-class.kubeconfig'}",
                 f"--config={local_cluster.webhook_catalog(self.cluster)}", f"--cert-file={self.volume.file('tls.crt')}",
-                f"--key-file={self.volume.file('tls.key')}", f"--bind=127.0.0.1:{port}"]
+                f"--key-file={self.volume.file('tls.key')}", f"--bind=127.0.0.1:{port}",
+                f"--metrics-bind=127.0.0.1:{self.metrics_ports.setdefault(port, local_cluster.free_port())}",
+                "--metrics-auth=none"]
 
     def _noop_command(self, port: int) -> list[str]:
         # gpuclass serve's worker settings: 2 workers of 1 thread
@@ -437,7 +440,7 @@ class Suite:
 
     def fault_compact_etcd(self) -> str:
         ports = [self.gpu_backend.slots[s] for s in self.gpu.active]
-        before = [relists(p, self._ca_file()) for p in ports]
+        before = [relists(self.metrics_ports[p], self._ca_file()) for p in ports]
         revisions: list[int] = []
         # compacted while the API server is down: no watch moves past the compacted revision meanwhile
         self.cluster.restart_apiserver(while_stopped=lambda: revisions.append(self.cluster.compact_etcd()))
@@ -445,7 +448,7 @@ class Suite:
         # every worker of every replica relists each resource it watches
         deadline = time.monotonic() + 90
         while True:
-            grown = [{r: n - b[r] for r, n in relists(p, self._ca_file()).items()} for p, b in zip(ports, before)]
+            grown = [{r: n - b[r] for r, n in relists(self.metrics_ports[p], self._ca_file()).items()} for p, b in zip(ports, before)]
             if all(n >= WORKERS for g in grown for n in g.values()) or time.monotonic() > deadline:
                 break
             time.sleep(1)

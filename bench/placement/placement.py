@@ -19,6 +19,10 @@ bench/placement/placement_model.py says. Then bursts: 30 one-GPU Pods created at
 alternate the paths, give Pods per second (first Pod added to last bound). kube-scheduler's own
 metrics give each path's time per scheduling attempt of the streams, and its PreFilter, Filter and
 Score extension points.
+
+With --sick-percent, that share of each GPU type's nodes is unhealthy (placement_model.sicken):
+gpu-class promises only healthy nodes, so a Pod bound to a sick one is wrong, and the report says
+per path how many Pods were.
 """
 
 from __future__ import annotations
@@ -43,8 +47,8 @@ from bench.placement.placement_cluster import (  # noqa: E402
     barrier, cluster_state, create_nodes, delete_nodes, drop_namespace, make_namespace, run_stream, scheduler_times,
 )
 from bench.placement.placement_model import (  # noqa: E402
-    KINDS, Kind, NodeSpec, NodeState, Outcome, Verdicts, Workload, allowed_types, judge, make_fleet, make_streams, merge, pods_per_second,
-    utilisation_spread,
+    BEST_NODES, KINDS, SICK_CONDITION, Kind, NodeSpec, NodeState, Outcome, Verdicts, Workload, allowed_types, judge,
+    make_fleet, make_streams, merge, pods_per_second, utilisation_spread,
 )
 from bench.common.commit import measured_at  # noqa: E402
 from bench.common.sections import write_section  # noqa: E402
@@ -94,6 +98,7 @@ class SizeRun:
     bursts: list[BurstResult] = field(default_factory=list)
     # per path, kube-scheduler's mean ms per scheduling attempt of the streams: attempt, Filter, Score
     scheduler_ms: dict[Path_, dict[str, float]] = field(default_factory=dict)
+    sick: list[NodeSpec] = field(default_factory=list)  # the fleet's sick nodes
 
 
 def read_catalog() -> Catalog:
@@ -109,12 +114,16 @@ def _turn(paths: Sequence[Path_], i: int) -> list[Path_]:
 
 def run_sizes(cluster: local_cluster.Cluster, sizes: Sequence[int], streams: Mapping[str, Sequence[Workload]],
               paths: Sequence[Path_] = PATHS, pending_seconds: float = PENDING_SECONDS, burst_pods: int = 30,
-              burst_rounds: int = 5, log: Callable[[str], None] = print) -> list[SizeRun]:
+              burst_rounds: int = 5, log: Callable[[str], None] = print, sick_percent: float = 0.0) -> list[SizeRun]:
     """Grow the fleet to each size in turn and run every stream and burst on every path there."""
     api = kubernetes.config.new_client_from_config(config_file=str(cluster.kubeconfig))
     api.configuration.connection_pool_maxsize = 16
     core: Any = kubernetes.client.CoreV1Api(api)
     catalog = read_catalog()
+    if sick_percent and SICK_CONDITION not in catalog.unhealthy_conditions:
+        raise RuntimeError(f"--sick-percent: the webhook's catalog does not count {'='.join(SICK_CONDITION)} as "
+                           f"unhealthy (its unhealthyConditions: {catalog.unhealthy_conditions}); the sick nodes "
+                           "would not be sick to it")
     # left by an interrupted run on a kept cluster
     delete_nodes(core, [n.metadata.name for n in core.list_node().items if n.metadata.name.startswith("pl-")])
     fill_ns = make_namespace(core, "pl-fill", opted_in=False)
@@ -124,14 +133,14 @@ def run_sizes(cluster: local_cluster.Cluster, sizes: Sequence[int], streams: Map
     try:
         for size in sorted(sizes):
             started = time.monotonic()
-            fleet = make_fleet(size)
+            fleet = make_fleet(size, sick_percent)
             create_nodes(core, fleet[len(made):], fill_ns)
             made = fleet
             if barrier_node:
                 delete_nodes(core, [barrier_node])
             barrier_node = f"pl-barrier-{size}"
             barrier(api, cluster, barrier_node, [SCHEDULER[p] for p in paths], fill_ns)
-            run = SizeRun(size, fleet_seconds=time.monotonic() - started)
+            run = SizeRun(size, fleet_seconds=time.monotonic() - started, sick=[n for n in fleet if n.sick])
             log(f"placement: {size} nodes made in {run.fleet_seconds:.0f} s")
             before = {p: scheduler_times(cluster, scheduler_port(cluster, p)) for p in paths}
             for s, (strategy, workloads) in enumerate(streams.items()):
@@ -189,6 +198,7 @@ def _on_path(api: Any, catalog: Catalog, prefix: str, workloads: Sequence[Worklo
 
 def _brief(v: Verdicts) -> str:
     return (f"{v.right}/{v.placed} right, {v.wrongly_pending} wrongly and {v.rightly_pending} rightly Pending"
+            + (f", {v.on_sick} on sick nodes" if v.on_sick else "")
             + (f"; {'; '.join(v.wrong[:3])}" if v.wrong else ""))
 
 
@@ -206,9 +216,36 @@ def _side_by_side(cells: Sequence[str]) -> str:
     return " / ".join(cells)
 
 
+def _on_sick(run: SizeRun, path: Path_) -> int:
+    """The path's Pods, streams and bursts, bound to a sick node."""
+    return (merge([r.verdicts[k] for r in run.streams if r.path == path for k in KINDS]).on_sick
+            + sum(b.verdicts.on_sick for b in run.bursts if b.path == path))
+
+
+def _sick_fleet(runs: Sequence[SizeRun]) -> str:
+    """The header's sentence on the sick nodes: how many of each sign, those of the best types."""
+    if not any(r.sick for r in runs):
+        return ""
+    sizes = "; ".join(f"{r.size:,} nodes: {len(r.sick)} sick, {sum(n.sick == 'allocatable' for n in r.sick)} with "
+                      f"allocatable GPUs one below capacity, {sum(n.sick == 'condition' for n in r.sick)} with "
+                      f"{'='.join(SICK_CONDITION)}" for r in runs)
+    best_nodes = tuple({f"pl-{short}-" for short, *_ in BEST_NODES})
+    best = ", ".join(f"{n.name} ({n.sick})" for n in runs[-1].sick if n.name.startswith(best_nodes))
+    return (f" Sick nodes: {sizes}; of the best types' handful, {best}. Only healthy nodes are promised: "
+            "a Pod bound to a sick node is wrong, and the best type with room is judged on healthy nodes.")
+
+
+def _sick_line(run: SizeRun, paths: Sequence[Path_]) -> list[str]:
+    if not run.sick:
+        return []
+    return ["", "Pods bound to a sick node (streams and bursts): "
+            + _side_by_side([str(_on_sick(run, p)) for p in paths]) + "."]
+
+
 def render(runs: Sequence[SizeRun], command: str, paths: Sequence[Path_] = PATHS) -> str:
+    sick = _sick_fleet(runs)
     lines = [
-        "## Placement at scale (`python -m bench placement`)",
+        "## Placement at scale" + (" with sick nodes" if sick else "") + " (`python -m bench placement`)",
         "",
         f"{measured_at()}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}. "
         f"Command: `{command}`; Kubernetes {local_cluster.kube_version()}; "
@@ -217,7 +254,7 @@ def render(runs: Sequence[SizeRun], command: str, paths: Sequence[Path_] = PATHS
         "(bench/placement/placement_model.py says how each strategy is judged); create-to-bind: from the Pod's ADDED "
         "to its bound event in one watch; Pods/s: bursts of one-GPU `standard` Pods created at once, "
         "median of the rounds; refused at admission: single Pods the backstop refused because the webhook did "
-        "not answer the API server within its 5 s timeout.",
+        "not answer the API server within its 5 s timeout." + sick,
         "",
         "Paths: " + ", ".join(PATH_TITLE[p] for p in paths) + ".",
         "",
@@ -265,6 +302,7 @@ def render(runs: Sequence[SizeRun], command: str, paths: Sequence[Path_] = PATHS
         lines += ["", "Right binds packed within the best type (the profile's MostAllocated): " + "; ".join(packed)
                   + ". Balanced: spread of the share of GPUs in use between the class's types at the end, "
                   f"points: {_side_by_side(spread)}."]
+        lines += _sick_line(run, paths)
         if run.scheduler_ms:
             lines += ["", "kube-scheduler's own time per scheduling attempt of these streams (mean ms, from its "
                       "metrics; Score runs only where more than one node is feasible): "
@@ -286,6 +324,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=5, help="burst rounds per path (default %(default)s)")
     p.add_argument("--paths", default=",".join(PATHS),
                    help="the schedulers compared, taking turns (default %(default)s)")
+    p.add_argument("--sick-percent", type=float, default=0.0,
+                   help="share of each GPU type's nodes made unhealthy, rounded up (default %(default)s)")
     p.add_argument("--seed", type=int, default=11)
     p.add_argument("--output", type=Path, default=REPO_ROOT / "bench" / "RESULTS.md")
     p.add_argument("--cluster-dir", type=Path, default=None, help="reuse or keep a local cluster here")
@@ -295,11 +335,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     unknown = set(args.paths.split(",")) - set(PATHS)
     if unknown or not paths:
         p.error(f"--paths: unknown {', '.join(sorted(unknown)) or 'none given'}; choose from {', '.join(PATHS)}")
+    if not 0 <= args.sick_percent < 100:
+        p.error(f"--sick-percent: {args.sick_percent:g} is not a share of a type's nodes (at least 0, below 100)")
     with local_cluster.running(args.cluster_dir) as cluster:
         runs = run_sizes(cluster, sizes, make_streams(args.seed, args.pods), paths, burst_pods=args.burst,
-                         burst_rounds=args.rounds, log=lambda line: print(line, file=sys.stderr, flush=True))
+                         burst_rounds=args.rounds, log=lambda line: print(line, file=sys.stderr, flush=True),
+                         sick_percent=args.sick_percent)
     command = "python -m bench placement" + (" " + " ".join(argv) if argv else "")
     text = render(runs, command, paths)
     print(text)
-    write_section(args.output, "placement", text)
+    # its own section: a run with sick nodes does not replace the healthy fleet's figures
+    write_section(args.output, "placement-sick" if args.sick_percent else "placement", text)
     return 0

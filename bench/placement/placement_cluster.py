@@ -29,7 +29,9 @@ from kubernetes.watch.watch import iter_resp_lines
 from webhook.core.catalog.model import Catalog
 
 from bench.common.scrape import read_scheduler_times
-from bench.placement.placement_model import GPU, POD_MEMORY_MIB, NodeSpec, NodeState, Outcome, Workload
+from bench.placement.placement_model import (
+    GPU, POD_MEMORY_MIB, SICK_CONDITION, NodeSpec, NodeState, Outcome, Workload, is_sick,
+)
 
 # The client's models are typed; the API takes the plain dict bodies we send, and answers are
 # read as the JSON they are.
@@ -69,7 +71,8 @@ def parallel(call: Callable[[Any], T], items: Iterable[Any]) -> list[T]:
 
 
 def _create_node(core: Api, name: str, labels: Mapping[str, str], taints: Sequence[Mapping[str, str]],
-                 allocatable: Mapping[str, str]) -> None:
+                 allocatable: Mapping[str, str], capacity: Mapping[str, str] | None = None,
+                 conditions: Sequence[Mapping[str, str]] = ()) -> None:
     try:
         core.delete_node(name)  # left by an interrupted run on a kept cluster
     except ApiException as e:
@@ -78,8 +81,8 @@ def _create_node(core: Api, name: str, labels: Mapping[str, str], taints: Sequen
     core.create_node({
         "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", **labels}},
         "spec": {"taints": list(taints)},
-        "status": {"capacity": allocatable, "allocatable": allocatable,
-                   "conditions": [{"type": "Ready", "status": "True"}]},
+        "status": {"capacity": capacity or allocatable, "allocatable": allocatable,
+                   "conditions": [{"type": "Ready", "status": "True"}, *conditions]},
     }, _preload_content=False)
     # TaintNodesByCondition added `not-ready` at create; this write is the node lifecycle controller's.
     core.patch_node(name, {"spec": {"taints": list(taints)}}, _preload_content=False)
@@ -91,7 +94,10 @@ def create_node(core: Api, n: NodeSpec, fill_namespace: str) -> None:
               **({PRODUCT_LABEL: n.product} if n.product else {})}
     allocatable = {"cpu": f"{n.cpu_millis}m", "memory": f"{n.memory_mib}Mi", "pods": "110",
                    **({GPU: str(n.gpus)} if n.gpus else {})}
-    _create_node(core, n.name, labels, [GPU_TAINT] if n.tainted else [], allocatable)
+    # sick: one GPU more in capacity than allocatable (held out by the device plugin), or the condition
+    capacity = {**allocatable, GPU: str(n.gpus + 1)} if n.sick == "allocatable" else allocatable
+    conditions = [{"type": SICK_CONDITION[0], "status": SICK_CONDITION[1]}] if n.sick == "condition" else []
+    _create_node(core, n.name, labels, [GPU_TAINT] if n.tainted else [], allocatable, capacity, conditions)
     if n.filled_cpu_millis:
         core.create_namespaced_pod(fill_namespace, {
             "metadata": {"name": f"fill-{n.name}"},
@@ -192,7 +198,8 @@ def _extender_knows(cluster: Any, node: str) -> bool:
 
 def cluster_state(core: Api, catalog: Catalog) -> dict[str, NodeState]:
     """The schedulable GPU nodes as the cluster holds them now, less what bound Pods take; each
-    node's type is what the catalog makes of its labels (as the inventory reads them).
+    node's type is what the catalog makes of its labels (as the inventory reads them), and whether
+    it is sick what its status says (is_sick, with the catalog's unhealthy conditions).
 
     Read from the API rather than from the fleet's spec, so nodes and Pods the benchmark did not
     make (another test's, on a shared cluster) are judged too.
@@ -207,9 +214,11 @@ def cluster_state(core: Api, catalog: Catalog) -> dict[str, NodeState]:
         gpus = int(allocatable.get(GPU, 0))
         if not ready or node["spec"].get("unschedulable") or foreign or not gpus:
             continue
+        sick = is_sick(node["status"].get("capacity") or {}, allocatable, node["status"].get("conditions") or [],
+                       catalog.unhealthy_conditions)
         nodes[node["metadata"]["name"]] = NodeState(node["metadata"]["name"], gpu_type, gpus, gpus,
                                                     cpu_millis(allocatable.get("cpu")),
-                                                    memory_mib(allocatable.get("memory")))
+                                                    memory_mib(allocatable.get("memory")), sick)
     for pod in json.loads(core.list_pod_for_all_namespaces(_preload_content=False).data)["items"]:
         state = nodes.get(pod["spec"].get("nodeName") or "")
         if state is None or pod["status"].get("phase") in ("Succeeded", "Failed"):

@@ -7,6 +7,13 @@ are GPU nodes of several types and sizes (1 to 8 GPUs, two thirds of them tainte
 partly filled with CPU work) and 55% CPU-only nodes. make_fleet(n) is the first n
 nodes of one sequence, so a larger fleet holds every node of a smaller one.
 
+With a share of sick nodes (make_fleet's sick_percent), that share of each GPU type's nodes, rounded
+up (so the best types' handful has one: of 3 nodes, 1), is unhealthy as gpu-class reads health
+(docs/operators/live-inventory.md, "Health"): the first node of each product and every one after
+that the share reaches, the same nodes at every size. Sick nodes take turns, in fleet order, between
+the two signs: allocatable GPUs below capacity (the device plugin holding a failed GPU out) and
+the catalog's unhealthy condition (SICK_CONDITION, a node health agent's).
+
 How a stream is judged (judge): the binds are replayed in the order the watch saw them, from the
 cluster's state before the stream; each Pod, at the moment it was bound, is right when its node is
 one its class's strategy promised then, out of the nodes of its class's types that could hold it
@@ -22,7 +29,9 @@ or group), so the class's types are all a Pod may get:
   binpack: a node with the largest share of its GPUs in use once the Pod is placed.
 
 Shares are whole percent, rounded down, as kube-scheduler's NodeResourcesFit scores them; ties are
-all right answers. A Pod found Pending while a node of its allowed types could hold it is "wrongly
+all right answers. Only healthy nodes are promised: a Pod bound to a sick node is wrong (and counted
+in `on_sick`), and the best type with room is the best one with a healthy node that can hold it.
+A Pod found Pending while a healthy node of its allowed types could hold it is "wrongly
 Pending" (judged after the binds seen by then). For `performance` and `cost` the profile also
 packs within the best type; `packed` counts the right binds that went to a node of that type with
 the largest share of its GPUs in use once placed.
@@ -31,10 +40,12 @@ the largest share of its GPUs in use once placed.
 from __future__ import annotations
 
 import dataclasses
+import math
 import random
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Literal, Mapping, Sequence
+from fractions import Fraction
+from typing import Any, Literal, Mapping, Sequence
 
 from webhook.core.catalog.model import Catalog
 from webhook.core.scheduling.extender import PodNeeds, share_after, type_order
@@ -45,6 +56,10 @@ STRATEGY_CLASS = {"performance": "high", "cost": "economy", "balanced": "standar
 Kind = Literal["single", "deployment", "job"]
 KINDS: tuple[Kind, ...] = ("single", "deployment", "job")
 POD_MEMORY_MIB = 4096
+# How a sick node shows it: allocatable GPUs below capacity, or this node condition (the catalog's
+# default unhealthyConditions entry).
+Sickness = Literal["", "allocatable", "condition"]
+SICK_CONDITION = ("AcceleratedHardwareReady", "False")
 
 
 @dataclass(frozen=True)
@@ -56,6 +71,7 @@ class NodeSpec:
     memory_mib: int
     tainted: bool
     filled_cpu_millis: int = 0  # taken by a CPU-only Pod before the streams start
+    sick: Sickness = ""  # healthy, or how it is unhealthy
 
 
 # The handful of best-type nodes, first in every fleet: product, GPUs, CPU cores, memory GiB.
@@ -81,8 +97,9 @@ GPU_NODES_IN_20 = 9  # of the other nodes, 9 in 20 have GPUs; the rest are CPU-o
 CPU_NODE_CORES = (16, 32, 64)
 
 
-def make_fleet(size: int) -> list[NodeSpec]:
-    """The first `size` nodes of the benchmark's cluster (at least the best-type handful)."""
+def make_fleet(size: int, sick_percent: float = 0.0) -> list[NodeSpec]:
+    """The first `size` nodes of the benchmark's cluster (at least the best-type handful), with
+    `sick_percent` of each GPU type's nodes, rounded up, unhealthy (sicken)."""
     nodes = []
     for i, (short, product, gpus, cores, gib) in enumerate(BEST_NODES):
         fill = int(cores * 1000 * random.Random(f"best-{i}").uniform(0.5, 0.75))
@@ -100,7 +117,37 @@ def make_fleet(size: int) -> list[NodeSpec]:
         else:
             cores = rng.choice(CPU_NODE_CORES)
             nodes.append(NodeSpec(f"pl-{j}-cpu", "", 0, cores * 1000, cores * 4 * 1024, tainted=False))
-    return nodes
+    return sicken(nodes, sick_percent)
+
+
+def sicken(nodes: Sequence[NodeSpec], sick_percent: float) -> list[NodeSpec]:
+    """The nodes with `sick_percent` of each product's nodes sick: the i-th node of a product (from 0)
+    is sick when ceil((i + 1) * share) > ceil(i * share), so of its first k nodes ceil(k * share) are,
+    whatever the fleet's size; the sick ones take turns between the two signs, allocatable first."""
+    if not 0 <= sick_percent < 100:
+        raise ValueError(f"sick_percent must be at least 0 and below 100, not {sick_percent}")
+    share = Fraction(str(sick_percent)) / 100  # exact: 5% of 20 nodes is 1, not 1.0000000000000002
+    seen: dict[str, int] = defaultdict(int)
+    signs: tuple[Sickness, Sickness] = ("allocatable", "condition")
+    out, sick = [], 0
+    for n in nodes:
+        i = seen[n.product]
+        if n.product:
+            seen[n.product] += 1
+        if n.product and math.ceil((i + 1) * share) > math.ceil(i * share):
+            n = dataclasses.replace(n, sick=signs[sick % 2])
+            sick += 1
+        out.append(n)
+    return out
+
+
+def is_sick(capacity: Mapping[str, Any], allocatable: Mapping[str, Any], conditions: Sequence[Mapping[str, Any]],
+            unhealthy: Sequence[tuple[str, str]]) -> bool:
+    """Whether a node's status (as the API serves it) is unhealthy for its GPUs: fewer allocatable
+    than capacity, or a condition of `unhealthy` (the catalog's unhealthyConditions). Read from the
+    status here, not from the webhook's answer: that is what is under test."""
+    held_out = int(capacity.get(GPU, allocatable.get(GPU, 0))) > int(allocatable.get(GPU, 0))
+    return held_out or any((c.get("type"), c.get("status")) in unhealthy for c in conditions)
 
 
 @dataclass(frozen=True)
@@ -152,6 +199,7 @@ class NodeState:
     free_gpus: int
     free_cpu_millis: int
     free_memory_mib: int
+    sick: bool = False  # unhealthy (is_sick): never promised
 
     def holds(self, w: Workload) -> bool:
         return (self.free_gpus >= w.gpus and self.free_cpu_millis >= w.cpu_millis
@@ -182,6 +230,7 @@ class Verdicts:
     wrongly_pending: int = 0
     rightly_pending: int = 0
     refused: int = 0  # refused at admission because the webhook did not answer in time
+    on_sick: int = 0  # binds to a sick node (all wrong)
     seconds_to_bind: list[float] = field(default_factory=list)
     wrong: list[str] = field(default_factory=list)
 
@@ -233,7 +282,9 @@ def judge(start: Mapping[str, NodeState], outcomes: Sequence[Outcome], catalog: 
                 v.packed += chosen in packed and catalog.classes[o.workload.gpu_class].strategy in ("performance",
                                                                                                     "cost")
             else:
-                v.wrong.append(f"{o.pod} ({o.workload.gpus} GPUs) on {o.node} ({chosen.gpu_type})")
+                v.on_sick += chosen.sick
+                v.wrong.append(f"{o.pod} ({o.workload.gpus} GPUs) on {o.node} ({chosen.gpu_type}"
+                               + (", sick)" if chosen.sick else ")"))
             chosen.free_gpus -= o.workload.gpus
             chosen.free_cpu_millis -= o.workload.cpu_millis
             chosen.free_memory_mib -= POD_MEMORY_MIB
@@ -250,7 +301,8 @@ def allowed_types(catalog: Catalog, w: Workload) -> tuple[str, ...]:
 
 
 def _fitting(nodes: Mapping[str, NodeState], w: Workload, allowed: Sequence[str]) -> list[NodeState]:
-    return [n for n in nodes.values() if n.gpu_type in allowed and n.holds(w)]
+    """The healthy nodes of the allowed types that can hold a Pod of the workload now."""
+    return [n for n in nodes.values() if n.gpu_type in allowed and not n.sick and n.holds(w)]
 
 
 def _choices(nodes: Mapping[str, NodeState], w: Workload,
@@ -289,15 +341,15 @@ def promised(strategy: str, fitting: Sequence[NodeState], w: Workload, order: Se
 
 
 def utilisation_spread(start: Mapping[str, NodeState], outcomes: Sequence[Outcome], types: Sequence[str]) -> float:
-    """max - min over the given types of the share of their GPUs in use at the end."""
+    """max - min over the given types of the share of their healthy nodes' GPUs in use at the end."""
     total: dict[str, int] = defaultdict(int)
     used: dict[str, int] = defaultdict(int)
     for n in start.values():
-        if n.gpu_type is not None and n.gpu_type in types:
+        if n.gpu_type is not None and n.gpu_type in types and not n.sick:
             total[n.gpu_type] += n.gpus
             used[n.gpu_type] += n.gpus - n.free_gpus
     for o in outcomes:
-        t = start[o.node].gpu_type if o.node is not None and o.node in start else None
+        t = start[o.node].gpu_type if o.node is not None and o.node in start and not start[o.node].sick else None
         if t is not None:
             used[t] += o.workload.gpus
     shares = [used[t] / total[t] for t in total if total[t]]
@@ -314,6 +366,7 @@ def merge(verdicts: Sequence[Verdicts]) -> Verdicts:
         out.wrongly_pending += v.wrongly_pending
         out.rightly_pending += v.rightly_pending
         out.refused += v.refused
+        out.on_sick += v.on_sick
         out.seconds_to_bind += v.seconds_to_bind
         out.wrong += v.wrong
     return out

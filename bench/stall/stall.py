@@ -110,7 +110,7 @@ class Bench:
 
     def webhook_metrics(self) -> str:
         context = ssl.create_default_context(cafile=self.target.ca_file)
-        with urllib.request.urlopen(self.cluster.webhook_url + "/metrics", context=context, timeout=10) as r:
+        with urllib.request.urlopen(self.cluster.webhook_metrics_url, context=context, timeout=10) as r:
             return str(r.read().decode())
 
     def apiserver_metrics(self) -> str:

@@ -98,7 +98,8 @@ def build(catalog: Catalog, nodes: int, room: bool) -> Inputs:
     inventory.namespaces_watch.replace([])
     heralds = [r.replace for r in inventory.reflectors if r.name in {h.resource for h in HERALDS}]
     replaces: list[Callable[[list[Any]], None]] = [inventory.dra_watch.replace_slices, inventory.dra_watch.replace_classes,
-                                                   inventory.dra_watch.replace_claims, inventory.pools_watch.replace, *heralds]
+                                                   inventory.dra_watch.replace_claims, inventory.dra_watch.replace_templates,
+                                                   inventory.pools_watch.replace, *heralds]
     for replace in replaces:
         replace([])
     inventory.pods_watch.replace([v for v in map(inventory.pods_watch.reduce, pods) if v is not None])

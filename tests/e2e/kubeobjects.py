@@ -148,7 +148,7 @@ def webhook_free_gpus(cluster: Any, type_name: str) -> float | None:
 
 def webhook_metrics(cluster: Any) -> str:
     context = ssl.create_default_context(cafile=str(cluster.dir / "webhook" / "ca.crt"))
-    with urllib.request.urlopen(cluster.webhook_url + "/metrics", context=context, timeout=5) as r:
+    with urllib.request.urlopen(cluster.webhook_metrics_url, context=context, timeout=5) as r:
         return str(r.read().decode())
 
 

@@ -83,6 +83,7 @@ class Ports:
     extender_scheduler: int
     extender: int  # the webhook's extender listener (--extender-bind)
     stock_scheduler: int
+    webhook_metrics: int  # the webhook's metrics listener (--metrics-bind)
 
 
 def pinned_version(go_mod: Path, module: str) -> str:
@@ -451,6 +452,13 @@ class Cluster:
     def webhook_url(self) -> str:
         assert self.ports
         return f"https://127.0.0.1:{self.ports.webhook}"
+
+    @property
+    def webhook_metrics_url(self) -> str:
+        """The webhook's /metrics: on its own listener, unchecked on loopback (test_metrics_auth_e2e.py checks the
+        delegated check)."""
+        assert self.ports
+        return f"https://127.0.0.1:{self.ports.webhook_metrics}/metrics"
 
     @property
     def extender_url(self) -> str:
@@ -1008,6 +1016,7 @@ def start_webhook(cluster: Cluster, extra_args: Sequence[str] = ()) -> None:
         f"--cert-file={webhook_dir / 'tls.crt'}", f"--key-file={webhook_dir / 'tls.key'}",
         f"--bind=127.0.0.1:{cluster.ports.webhook}",
         f"--extender-bind=127.0.0.1:{cluster.ports.extender}", f"--client-ca-file={webhook_dir / 'ca.crt'}",
+        f"--metrics-bind=127.0.0.1:{cluster.ports.webhook_metrics}", "--metrics-auth=none",
         f"--stock-scheduler={STOCK_SCHEDULER}",  # the profiles on the stock binary, as that install option says
         f"--publish-namespace={WEBHOOK_NAMESPACE}",  # as in a Pod there: what gpuclass explain reads of the install
         *([] if any(a.startswith("--workers=") for a in extra_args) else [f"--workers={WEBHOOK_WORKERS}"]),
@@ -1027,7 +1036,7 @@ WEBHOOK_WORKERS = 2  # unless the args name a number: several, as in a Pod, so t
 def synced_workers(cluster: Cluster) -> int:
     """How many of gpu-class's workers hold a whole view (gpu_class_inventory_synced_workers)."""
     ctx = ssl.create_default_context(cafile=str(cluster.dir / "webhook" / "ca.crt"))
-    with urllib.request.urlopen(cluster.webhook_url + "/metrics", context=ctx, timeout=5) as r:
+    with urllib.request.urlopen(cluster.webhook_metrics_url, context=ctx, timeout=5) as r:
         found = re.search(r"^gpu_class_inventory_synced_workers (\S+)$", r.read().decode(), re.M)
     return int(float(found.group(1))) if found else 0
 

@@ -27,11 +27,13 @@ from kubernetes.client.exceptions import ApiException
 
 import local_cluster
 from builders import (
-    AMD_DRIVER, NVIDIA_DRIVER, amd_device_class, amd_gpus, make_slice, nvidia_device_classes, nvidia_gpus,
+    AMD_DRIVER, COMPUTE_DOMAIN_DRIVER, NVIDIA_DRIVER, amd_device_class, amd_gpus, channel_claim_template,
+    compute_domain_device_classes, compute_domain_devices, dra_fixture, make_claim_template, make_slice,
+    nvidia_device_classes, nvidia_gpus,
 )
 from kubeobjects import (
-    GPU_TAINT, TYPES, create_node, delete_if_present, delete_nodes, dry_run_create, expired_restarts, make_pod,
-    read_by_every_worker, read_pod, wait_bound, wait_for, webhook_metrics,
+    GPU_TAINT, TYPES, create_node, delete_if_present, delete_nodes, dry_run_create, expired_restarts,
+    force_delete_pods, make_pod, read_by_every_worker, read_pod, wait_bound, wait_for, webhook_metrics,
 )
 from test_fidelity_e2e import samples
 from webhook.core.catalog.loading import load_default_catalog
@@ -298,17 +300,98 @@ def _refusal(core: kubernetes.client.CoreV1Api, namespace: str, pod: dict[str, A
     return ""
 
 
-def test_a_pod_with_claims_of_its_own_is_refused_with_what_to_do(
-        core: kubernetes.client.CoreV1Api, namespace: str, dra_nodes: DraNodes) -> None:
+@pytest.fixture
+def compute_domains(cluster: local_cluster.Cluster, api_client: kubernetes.client.ApiClient,
+                    resource_api: kubernetes.client.ResourceV1Api) -> Iterator[None]:
+    """NVIDIA's ComputeDomain CRD and its DeviceClasses, as the driver's chart installs them (tests/fixtures/dra)."""
+    (crd,) = dra_fixture("compute-domain-crd.yaml")
+    classes = compute_domain_device_classes()
+    local_cluster.apply(cluster, [crd])
+    for c in classes:
+        delete_if_present(resource_api.delete_device_class, c["metadata"]["name"])
+        resource_api.create_device_class(c)
+    extensions = kubernetes.client.ApiextensionsV1Api(api_client)
+
+    def established() -> bool:
+        conditions = extensions.read_custom_resource_definition(crd["metadata"]["name"]).status.conditions or []
+        return any(c.type == "Established" and c.status == "True" for c in conditions)
+    wait_for("the ComputeDomain CRD established", established)
+    yield
+    for c in classes:
+        delete_if_present(resource_api.delete_device_class, c["metadata"]["name"])
+
+
+def _claim_devices(resource: kubernetes.client.ResourceV1Api, core: kubernetes.client.CoreV1Api, namespace: str,
+                   pod: str, claim: str) -> list[tuple[str, str, str]]:
+    """(driver, pool, device) of each device allocated to the claim the resourceclaim controller made for the Pod's
+    `claim` (status.resourceClaimStatuses)."""
+    statuses = read_pod(core, namespace, pod).get("status", {}).get("resourceClaimStatuses") or []
+    (name,) = [s["resourceClaimName"] for s in statuses if s["name"] == claim]
+    made = json.loads(resource.read_namespaced_resource_claim(name, namespace, _preload_content=False).data)
+    return [(r["driver"], r["pool"], r["device"]) for r in made["status"]["allocation"]["devices"]["results"]]
+
+
+def test_a_class_pod_with_a_compute_domain_channel_gets_its_gpus_and_its_channel(
+        cluster: local_cluster.Cluster, api_client: kubernetes.client.ApiClient, core: kubernetes.client.CoreV1Api,
+        resource_api: kubernetes.client.ResourceV1Api, namespace: str, dra_nodes: DraNodes,
+        compute_domains: None) -> None:
+    """A worker of a multi-node NVLink job, as NVIDIA's DRA driver runs one (demo/specs/imex): a ComputeDomain, the
+    ResourceClaimTemplate its controller makes for the channel, and a Pod of class `high` that names it. The webhook
+    places the GPUs and leaves the claim to its driver: kube-scheduler binds the Pod where it can allocate both,
+    an H200 device and the node's channel 0. Until the template exists the Pod is refused, saying so."""
+    node = dra_nodes.add("gb-h200", nvidia_gpus(4, H200, memory="143771Mi"))
+    dra_nodes.publish(node, compute_domain_devices(), driver=COMPUTE_DOMAIN_DRIVER)
+    (domain,) = dra_fixture("compute-domain.yaml")
+    kubernetes.client.CustomObjectsApi(api_client).create_namespaced_custom_object(
+        "resource.nvidia.com", "v1beta1", namespace, "computedomains", domain)
+    template = channel_claim_template(namespace, domain["spec"]["channel"]["resourceClaimTemplate"]["name"])
+    pod = make_pod("worker-0", gpu_class="high", gpus=4, scheduler=local_cluster.STRICT_SCHEDULER,
+                   annotations=only("high", "H200"))
+    pod["spec"]["resourceClaims"] = [{"name": "compute-domain-channel",
+                                      "resourceClaimTemplateName": template["metadata"]["name"]}]
+    pod["spec"]["containers"][0]["resources"]["claims"] = [{"name": "compute-domain-channel"}]
+    told = f"no ResourceClaimTemplate '{namespace}/{template['metadata']['name']}' in the webhook's view"
+    assert told in _refusal(core, namespace, pod)
+
+    # The ComputeDomain controller's part (no controller runs here): the template, finalizer and all, written
+    # through Go's JSON as the controller writes it (kubectl). The API server keeps its opaque parameters as
+    # sent and compares them byte for byte on the update that lifts the finalizer; the Python client's JSON
+    # (spaces after separators) would make that update a change of the immutable spec.
+    local_cluster.apply(cluster, [template])
+    try:
+        wait_for("the template in the webhook's view", lambda: _refusal(core, namespace, pod) == "")
+        admitted = dry_run_create(core, namespace, pod)
+        assert admitted["metadata"]["annotations"][TYPES] == "H200"
+        assert admitted["spec"]["resourceClaims"] == pod["spec"]["resourceClaims"]
+        bound, gpus = placed(core, resource_api, namespace, "worker-0", pod)
+        assert bound == node
+        assert sorted(d[:2] for d in gpus) == [(NVIDIA_DRIVER, node)] * 4
+        assert _claim_devices(resource_api, core, namespace, "worker-0", "compute-domain-channel") == [
+            (COMPUTE_DOMAIN_DRIVER, node, "channel-0")]
+    finally:
+        force_delete_pods(core, namespace)
+        # its finalizer is the controller's to lift
+        resource_api.patch_namespaced_resource_claim_template(template["metadata"]["name"], namespace,
+                                                              {"metadata": {"finalizers": None}},
+                                                              _content_type="application/merge-patch+json")
+
+
+def test_a_class_pod_with_a_claim_that_may_give_a_gpu_is_refused_with_what_to_do(
+        core: kubernetes.client.CoreV1Api, resource_api: kubernetes.client.ResourceV1Api, namespace: str,
+        dra_nodes: DraNodes) -> None:
     dra_nodes.add("h200", nvidia_gpus(1, H200))
+    resource_api.create_namespaced_resource_claim_template(namespace, make_claim_template(
+        "one-gpu", "gpu.nvidia.com", namespace=namespace))
     pod = make_pod("own", gpu_class="high", gpus=None)
     pod["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}]
     pod["spec"]["containers"][0]["resources"]["claims"] = [{"name": "gpu"}]
+    told = (f"claim 'gpu': ResourceClaimTemplate '{namespace}/one-gpu' uses DeviceClass gpu.nvidia.com of driver "
+            "gpu.nvidia.com, whose devices are GPUs")
+    wait_for("the template in the webhook's view", lambda: told in _refusal(core, namespace, pod))
     with pytest.raises(ApiException) as info:
         core.create_namespaced_pod(namespace, pod)
     message = json.loads(info.value.body)["message"]
-    assert "gpu-class: the Pod has resource claims of its own (spec.resourceClaims: gpu)" in message
-    assert "Drop the claims to let gpu-class place it" in message
+    assert told in message and "drop such claims to let gpu-class place it" in message
 
 
 # a `high` Pod with no GPU count: what the webhook offers it

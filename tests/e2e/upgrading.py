@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import re
+import ssl
 import subprocess
 import threading
 import time
@@ -109,7 +110,9 @@ def running_upgrader(cluster: local_cluster.Cluster, name: str, *extra: str) -> 
         f"--kubeconfig={local_cluster.service_account_kubeconfig(cluster, 'gpu-class-upgrader')}",
         f"--config={local_cluster.webhook_catalog(cluster)}", f"--lease-namespace={local_cluster.WEBHOOK_NAMESPACE}",
         f"--settle-seconds={SETTLE_SECONDS}", "--min-on-node-seconds=5", "--window-seconds=600",
-        "--interval-seconds=1", f"--metrics-port={port}", "--log-level=debug", *extra,
+        "--interval-seconds=1", f"--metrics-port={port}", "--log-level=debug",
+        # read by `metric` below without a token: unchecked, so on loopback
+        "--metrics-address=127.0.0.1", "--metrics-auth=none", *extra,
     ], stdout=log, stderr=subprocess.STDOUT)
     try:
         yield proc, port
@@ -120,6 +123,8 @@ def running_upgrader(cluster: local_cluster.Cluster, name: str, *extra: str) -> 
 
 
 def metric(port: int, name: str) -> float:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+    # the upgrader's certificate is self-signed, made at its start: there is nothing to verify it by
+    with urllib.request.urlopen(f"https://127.0.0.1:{port}/metrics", context=ssl._create_unverified_context(),
+                                timeout=5) as r:
         text = r.read().decode()
     return sum(float(v) for v in re.findall(rf"^{name}(?:\{{[^}}]*\}})? (\S+)$", text, re.M))

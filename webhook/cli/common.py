@@ -42,6 +42,13 @@ def add_scheduler_arg(p: argparse.ArgumentParser) -> None:
                         "(the installs that run deploy/scheduler give gpu-class-scheduler)")
 
 
+def add_metrics_auth_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--metrics-auth", choices=("delegated", "none"), default="delegated",
+                   help="who may read /metrics: delegated (default): a bearer token the API server accepts "
+                        "(TokenReview) of an identity allowed to get /metrics (SubjectAccessReview; the ClusterRole "
+                        "gpu-class-metrics-reader); none: anyone, and so only on a loopback address")
+
+
 def add_cluster_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kubeconfig", help="kubeconfig of the cluster to ask (default: $KUBECONFIG, else ~/.kube/config)")
     p.add_argument("--context", help="kubeconfig context (default: the current context)")

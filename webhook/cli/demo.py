@@ -21,6 +21,8 @@ DEMO_DIR = REPO_ROOT / "deploy" / "demo"
 def add_parser(sub: Subparsers) -> None:
     d = sub.add_parser("demo", help="serve the bundled demo inventory on localhost over TLS")
     d.add_argument("--bind", default="127.0.0.1:8443")
+    d.add_argument("--metrics-bind", default="127.0.0.1:8445",
+                   help="/metrics, unchecked (--metrics-auth none): so on a loopback address only")
     d.add_argument("--certs-dir", default=None, help="where to write the demo certificates (default: certs/demo)")
     d.add_argument("--log-level", default="info", choices=logs.LEVELS)
 
@@ -44,12 +46,16 @@ def run(args: argparse.Namespace) -> int:
         f"Send it a Pod as the API server would, from another shell:\n"
         f"  .venv/bin/gpuclass review {pod} --namespace ml-team | curl -s --cacert {certs_dir}/ca.crt "
         f"-H 'Content-Type: application/json' --data-binary @- {url}/mutate\n"
-        f"Or ask why: .venv/bin/gpuclass explain {pod} --namespace ml-team --nodes {nodes[0]} --nodes {nodes[1]}\n",
+        f"Or ask why: .venv/bin/gpuclass explain {pod} --namespace ml-team --nodes {nodes[0]} --nodes {nodes[1]}\n"
+        f"Metrics, unchecked on loopback (no API server to check tokens with): "
+        f"curl -s --cacert {certs_dir}/ca.crt https://localhost:{args.metrics_bind.rpartition(':')[2]}/metrics\n",
         flush=True,
     )
     serve(
         ServeConfig(
             cert_file=f"{certs_dir}/tls.crt", key_file=f"{certs_dir}/tls.key", bind=args.bind,
+            # the demo has no API server to check scrapes with: unchecked, which start refuses off loopback
+            metrics_bind=args.metrics_bind, metrics_auth="none",
             nodes_files=tuple(nodes), workers=1, threads=2, log_level=args.log_level,
         )
     )

@@ -1,5 +1,5 @@
-"""`gpuclass explain`: what the webhook would do for a Pod of a file, or what it did for one that exists
-(pod/NAME), and why."""
+"""`gpuclass explain`: what the webhook would do for a Pod or a workload of a file (a Job, a JobSet, ...: every kind
+it decides), or for a workload that exists (KIND/NAME); what it did for a Pod that exists (pod/NAME); and why."""
 
 from __future__ import annotations
 
@@ -17,18 +17,26 @@ from .review import admission_request
 
 if TYPE_CHECKING:
     from ..cluster.query import Connection
+    from ..core.admission.workload import WorkloadKind
     from ..core.catalog.model import Catalog
     from ..core.view.snapshot import Snapshot
     from .common import Subparsers
 
 POD_PREFIXES = ("pod/", "pods/", "po/")
+# the API version a workload is read at, per (group, kind): those Kueue's integrations read (workload.KINDS)
+WORKLOAD_VERSIONS = {"batch": "v1", "apps": "v1", "jobset.x-k8s.io": "v1alpha2", "leaderworkerset.x-k8s.io": "v1",
+                     "ray.io": "v1", "kubeflow.org": "v1"}
+VERSION_OF_KIND = {("kubeflow.org", "MPIJob"): "v2beta1"}  # the MPI Operator's v2, which Kueue reads
+SHORT_NAMES = {"sts": ("apps", "StatefulSet"), "lws": ("leaderworkerset.x-k8s.io", "LeaderWorkerSet")}
 
 
 def add_parser(sub: Subparsers) -> None:
     e = sub.add_parser(
-        "explain", help="what the webhook would do for a Pod (POD.yaml), or what it did for one that exists (pod/NAME)"
+        "explain", help="what the webhook would do for a Pod or a workload (FILE.yaml: a Pod, Job, StatefulSet, JobSet, "
+                        "LeaderWorkerSet, RayCluster, RayJob or Kubeflow job) or a workload that exists (KIND/NAME, "
+                        "e.g. jobset/train), or what it did for a Pod that exists (pod/NAME)"
     )
-    e.add_argument("pod", metavar="POD.yaml|pod/NAME")
+    e.add_argument("pod", metavar="FILE.yaml|pod/NAME|KIND/NAME")
     add_inventory_args(e)
     add_cluster_args(e)
     e.add_argument("-n", "--namespace", default=None,
@@ -46,20 +54,89 @@ def _existing_pod_name(arg: str) -> str | None:
     return arg[len(prefix):] if prefix and not os.path.exists(arg) and "/" not in arg[len(prefix):] else None
 
 
+def _existing_workload(arg: str) -> tuple[WorkloadKind, str] | None:
+    """(kind, NAME) of `KIND/NAME` for a kind the webhook decides, as kubectl names it (`job`, `jobs`,
+    `jobsets.jobset.x-k8s.io`, `sts`); a file of that path is still a file."""
+    from ..core.admission.workload import KINDS
+
+    prefix, _, name = arg.partition("/")
+    if not name or "/" in name or os.path.exists(arg):
+        return None
+    prefix = prefix.lower()
+    for kind in KINDS.values():
+        names = {kind.kind.lower(), kind.resource} | {f"{n}.{kind.group}" for n in (kind.kind.lower(), kind.resource)}
+        if prefix in names or SHORT_NAMES.get(prefix) == (kind.group, kind.kind):
+            return kind, name
+    return None
+
+
 def run(args: argparse.Namespace) -> int:
-    from ..cluster.loading import InputError, read_pod
+    from ..cluster.loading import InputError
 
     catalog = read_catalog(args)
     name = _existing_pod_name(args.pod)
     if name is not None:
         return _explain_existing(args, name, catalog)
-    pod = read_pod(args.pod)
+    existing = _existing_workload(args.pod)
+    if existing is not None:
+        return _explain_existing_workload(args, *existing, catalog)
+    obj, kind = _read_explained(args.pod)
     snapshot, connection = read_inventory(args, catalog)
-    namespace = args.namespace or (pod.get("metadata") or {}).get("namespace") or (connection and connection.namespace)
+    namespace = args.namespace or (obj.get("metadata") or {}).get("namespace") or (connection and connection.namespace)
     namespace = str(namespace or "default")
     if connection is not None and snapshot.namespace(namespace) is None:
         raise InputError(f"namespace {namespace} does not exist in the cluster; give -n NAMESPACE")
-    return _explain_file_pod(args, pod, namespace, snapshot, catalog)
+    if kind is not None:
+        return _print_workload(args, obj, kind, namespace, snapshot, catalog)
+    return _explain_file_pod(args, obj, namespace, snapshot, catalog)
+
+
+def _read_explained(path: str) -> tuple[dict[str, Any], WorkloadKind | None]:
+    """The one Pod of the file (None for its kind), else its one workload of a kind the webhook decides."""
+    from ..cluster.loading import InputError, read_objects
+    from ..core.admission.workload import KINDS
+
+    objects = read_objects(path)
+    pods = [o for o in objects if o.get("kind") == "Pod"]
+    workloads = [(o, found) for o in objects
+                 if (found := KINDS.get((str(o.get("apiVersion") or "").rpartition("/")[0], str(o.get("kind"))))) is not None]
+    if len(pods) == 1:
+        return pods[0], None
+    if not pods and len(workloads) == 1:
+        return workloads[0]
+    kinds = ", ".join(dict.fromkeys(k.kind for k in KINDS.values()))
+    raise InputError(f"{path} must hold exactly one Pod, or one workload the webhook decides ({kinds}, with its "
+                     f"apiVersion), found {len(pods)} Pod(s) and {len(workloads)} such workload(s)")
+
+
+def _explain_existing_workload(args: argparse.Namespace, kind: WorkloadKind, name: str, catalog: Catalog) -> int:
+    """The decision the webhook would make for the workload as the API server holds it, created now."""
+    from ..cluster.loading import InputError
+    from ..cluster.query import read_snapshot, read_workload
+
+    if args.nodes:
+        raise InputError(f"{args.pod} is read from the cluster, with the cluster's inventory: drop --nodes")
+    connection = connect_cluster(args)
+    namespace = args.namespace or connection.namespace or "default"
+    version = VERSION_OF_KIND.get((kind.group, kind.kind)) or WORKLOAD_VERSIONS[kind.group]
+    obj = read_workload(connection.api, kind.group, version, kind.resource, namespace, name)
+    if args.catalog_file is None and args.scheduler_name is None:
+        catalog = _installed_catalog(connection, args.install_namespace, catalog)
+    return _print_workload(args, obj, kind, namespace, read_snapshot(connection.api, catalog), catalog)
+
+
+def _print_workload(args: argparse.Namespace, obj: dict[str, Any], kind: WorkloadKind, namespace: str,
+                    snapshot: Snapshot, catalog: Catalog) -> int:
+    from ..core.reports.workload_explain import explain_workload, workload_json, workload_text
+    from ..core.view.snapshot import placing_catalog
+
+    catalog = placing_catalog(catalog, snapshot)  # the catalog the decision is made with, as for a Pod
+    explained = explain_workload(obj, kind, snapshot, catalog, namespace)
+    if args.output == "json":
+        print(json.dumps(workload_json(explained, catalog), indent=2))
+    else:
+        print(workload_text(explained, catalog))
+    return 0 if explained.answer.decision.allowed else 1
 
 
 def _explain_file_pod(args: argparse.Namespace, pod: dict[str, Any], namespace: str, snapshot: Snapshot,

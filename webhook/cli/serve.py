@@ -6,7 +6,8 @@ import argparse
 from typing import TYPE_CHECKING
 
 from ..serving import logs  # the standard library only
-from .common import Command, add_inventory_args, add_scheduler_arg
+from .certs import add_managed_args, managed_settings
+from .common import Command, add_inventory_args, add_metrics_auth_arg, add_scheduler_arg
 
 if TYPE_CHECKING:
     from .common import Subparsers
@@ -23,6 +24,9 @@ def add_parser(sub: Subparsers) -> None:
                    help="serve the scheduler extender verbs here, to clients with a certificate of --client-ca-file "
                         "(default: not served)")
     s.add_argument("--client-ca-file", help="CA of the scheduler extender's callers (with --extender-bind)")
+    s.add_argument("--metrics-bind", default="0.0.0.0:8445", metavar="HOST:PORT",
+                   help="serve /metrics here, over TLS with --cert-file (default 0.0.0.0:8445; never on --bind)")
+    add_metrics_auth_arg(s)
     s.add_argument("--workers", type=int, default=2)
     s.add_argument("--threads", type=int, default=1, help="threads per worker (default 1: see bench/RESULTS.md)")
     s.add_argument("--log-level", default="info", choices=logs.LEVELS)
@@ -35,6 +39,7 @@ def add_parser(sub: Subparsers) -> None:
                    help="write the ConfigMap gpu-class-public there, the catalog and scheduler names gpuclass explain "
                         "reads of this install (default: the Pod's own namespace when run in a Pod, else nowhere; "
                         "'' for nowhere)")
+    add_managed_args(s)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -51,6 +56,8 @@ def run(args: argparse.Namespace) -> int:
             bind=args.bind,
             extender_bind=args.extender_bind,
             client_ca_file=args.client_ca_file,
+            metrics_bind=args.metrics_bind,
+            metrics_auth=args.metrics_auth,
             catalog_file=args.catalog_file,
             scheduler_name=args.scheduler_name,
             stock_schedulers=tuple(args.stock_scheduler),
@@ -60,6 +67,7 @@ def run(args: argparse.Namespace) -> int:
             workers=args.workers,
             threads=args.threads,
             log_level=args.log_level,
+            managed_tls=managed_settings(args),
         )
     )
     return 0

@@ -8,7 +8,7 @@ import os
 from typing import TYPE_CHECKING
 
 from ..serving import logs  # the standard library only
-from .common import Command, read_catalog
+from .common import Command, add_metrics_auth_arg, read_catalog
 
 if TYPE_CHECKING:
     from .common import Subparsers
@@ -30,7 +30,12 @@ def add_parser(sub: Subparsers) -> None:
     u.add_argument("--interval-seconds", type=float, default=10.0, help="time between passes")
     u.add_argument("--lease-namespace", default=os.environ.get("POD_NAMESPACE", "gpu-class-system"))
     u.add_argument("--lease-name", default="gpu-class-upgrader")
-    u.add_argument("--metrics-port", type=int, default=9102, help="GET /metrics on this port (0: none)")
+    u.add_argument("--metrics-port", type=int, default=9102, help="GET /metrics on this port, over TLS (0: none)")
+    u.add_argument("--metrics-address", default="0.0.0.0", help="the address of the metrics listener")
+    add_metrics_auth_arg(u)
+    u.add_argument("--metrics-cert-file", help="the metrics listener's certificate (default: a self-signed one made "
+                                               "at start, as kube-scheduler's secure port makes)")
+    u.add_argument("--metrics-key-file", help="its key (with --metrics-cert-file)")
     u.add_argument("--dry-run", action="store_true", help="decide and log, evict nothing")
     u.add_argument("--log-level", default="info", choices=logs.LEVELS)
 
@@ -42,8 +47,10 @@ def run(args: argparse.Namespace) -> int:
     from ..cluster.upgrader import Upgrader, UpgraderConfig
     from ..cluster.watch import start_live_inventory
     from ..core.after_bind.upgrade import UpgradeSettings
-    from ..serving.metrics import UpgradeMetrics, serve_upgrade_metrics
+    from ..serving.metrics import UpgradeMetrics, check_metrics_args, serve_upgrade_metrics
 
+    if args.metrics_port:
+        check_metrics_args(args)
     if min(args.moves_per_minute, args.in_flight_per_workload) < 1 or args.interval_seconds <= 0:
         raise InputError("--moves-per-minute and --in-flight-per-workload must be at least 1, --interval-seconds "
                          "more than 0")
@@ -52,7 +59,8 @@ def run(args: argparse.Namespace) -> int:
     inventory = start_live_inventory(catalog, kubeconfig=args.kubeconfig)
     metrics = UpgradeMetrics(catalog)
     if args.metrics_port:
-        serve_upgrade_metrics(args.metrics_port)
+        serve_upgrade_metrics(args.metrics_port, args.metrics_address, args.metrics_auth, args.kubeconfig,
+                              (args.metrics_cert_file, args.metrics_key_file))
     settings = UpgradeSettings(settle_seconds=args.settle_seconds, min_on_node_seconds=args.min_on_node_seconds,
                                window_seconds=args.window_seconds, moves_per_minute=args.moves_per_minute,
                                in_flight_per_workload=args.in_flight_per_workload)

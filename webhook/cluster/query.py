@@ -175,6 +175,14 @@ def read_pod(api: kubernetes.client.CoreV1Api, namespace: str, name: str) -> dic
     return _read_object(api, "pod", f"{namespace}/{name}", functools.partial(api.read_namespaced_pod, name, namespace))
 
 
+def read_workload(api: kubernetes.client.CoreV1Api, group: str, version: str, plural: str, namespace: str,
+                  name: str) -> dict[str, Any]:
+    """A namespaced object of an API group (a Job, a JobSet...) as the API server holds it, as plain JSON."""
+    objects = kubernetes.client.CustomObjectsApi(api.api_client)  # any group's path, not only custom resources'
+    return _read_object(api, plural, f"{namespace}/{name}", functools.partial(
+        objects.get_namespaced_custom_object, group, version, namespace, plural, name))
+
+
 def read_published(api: kubernetes.client.CoreV1Api, namespace: str) -> dict[str, Any]:
     """The data of the install's published settings (core/published/public.py), which every signed-in user may read."""
     configmap = _read_object(api, "configmap", f"{namespace}/{PUBLISHED_CONFIGMAP}",

@@ -20,11 +20,13 @@ from ..core.admission.planner import NamespacePolicy
 from .loading import InputError, load_snapshot_in_child
 
 if TYPE_CHECKING:
+    from ..core.access.metrics_gate import AccessReviewer
     from .watch import InventoryObserver
 
 __all__ = [
     "InputError",
     "InventorySource",
+    "access_reviewer",
     "StaticInventory",
     "check_live_config",
     "read_file_snapshot",
@@ -111,3 +113,43 @@ def start_keeping_boundary(kubeconfig: str | None, namespace: str, boundary_of: 
     from . import publish
 
     publish.start_keeping_boundary(_core_api(kubeconfig), namespace, boundary_of)
+
+
+def access_reviewer(kubeconfig: str | None) -> AccessReviewer:
+    """The API server's TokenReview and SubjectAccessReview, asked for each scrape of /metrics the cache cannot answer."""
+    from . import access_review  # the kubernetes client only where it is used
+
+    return access_review.access_reviewer(kubeconfig)
+
+
+def ensure_own_certificates(kubeconfig: str | None, settings: Any, directory: str) -> None:
+    """tls.mode webhook-managed: make or renew the CA and certificates in their Secrets, keep caBundle, and write
+    the serving pair into `directory` (cluster/tls_keeper.py); once, at start."""
+    from . import tls_keeper
+
+    core, admission = _keeper_apis(kubeconfig)
+    tls_keeper.write_served(directory, tls_keeper.ensure(core, admission, settings, _utc_now))
+
+
+def start_keeping_certificates(kubeconfig: str | None, settings: Any, directory: str,
+                               interval_seconds: float) -> None:
+    """The same as ensure_own_certificates every `interval_seconds`, on a thread of this process."""
+    from . import tls_keeper
+
+    core, admission = _keeper_apis(kubeconfig)
+    tls_keeper.start_keeping(core, admission, settings, directory, interval_seconds, _utc_now)
+
+
+def _keeper_apis(kubeconfig: str | None) -> tuple[Any, Any]:
+    import kubernetes  # the kubernetes client only where it is used
+
+    from . import watch
+
+    client = kubernetes.client.ApiClient(watch.check_kube_config(kubeconfig))
+    return kubernetes.client.CoreV1Api(client), kubernetes.client.AdmissionregistrationV1Api(client)
+
+
+def _utc_now() -> Any:
+    import datetime
+
+    return datetime.datetime.now(datetime.timezone.utc)

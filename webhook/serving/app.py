@@ -18,7 +18,9 @@ from ..core.admission.review import (
 )
 from . import logs
 from .config import MAX_ADMISSION_REVIEW_BYTES
+from ..core.access.metrics_gate import Gate
 from .extender_routes import CallerCheck, register_extender_routes
+from .metrics_listener import by_listener, gated_metrics
 from .responses import json_response
 from .tls import extender_caller
 
@@ -31,7 +33,9 @@ def create_app(
     *,
     max_body_bytes: int = MAX_ADMISSION_REVIEW_BYTES,
     extender_caller_of: CallerCheck = extender_caller,
+    metrics_listener: tuple[int, Gate] | None = None,
 ) -> Flask:
+    """`metrics_listener`: the port that serves /metrics, and who may read it there; None: /metrics is not served."""
     # imported here, not at the top: under gunicorn the multiprocess directory must be set first
     from . import metrics
 
@@ -43,7 +47,23 @@ def create_app(
     _add_routes(app, catalog, inventory, admit)
     register_extender_routes(app, catalog, inventory, extender_caller_of)
     app.wsgi_app = _admission_first(app.wsgi_app, admit)  # type: ignore[method-assign, assignment]
+    if metrics_listener is not None:
+        # the admission port stays free of /metrics: whoever can reach it (the API server, by network policy
+        # anyone) reads no metrics there
+        port, gate = metrics_listener
+        metrics_app = gated_metrics(gate, _render_metrics(catalog, inventory))
+        app.wsgi_app = by_listener(app.wsgi_app, metrics_app, port)  # type: ignore[method-assign, assignment]
     return app
+
+
+def _render_metrics(catalog: Catalog, inventory: InventorySource) -> Callable[[], tuple[bytes, str]]:
+    from . import metrics  # see create_app
+
+    def render() -> tuple[bytes, str]:
+        metrics.observe_pending(inventory.snapshot(), catalog, time.time())
+        return metrics.render()
+
+    return render
 
 
 Admit = Callable[[dict[str, Any]], tuple[bytes, int]]
@@ -91,8 +111,8 @@ def _admission(catalog: Catalog, inventory: InventorySource, max_body_bytes: int
 
 
 def _add_routes(app: Flask, catalog: Catalog, inventory: InventorySource, admit: Admit) -> None:
-    """Every route but the extender's: /mutate (as Flask reaches it), health, readiness and metrics."""
-    from . import metrics  # see create_app
+    """Every route but the extender's and /metrics (metrics_listener.py): /mutate (as Flask reaches it), health and
+    readiness."""
 
     @app.errorhandler(HTTPException)
     def http_error(exc: HTTPException) -> Response:
@@ -111,12 +131,6 @@ def _add_routes(app: Flask, catalog: Catalog, inventory: InventorySource, admit:
     def readyz() -> Response:
         ready, detail = inventory.readiness()
         return json_response({"ready": ready, **detail}, 200 if ready else 503)
-
-    @app.get("/metrics")
-    def metrics_endpoint() -> Response:
-        metrics.observe_pending(inventory.snapshot(), catalog, time.time())
-        body, content_type = metrics.render()
-        return Response(body, mimetype=content_type.split(";")[0], content_type=content_type)
 
 
 WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]

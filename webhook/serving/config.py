@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..core.certificates.settings import KeeperSettings
+
 MIB = 1024 * 1024
 # What the API server can send: an object is at most what etcd stores in one request
 # (--max-request-bytes, 1.5 MiB by default; a larger one fails at storage whatever the webhook
@@ -44,6 +46,10 @@ class ServeConfig:
     # them the extender verbs are refused
     extender_bind: str | None = None
     client_ca_file: str | None = None
+    # /metrics, on a listener of its own with the serving certificate; `delegated`: each scrape's bearer token
+    # checked with the API server (core/access/metrics_gate.py), `none`: unchecked, allowed on loopback only
+    metrics_bind: str = "0.0.0.0:8445"
+    metrics_auth: str = "delegated"
     catalog_file: str | None = None  # None: the built-in catalog
     scheduler_name: str | None = None  # None: the catalog's schedulerName
     stock_schedulers: tuple[str, ...] = ()  # strict schedulers that run the stock kube-scheduler binary
@@ -65,6 +71,8 @@ class ServeConfig:
     max_request_line_bytes: int = 4094
     max_header_fields: int = 100
     max_header_field_bytes: int = 8190
+    # tls.mode webhook-managed: the webhook keeps its own CA and certificates (cluster/tls_keeper.py); None: files
+    managed_tls: KeeperSettings | None = None
 
     def intake_limits(self) -> IntakeLimits:
         return IntakeLimits(read_seconds=self.request_read_seconds, answer_seconds=self.request_answer_seconds,

@@ -25,6 +25,7 @@ import fcntl
 import logging
 import math
 import os
+import ssl
 import threading
 import time
 from collections import Counter as Tally
@@ -32,7 +33,7 @@ from typing import Any, Sequence, get_args
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client import multiprocess
-from prometheus_client import CONTENT_TYPE_LATEST, start_http_server
+from prometheus_client import CONTENT_TYPE_LATEST
 
 from ..core.catalog.model import Catalog
 from ..core.reports.fidelity import PLACEMENT_OUTCOMES, judge_bind, pending_by_class, waiting_by_class
@@ -70,6 +71,13 @@ INVENTORY_NODES = Gauge(
 FREE_GPUS = Gauge(
     "gpu_class_inventory_free_gpus",
     "Allocatable minus requested devices of the type's resource on usable nodes, by type", ["type", "resource"],
+    multiprocess_mode="livemax",
+)
+INVENTORY_GPUS = Gauge(
+    "gpu_class_inventory_gpus",
+    "Devices of the type's resource on its nodes, by type and health: unhealthy on nodes whose allocatable is below "
+    "capacity or that have an unhealthyConditions condition, and DRA devices with a NoSchedule/NoExecute taint; "
+    "they count as no room", ["type", "resource", "health"],
     multiprocess_mode="livemax",
 )
 WATCH_RESTARTS = Counter(
@@ -222,6 +230,9 @@ def observe_inventory(snapshot: Snapshot, catalog: Catalog) -> None:
         _child(INVENTORY_NODES, type_name, "cordoned").set(cordoned)
         # each type is counted in its own resource: a MIG slice held is not a whole GPU used
         _child(FREE_GPUS, type_name, gpu_type.resource).set(sum(g.free_gpus for g in groups))
+        unhealthy = sum(g.unhealthy_gpus for g in groups)
+        _child(INVENTORY_GPUS, type_name, gpu_type.resource, "healthy").set(sum(g.gpus for g in groups) - unhealthy)
+        _child(INVENTORY_GPUS, type_name, gpu_type.resource, "unhealthy").set(unhealthy)
     _child(INVENTORY_NODES, UNKNOWN, "ready").set(sum(g.nodes for g in snapshot.unknown_groups))
     for product in _label_placed_seen - snapshot.label_types.keys():  # a product gone, or now in the catalog
         _child(LABEL_PLACED, product).set(0)
@@ -423,6 +434,40 @@ class UpgradeMetrics:
         UPGRADE_LEADER.set(1 if leader else 0)
 
 
-def serve_upgrade_metrics(port: int, address: str = "0.0.0.0") -> None:
-    """GET /metrics of the upgrader's process on a thread of its own."""
-    start_http_server(port, addr=address)
+def check_metrics_args(args: Any) -> None:
+    """The upgrader's metrics listener, checked at start: InputError says what to fix."""
+    from ..cluster.source import InputError, check_live_config
+    from ..core.access.metrics_gate import insecure_combination
+
+    why = insecure_combination(args.metrics_auth, args.metrics_address)
+    if why is None and (args.metrics_cert_file is None) != (args.metrics_key_file is None):
+        why = "--metrics-cert-file and --metrics-key-file go together"
+    if why:
+        raise InputError(why)
+    if args.metrics_auth == "delegated":
+        check_live_config(args.kubeconfig)
+    if args.metrics_cert_file:
+        from .metrics_listener import file_context
+
+        try:
+            file_context(args.metrics_cert_file, args.metrics_key_file)
+        except (OSError, ssl.SSLError) as exc:
+            raise InputError(f"cannot use --metrics-cert-file {args.metrics_cert_file} / --metrics-key-file "
+                             f"{args.metrics_key_file}: {exc}") from None
+
+
+def serve_upgrade_metrics(port: int, address: str, auth: str, kubeconfig: str | None,
+                          cert_pair: tuple[str | None, str | None]) -> None:
+    """GET /metrics of the upgrader's process, over TLS and behind the same check as the webhook's, on a thread."""
+    from prometheus_client import REGISTRY
+
+    from ..cluster.source import access_reviewer
+    from ..core.access.metrics_gate import Gate, MetricsGate, OpenGate
+    from .metrics_listener import file_context, gated_metrics, self_signed_context, serve_metrics_in_thread
+
+    gate: Gate = OpenGate() if auth == "none" else MetricsGate(access_reviewer(kubeconfig), time.monotonic)
+    cert_file, key_file = cert_pair
+    context = (file_context(cert_file, key_file) if cert_file and key_file
+               else self_signed_context(("gpu-class-upgrader", "localhost")))
+    serve_metrics_in_thread(gated_metrics(gate, lambda: (generate_latest(REGISTRY), CONTENT_TYPE)), address, port,
+                            context)

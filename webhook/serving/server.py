@@ -15,6 +15,7 @@ import logging
 import os
 import ssl
 import tempfile
+import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -22,9 +23,10 @@ from flask import Flask
 from gunicorn.app.base import BaseApplication
 
 from ..cluster.source import (
-    InputError, InventorySource, StaticInventory, check_live_config, read_file_snapshot, start_keeping_boundary,
-    start_live_inventory, start_publishing,
+    InputError, InventorySource, StaticInventory, access_reviewer, check_live_config, ensure_own_certificates,
+    read_file_snapshot, start_keeping_boundary, start_keeping_certificates, start_live_inventory, start_publishing,
 )
+from ..core.access.metrics_gate import Gate, MetricsGate, OpenGate, insecure_combination
 from ..core.catalog.builtin import default_catalog_text
 from ..core.catalog.loading import load_catalog_text
 from ..core.catalog.model import Catalog
@@ -95,6 +97,34 @@ def check_extender_listener(config: ServeConfig) -> int | None:
     return port
 
 
+def check_metrics_listener(config: ServeConfig) -> int:
+    """The metrics listener's port; InputError when it is misconfigured or would serve metrics to anyone."""
+    port = _port(config.metrics_bind, "--metrics-bind")
+    taken = {_port(config.bind, "--bind"): "--bind"}
+    if config.extender_bind:
+        taken[_port(config.extender_bind, "--extender-bind")] = "--extender-bind"
+    if port in taken:
+        raise InputError(f"--metrics-bind {config.metrics_bind}: needs a port of its own, not that of {taken[port]} "
+                         "(/metrics is served only on its listener, behind its own check)")
+    why = insecure_combination(config.metrics_auth, config.metrics_bind.rpartition(":")[0])
+    if why:
+        raise InputError(why)
+    if config.metrics_auth == "delegated":
+        try:
+            check_live_config(config.kubeconfig)
+        except InputError as exc:
+            raise InputError(f"--metrics-auth delegated checks each scrape's token with the API server, which cannot "
+                             f"be reached: {exc}; or serve metrics unchecked on loopback: --metrics-auth none "
+                             "--metrics-bind 127.0.0.1:PORT") from None
+    return port
+
+
+def make_metrics_gate(config: ServeConfig) -> Gate:
+    if config.metrics_auth == "none":
+        return OpenGate()
+    return MetricsGate(access_reviewer(config.kubeconfig), time.monotonic)
+
+
 def make_inventory(config: ServeConfig, loaded: Loaded) -> InventorySource:
     from .metrics import InventoryMetrics  # after the multiprocess directory is set
 
@@ -118,9 +148,15 @@ def build_app(config: ServeConfig, loaded: Loaded | None = None) -> Flask:
     from .metrics import observe_certificate
 
     loaded = loaded or check_config(config)
+    if config.managed_tls is not None:
+        # every worker of every replica checks: rounds are conflict-safe, and a worker that outlives the
+        # others still follows a rotation
+        start_keeping_certificates(config.kubeconfig, config.managed_tls, config.managed_tls.directory,
+                                   config.managed_tls.interval_seconds)
     with open(config.cert_file, "rb") as fh:
         observe_certificate(not_valid_after(fh.read()).timestamp())
-    return create_app(loaded.catalog, make_inventory(config, loaded), max_body_bytes=config.max_body_bytes)
+    return create_app(loaded.catalog, make_inventory(config, loaded), max_body_bytes=config.max_body_bytes,
+                      metrics_listener=(_port(config.metrics_bind, "--metrics-bind"), make_metrics_gate(config)))
 
 
 def check_config(config: ServeConfig) -> Loaded:
@@ -141,6 +177,7 @@ def check_config(config: ServeConfig) -> Loaded:
     except (OSError, ssl.SSLError) as exc:
         raise InputError(f"cannot use --cert-file {config.cert_file} / --key-file {config.key_file}: {exc}") from None
     check_extender_listener(config)
+    check_metrics_listener(config)
     return Loaded(catalog, snapshot, text)
 
 
@@ -173,7 +210,7 @@ class WebhookServer(BaseApplication):  # type: ignore[misc]
             return reloader["r"].context()
 
         settings: dict[str, Any] = {
-            "bind": [c.bind, *([c.extender_bind] if extender_port else [])],
+            "bind": [c.bind, *([c.extender_bind] if extender_port else []), c.metrics_bind],
             "workers": c.workers,
             "worker_class": BalancedThreadWorker,
             "threads": c.threads,
@@ -241,7 +278,25 @@ def prepare_metrics_dir() -> None:
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="gpu-class-metrics-")
 
 
+def ensure_certificates_at_start(config: ServeConfig) -> None:
+    """tls.mode webhook-managed: the Secrets, caBundle and the server's files, before anything reads them."""
+    if config.managed_tls is None:
+        return
+    settings = config.managed_tls
+    try:
+        ensure_own_certificates(config.kubeconfig, settings, settings.directory)
+    except InputError:
+        raise
+    except Exception as exc:  # forbidden, unreachable: the message says what the keeper needs
+        raise InputError(f"--manage-certificates {settings.namespace}: cannot keep the certificates ({exc}); the "
+                         f"service account needs get, create and patch on the Secrets {settings.ca_secret}, "
+                         f"{settings.serving_secret}, {settings.client_secret} there, and get and patch on the "
+                         f"MutatingWebhookConfigurations {', '.join(settings.webhook_configurations) or '(none)'}; "
+                         f"and {settings.directory} must be writable") from None
+
+
 def serve(config: ServeConfig) -> None:
+    ensure_certificates_at_start(config)
     loaded = check_config(config)
     prepare_metrics_dir()
     # Also before the fork: a collection in a worker would otherwise touch (and so copy) every page

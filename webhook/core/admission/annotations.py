@@ -7,10 +7,11 @@ that tells the user what to write, and the decision refuses it where it reaches 
 from __future__ import annotations
 
 import re
+import dataclasses
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
-from ..catalog.model import PRECISIONS, Catalog, Need, parse_compute_capability
+from ..catalog.model import PRECISIONS, Catalog, GroupTopology, Need, parse_compute_capability
 from ..catalog.quantity import quantity_mib
 from ..catalog.wait import WAIT_FORMS, parse_wait
 from ..view.pods import CLASS_ANNOTATION, GROUP_LABEL, MAX_WAIT_ANNOTATION, TYPES_ANNOTATION
@@ -28,13 +29,22 @@ MIN_COMPUTE_CAPABILITY_ANNOTATION = PREFIX + "min-compute-capability"
 UPGRADE_ANNOTATION = PREFIX + "upgrade"  # read by the upgrader (upgrade.py), not the webhook
 GROUP_ANNOTATION = "gpu-class.io/group"
 GROUP_SIZE_ANNOTATION = "gpu-class.io/group-size"
+# a node label key of the catalog's topologyLabels (an NVLink domain, a rack, a block): the group starts only
+# in one value of it with room for all of it (required), or in as few as it can (preferred). Named as Kueue's
+# Topology Aware Scheduling names its own (kueue.x-k8s.io/podset-required-topology).
+GROUP_REQUIRED_TOPOLOGY_ANNOTATION = "gpu-class.io/group-required-topology"
+GROUP_PREFERRED_TOPOLOGY_ANNOTATION = "gpu-class.io/group-preferred-topology"
+# Kueue's own: a Pod carrying one has its topology decided by Kueue's Topology Aware Scheduling
+KUEUE_TOPOLOGY_ANNOTATIONS = ("kueue.x-k8s.io/podset-required-topology", "kueue.x-k8s.io/podset-preferred-topology",
+                              "kueue.x-k8s.io/podset-unconstrained-topology")
 # LeaderWorkerSet writes the number of Pods of its group (leader included) on each of them. The Job
 # controller and JobSet put no Pod count on Pods (JobSet's replicas annotations count Jobs).
 LWS_SIZE_ANNOTATION = "leaderworkerset.sigs.k8s.io/size"
 
 # the Pod annotations gpu-class reads (and the one it writes): any other gpu-class.io/ key is a slip
 POD_ANNOTATIONS = (CLASS_ANNOTATION, COUNT_ANNOTATION, CONTAINER_ANNOTATION, EXCLUDE_ANNOTATION, MIN_MEMORY_ANNOTATION,
-                   GROUP_ANNOTATION, GROUP_SIZE_ANNOTATION, REQUIRES_ANNOTATION, MIN_COMPUTE_CAPABILITY_ANNOTATION,
+                   GROUP_ANNOTATION, GROUP_SIZE_ANNOTATION, GROUP_REQUIRED_TOPOLOGY_ANNOTATION,
+                   GROUP_PREFERRED_TOPOLOGY_ANNOTATION, REQUIRES_ANNOTATION, MIN_COMPUTE_CAPABILITY_ANNOTATION,
                    TYPES_ANNOTATION, UPGRADE_ANNOTATION, MAX_WAIT_ANNOTATION)
 
 _COUNT_RE = re.compile(r"[0-9]{1,6}")
@@ -48,6 +58,14 @@ _NAME_RE = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
 _SIZE_RE = re.compile(r"[0-9]{1,6}")
 
 
+Topology = GroupTopology  # the domain a group asks to be kept within
+
+
+def topology_annotation(topology: Topology) -> str:
+    """The annotation that asks for `topology`."""
+    return GROUP_REQUIRED_TOPOLOGY_ANNOTATION if topology.required else GROUP_PREFERRED_TOPOLOGY_ANNOTATION
+
+
 @dataclass(frozen=True)
 class GroupAsk:
     """A Pod's group: its name, and the number of Pods it has when known (and which annotation said so)."""
@@ -55,6 +73,11 @@ class GroupAsk:
     name: str
     size: int | None = None
     size_from: str | None = None
+    topology: Topology | None = None
+    # the Pod carries Kueue's Topology Aware Scheduling annotations: its topology is Kueue's, gpu-class writes none
+    kueue_topology: bool = False
+    # the annotation of gpu-class's it asked for all the same, dropped for Kueue's
+    topology_left_to_kueue: str | None = None
 
 
 def parse_count(value: Any) -> int | None:
@@ -121,15 +144,52 @@ def read_need(annotations: Mapping[str, str]) -> Need | None | str:
     return Need(min_compute_capability=capability, precisions=precisions)
 
 
-def read_group(annotations: Mapping[str, str]) -> GroupAsk | None | str:
-    """The Pod's group, None when it has none, or the message refusing what it wrote."""
+def read_group(annotations: Mapping[str, str], topology_labels: Sequence[str] = ()) -> GroupAsk | None | str:
+    """The Pod's group, None when it has none, or the message refusing what it wrote. `topology_labels`: the
+    catalog's, the node label keys a group may ask to be kept within."""
     name = annotations.get(GROUP_ANNOTATION)
     raw_size = annotations.get(GROUP_SIZE_ANNOTATION)
+    topology = read_topology(annotations, topology_labels)
     if name is None:
         if raw_size is not None:
             return (f"gpu-class: {GROUP_SIZE_ANNOTATION} needs {GROUP_ANNOTATION}: name the group whose size "
                     "it is")
+        if isinstance(topology, Topology):
+            return f"gpu-class: {topology_annotation(topology)} needs {GROUP_ANNOTATION}: name the group it keeps together"
+        return topology
+    if isinstance(topology, str):
+        return topology
+    ask = _group_of(name, annotations)
+    if isinstance(ask, str):
+        return ask
+    if any(k in annotations for k in KUEUE_TOPOLOGY_ANNOTATIONS):
+        return dataclasses.replace(ask, kueue_topology=True,
+                                   topology_left_to_kueue=None if topology is None else topology_annotation(topology))
+    return dataclasses.replace(ask, topology=topology)
+
+
+def read_topology(annotations: Mapping[str, str], topology_labels: Sequence[str]) -> Topology | None | str:
+    """gpu-class.io/group-required-topology or group-preferred-topology; None when neither; else the message
+    refusing what the Pod wrote (both, or a key the catalog does not name)."""
+    required = annotations.get(GROUP_REQUIRED_TOPOLOGY_ANNOTATION)
+    preferred = annotations.get(GROUP_PREFERRED_TOPOLOGY_ANNOTATION)
+    if required is None and preferred is None:
         return None
+    if required is not None and preferred is not None:
+        return (f"gpu-class: {GROUP_REQUIRED_TOPOLOGY_ANNOTATION} and {GROUP_PREFERRED_TOPOLOGY_ANNOTATION} are both "
+                "set; write one")
+    key = (required if required is not None else preferred or "").strip()
+    written = GROUP_REQUIRED_TOPOLOGY_ANNOTATION if required is not None else GROUP_PREFERRED_TOPOLOGY_ANNOTATION
+    if key not in topology_labels:
+        known = ", ".join(topology_labels) or "none (the catalog's topologyLabels is empty)"
+        return (f"gpu-class: {written} must be a node label key of the catalog's topologyLabels ({known}), not "
+                f"{quoted(key)}")
+    return Topology(key, required is not None)
+
+
+def _group_of(name: str, annotations: Mapping[str, str]) -> GroupAsk | str:
+    """The group named `name`, with its size, or the message refusing what the Pod wrote."""
+    raw_size = annotations.get(GROUP_SIZE_ANNOTATION)
     if not _NAME_RE.fullmatch(name):
         shown = repr(name) if len(name) <= 66 else repr(name[:60]) + "..."
         return (f"gpu-class: {GROUP_ANNOTATION} must be 1 to 63 letters, digits, '-', '_' or '.', beginning and "

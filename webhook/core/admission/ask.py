@@ -27,7 +27,7 @@ from .annotations import (
     parse_count, read_group, read_need, unknown_annotations, upgrade, wanted_count,
 )
 from .shape import (
-    Malformed, MalformedPod, Tolerations, app_containers, caught, mapping, own_claims, patchable_parts,
+    Malformed, MalformedPod, PodClaim, Tolerations, app_containers, caught, mapping, own_claims, patchable_parts,
     requested_resources, string_map,
 )
 from .words import quoted
@@ -99,7 +99,7 @@ class PodAsk(NamedTuple):
     preferred_terms: tuple[NodeTerm, ...]  # its preferred terms' `In` expressions: where the Pod steers itself
     node_name: str | None  # spec.nodeName: a Pod bound at creation skips the scheduler
     tolerations: Tolerations
-    claims: tuple[str, ...] | Malformed  # the names of spec.resourceClaims
+    claims: tuple[PodClaim, ...] | Malformed  # spec.resourceClaims
     node_selector: Mapping[str, Any] | Malformed
     unknown_annotations: tuple[str, ...]  # gpu-class.io/ keys nobody reads, sorted
 
@@ -156,7 +156,7 @@ def read_pod(pod: Any, catalog: Catalog) -> PodAsk | None:
         excluded=excluded_types(annotations, catalog),
         min_memory_mib=min_memory_mib(annotations),
         need=read_need(annotations),
-        group=read_group(annotations),
+        group=read_group(annotations, catalog.topology_labels),
         group_name=annotations.get(GROUP_ANNOTATION, ""),
         max_wait=max_wait(annotations),
         upgrade=upgrade(annotations),

@@ -56,6 +56,7 @@ class Placement:
     group: GroupPlan | None = None  # gpu-class.io/group: the label and Pod affinity that keep it on one product
     max_wait: str | None = None  # gpu-class.io/max-wait as gpu-class-scheduler keeps it; None: the Pod does not wait
     drop_max_wait: bool = False  # the Pod wrote a wait no scheduler of its keeps: the annotation goes
+    avoid_hosts: tuple[str, ...] = ()  # kubernetes.io/hostname of the nodes unhealthy for its types: kept off them
 
 
 @dataclass(frozen=True)

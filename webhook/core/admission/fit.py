@@ -45,6 +45,7 @@ class ClassFit:
     placed_on: tuple[tuple[str, str, tuple[str, ...]], ...] = ()
     required: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (label key, product values) of all of them
     tolerations: tuple[Taint, ...] = ()
+    avoid_hosts: tuple[str, ...] = ()  # the valid types' nodes unhealthy for them (unhealthy_hosts), sorted
 
 
 class Fitted(NamedTuple):
@@ -157,7 +158,14 @@ def _class_fit(
         placed_on=placed_on,
         required=tuple((k, tuple(sorted(v))) for k, v in sorted(required.items())),
         tolerations=tuple(sorted(_drop_covered(taints))),
+        avoid_hosts=() if queued else unhealthy_hosts(ordered, snapshot),
     )
+
+
+def unhealthy_hosts(types: Sequence[str], snapshot: Snapshot) -> tuple[str, ...]:
+    """The nodes of `types` unhealthy for them, as a Pod's affinity names them: what the placement keeps the
+    Pod off. A queued workload's template gets none: it starts later, when the list would be stale."""
+    return tuple(sorted({h for t in types for g in snapshot.groups(t) for h in g.unhealthy_hosts}))
 
 
 def _nodes_of(ordered: Sequence[str], snapshot: Snapshot, catalog: Catalog, gpus_needed: int,
@@ -303,12 +311,17 @@ def _verdict(
         nodes = sum(g.nodes for g in groups)
         not_ready = sum(g.not_ready for g in groups)
         cordoned = sum(g.cordoned for g in groups)
+        sick = sum(g.unhealthy_nodes for g in groups)
+        if sick == nodes:
+            return verdict(False, f"all {nodes} nodes unhealthy", 0, 0)
         if cordoned + not_ready == nodes and queued:
             return verdict(True, f"all {nodes} nodes cordoned or not ready now; a queued workload waits for them", 0, 0)
         if not_ready == nodes:
             return verdict(False, f"all {nodes} nodes not ready", 0, 0)
         if cordoned + not_ready == nodes:
             return verdict(False, f"all {nodes} nodes cordoned or not ready", 0, 0)
+        if sick and sick + cordoned + not_ready >= nodes:
+            return verdict(False, f"all {nodes} nodes unhealthy, cordoned or not ready", 0, 0)
         return verdict(False, f"no node offers allocatable {gpu_type.resource}", 0, 0)
     if min_memory_mib is not None and any(s.allocatable >= gpus_needed for g in groups for s in g.usable):
         largest = "unknown" if max_memory is None else gib(max_memory)

@@ -31,7 +31,7 @@ from ..view.pods import GroupName
 from ..view.nodes import NodeInfo, Offer
 from ..view.product_groups import ProductGroup
 from ..view.snapshot import Snapshot
-from .annotations import GroupAsk
+from .annotations import GROUP_PREFERRED_TOPOLOGY_ANNOTATION, GROUP_SIZE_ANNOTATION, GroupAsk, Topology
 
 GroupOutcome = Literal["started", "followed", "no-room", "refused", "unplaced"]
 
@@ -102,29 +102,42 @@ def _offers_of(snapshot: Snapshot, type_name: str) -> tuple[tuple[NodeInfo, Offe
 
 
 def room(snapshot: Snapshot, catalog: Catalog, type_name: str, label_key: str, gpus: int,
-         min_memory_mib: float | None) -> Room:
+         min_memory_mib: float | None, domain_key: str | None = None) -> Room:
     """Pods of `gpus` devices each (and memory per device) that the type's nodes labelled `label_key` hold.
 
     Each node holds free // gpus of them, so N Pods fit when the sum is at least N: Pods of one size
     fill every node's share whatever order the scheduler binds them in. A group's Pods meet on one
     value of the key: under kubernetes.io/hostname (DRA nodes no product label names) each node is
-    a value of its own, so there the group holds what its best node holds.
+    a value of its own, so there the group holds what its best node holds; kept within a topology
+    domain (`domain_key`), what its best domain holds, and no pool grows a domain.
     """
+    by_value = rooms_by_value(snapshot, type_name, label_key, gpus, min_memory_mib, domain_key)
+    now = max((n for n, _ in by_value.values()), default=0)
+    most = max((m for _, m in by_value.values()), default=0)
+    can_grow = domain_key is None and (catalog.types[type_name].scalable or any(
+        p.label_key == label_key and p.holds(gpus) for p in snapshot.pools(type_name)))
+    return Room(type_name, label_key, now, None if can_grow else most)
+
+
+def rooms_by_value(snapshot: Snapshot, type_name: str, label_key: str, gpus: int, min_memory_mib: float | None,
+                   domain_key: str | None = None) -> dict[str, tuple[int, int]]:
+    """(Pods it holds now, with all its nodes empty) per value the group's Pods would meet on: the node's
+    `domain_key` value (nodes without one hold none), its hostname under kubernetes.io/hostname, else one
+    value, "", for the whole type."""
     by_value: dict[str, tuple[int, int]] = {}
     for info, offer in _offers_of(snapshot, type_name):
         if offer.label_key != label_key or offer.allocatable < gpus:
             continue
         if min_memory_mib is not None and (offer.memory_mib is None or offer.memory_mib < min_memory_mib):
             continue
-        value = offer.value if label_key == HOSTNAME_LABEL else ""
+        value = (info.domain(domain_key) if domain_key is not None else
+                 offer.value if label_key == HOSTNAME_LABEL else "")
+        if value is None:
+            continue
         now, most = by_value.get(value, (0, 0))
         free = snapshot.free(info.name, offer) // gpus if info.schedulable else 0
         by_value[value] = (now + free, most + offer.allocatable // gpus)
-    now = max((n for n, _ in by_value.values()), default=0)
-    most = max((m for _, m in by_value.values()), default=0)
-    can_grow = catalog.types[type_name].scalable or any(
-        p.label_key == label_key and p.holds(gpus) for p in snapshot.pools(type_name))
-    return Room(type_name, label_key, now, None if can_grow else most)
+    return by_value
 
 
 @dataclass(frozen=True)
@@ -182,6 +195,10 @@ class GroupPlan:
     topology_key: str = ""  # the node label its Pods meet on; "" when the Pod is not placed
     runs_on: RunsOn | None = None
     rooms: tuple[Room, ...] = ()  # the class's types under topology_key, judged for the whole group
+    topology: Topology | None = None  # the domain the group asked to be kept within
+    # with a required topology: the values of its key the group may start in (it runs in, or that hold all of
+    # it), tightest first; None: any value of the key
+    domains: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -216,12 +233,14 @@ def decide_group(ask: GroupAsk, namespace: str, gpu_class: GpuClass, gpus_needed
     for its best type (gpu-class.io/max-wait) gets every type that can ever hold it: gpu-class-scheduler starts
     it only where all of it fits now, its best type while the wait runs.
     """
-    plan = functools.partial(GroupPlan, ask.name, size=ask.size, size_from=ask.size_from)
+    plan = functools.partial(GroupPlan, ask.name, size=ask.size, size_from=ask.size_from, topology=ask.topology)
     running = runs_on(snapshot, (namespace, ask.name), fixed)
+    required = ask.topology.key if ask.topology is not None and ask.topology.required else None
     if running is not None:
         scope = _scope(gpu_class, snapshot, catalog, running.label_key, frozenset(running.products))
-        return GroupDecision(plan("followed", topology_key=running.label_key, runs_on=running), scope,
-                             fixed or running.resource)
+        domains = None if required is None else _domains_running(snapshot, (namespace, ask.name), required)
+        return GroupDecision(plan("followed", topology_key=running.label_key, runs_on=running, domains=domains),
+                             scope, fixed or running.resource)
     if not offer.placeable:  # no node can take even one of its Pods
         return GroupDecision(plan("unplaced"))
     rank = {k: i for i, k in enumerate(catalog.product_labels)}
@@ -230,12 +249,12 @@ def decide_group(ask: GroupAsk, namespace: str, gpu_class: GpuClass, gpus_needed
         keys_of.setdefault(type_name, []).append(label_key)
     candidates = [(t, k) for t, keys in keys_of.items()
                   for k in sorted(keys, key=lambda key: (rank.get(key, len(rank)), key))]
-    if ask.size is None:
+    size = ask.size or (1 if required else None)  # kept within a domain: only types with one count
+    if size is None:
         key = candidates[0][1]
         return GroupDecision(plan("started", topology_key=key), _scope(gpu_class, snapshot, catalog, key),
                              offer.resource)
-    size = ask.size
-    rooms = [room(snapshot, catalog, t, k, gpus_needed, min_memory_mib) for t, k in candidates]
+    rooms = [room(snapshot, catalog, t, k, gpus_needed, min_memory_mib, required) for t, k in candidates]
     holding = [] if waits else [r for r in rooms if r.now >= size]
     outcome: GroupOutcome = "started"
     ever = not holding  # judged on what each type can ever hold
@@ -243,19 +262,55 @@ def decide_group(ask: GroupAsk, namespace: str, gpu_class: GpuClass, gpus_needed
         holding = [r for r in rooms if r.most is None or r.most >= size]
         outcome = "started" if waits else "no-room"
     if not holding:
-        best = max(rooms, key=lambda r: r.most or 0)
-        return GroupDecision(plan("refused"), refusal=(
-            f"gpu-class: group {ask.name} of {size} Pods x {gpus_needed} GPU(s) can never run on one type of class "
-            f"{gpu_class.name}: the most one type holds is {best.most} such Pods ({best.type_name}, all its nodes "
-            f"empty). Ask for fewer Pods or GPUs per Pod ({ask.size_from}), or another class"))
+        return GroupDecision(plan("refused"), refusal=_never(ask, size, gpus_needed, gpu_class, rooms, required))
     key = holding[0].label_key
     under_key = tuple(r for r in rooms if r.label_key == key)
     ruled = tuple((r.type_name, _short_of_room(r, size, ever)) for r in under_key if r not in holding)
+    domains = None if required is None or ask.size is None else _domains_holding(
+        snapshot, [r.type_name for r in holding if r.label_key == key], key, gpus_needed, min_memory_mib, required,
+        size, ever)
     warning = None if outcome != "no-room" else (
         f"gpu-class: group {ask.name}: no type has room for its {size} Pods now; they wait for room "
-        f"where the first one runs")
-    return GroupDecision(plan(outcome, topology_key=key, rooms=under_key),
+        f"where the first one runs" if required is None else
+        f"gpu-class: group {ask.name}: no {required} domain has room for its {size} Pods now; they wait for room "
+        f"in the one the first starts in")
+    return GroupDecision(plan(outcome, topology_key=key, rooms=under_key, domains=domains),
                          _scope(gpu_class, snapshot, catalog, key, None, ruled), offer.resource, warning=warning)
+
+
+def _never(ask: GroupAsk, size: int, gpus: int, gpu_class: GpuClass, rooms: list[Room], domain_key: str | None) -> str:
+    """The refusal of a group no type of its class can ever hold (no domain of one, when kept within one)."""
+    if domain_key is not None:
+        best = max(rooms, key=lambda r: r.most or 0)
+        held = (f"the most one holds is {best.most} such Pods ({best.type_name}, all its nodes empty)" if best.most
+                else f"no node of the class that can take its Pods has {domain_key}")
+        return (f"gpu-class: group {ask.name} of {size} Pods x {gpus} GPU(s) can never run in one {domain_key} domain "
+                f"of class {gpu_class.name}: {held}. Write {GROUP_PREFERRED_TOPOLOGY_ANNOTATION} to let it span "
+                f"domains, or ask for fewer Pods ({ask.size_from or GROUP_SIZE_ANNOTATION})")
+    best = max(rooms, key=lambda r: r.most or 0)
+    return (f"gpu-class: group {ask.name} of {size} Pods x {gpus} GPU(s) can never run on one type of class "
+            f"{gpu_class.name}: the most one type holds is {best.most} such Pods ({best.type_name}, all its nodes "
+            f"empty). Ask for fewer Pods or GPUs per Pod ({ask.size_from}), or another class")
+
+
+def _domains_running(snapshot: Snapshot, group: GroupName, key: str) -> tuple[str, ...] | None:
+    """The values of `key` on the nodes the group's bound Pods are on; None when they carry none."""
+    values = {d for node, _ in (snapshot.pod_groups.get(group) or {}).values()
+              if (info := snapshot.nodes.get(node)) is not None and (d := info.domain(key)) is not None}
+    return tuple(sorted(values)) or None
+
+
+def _domains_holding(snapshot: Snapshot, types: list[str], label_key: str, gpus: int, min_memory_mib: float | None,
+                     domain_key: str, size: int, ever: bool) -> tuple[str, ...]:
+    """The domains of `types` that hold the whole group now (ever, when none does now), tightest first: the
+    group keeps larger free domains for larger groups."""
+    found: dict[str, int] = {}
+    for type_name in types:
+        for value, (now, most) in rooms_by_value(snapshot, type_name, label_key, gpus, min_memory_mib,
+                                                 domain_key).items():
+            if (most if ever else now) >= size:
+                found[value] = min(found.get(value, now), now)
+    return tuple(sorted(found, key=lambda v: (found[v], v)))
 
 
 def _short_of_room(r: Room, size: int, ever: bool) -> str:

@@ -1,13 +1,15 @@
 """Need, the third step of an admission: what the Pod asks, checked, into the values the fit reads. Pure.
 
 The refusals come in a fixed order, the first thing wrong being the one the user hears of: claims of its
-own, a cluster not read yet, the GPU resources it asks for, its container and count (and whether Kueue
-counted them), then its exclusions, memory, need, group, wait and upgrade. ask.py read every value once;
-a str there is the message refusing what the Pod wrote.
+own not shaped as the API's, a cluster not read yet, claims that may give it a GPU (claims.py), the GPU
+resources it asks for, its container and count (and whether Kueue counted them), then its exclusions, memory,
+need, group, wait and upgrade. ask.py read every value once; a str there is the message refusing what the Pod
+wrote.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import NamedTuple, Sequence
 
 from ..catalog.model import Catalog, GpuClass, Need
@@ -15,6 +17,7 @@ from ..view.pods import CLASS_ANNOTATION, TYPES_ANNOTATION
 from ..view.snapshot import Snapshot
 from .annotations import EXCLUDE_ANNOTATION, POD_ANNOTATIONS, PREFIX, GroupAsk
 from .ask import GpuAsk, PodAsk
+from .claims import ClaimProblem, claim_problems
 from .decision import MALFORMED, Decision
 from .groups import GroupPlan
 from .shape import Malformed
@@ -34,12 +37,12 @@ class Asked(NamedTuple):
     ignored: tuple[str, ...]  # warnings: what it wrote to no effect
 
 
-def check_need(ask: PodAsk, gpu_class: GpuClass, snapshot: Snapshot, catalog: Catalog) -> Asked | Decision:
-    """What the Pod asks, checked; or the decision refusing the first thing wrong."""
+def check_need(ask: PodAsk, gpu_class: GpuClass, snapshot: Snapshot, catalog: Catalog,
+               namespace: str = "") -> Asked | Decision:
+    """What the Pod (created in `namespace`) asks, checked; or the decision refusing the first thing wrong."""
     class_name = gpu_class.name
-    refusal = _claims_refusal(ask, gpu_class)
-    if refusal is not None:
-        return refusal
+    if isinstance(ask.claims, Malformed):
+        return Decision("refused", MALFORMED + ask.claims.message)
     if not snapshot.synced:
         return Decision(
             "refused",
@@ -47,6 +50,9 @@ def check_need(ask: PodAsk, gpu_class: GpuClass, snapshot: Snapshot, catalog: Ca
             "unreachable); retry in a few seconds",
             class_name=class_name,
         )
+    problems = claim_problems(ask.claims, namespace, snapshot) if ask.claims else ()
+    if problems:
+        return _claims_refusal(ask, gpu_class, problems)
     if isinstance(ask.requested, Malformed):
         return Decision("refused", MALFORMED + ask.requested.message)
     usable = catalog.class_resources(class_name)
@@ -76,28 +82,33 @@ def _narrowing(ask: PodAsk, gpu_class: GpuClass, resource: str, fixed: str | Non
         return Decision("refused", need, class_name=gpu_class.name)
     if isinstance(group, str):
         return Decision("refused", group, class_name=gpu_class.name, group=GroupPlan(ask.group_name, "refused"))
+    if group is not None and group.topology is None and not group.kueue_topology and gpu_class.group_topology:
+        group = dataclasses.replace(group, topology=gpu_class.group_topology)  # the class's, as a Pod's own wins
     if isinstance(ask.max_wait, Malformed):
         return Decision("refused", ask.max_wait.message, class_name=gpu_class.name)
     if isinstance(ask.upgrade, str):
         return Decision("refused", ask.upgrade, class_name=gpu_class.name)
     return Asked(resource, fixed, gpus, excluded, min_memory, need, group,
-                 _ignored_input(ask.unknown_annotations, gpu_class, excluded))
+                 _ignored_input(ask.unknown_annotations, gpu_class, excluded, group))
 
 
-def _claims_refusal(ask: PodAsk, gpu_class: GpuClass) -> Decision | None:
-    """A Pod with resource claims of its own could get GPUs twice: refused."""
-    if isinstance(ask.claims, Malformed):
-        return Decision("refused", MALFORMED + ask.claims.message)
-    if not ask.claims:
-        return None
-    drop = (f"the {CLASS_ANNOTATION} annotation" if ask.class_name is not None else
-            "its GPU limit (the namespace's default class applies to Pods that ask for one)")
+def _claims_refusal(ask: PodAsk, gpu_class: GpuClass, problems: Sequence[ClaimProblem]) -> Decision:
+    """A class Pod may keep claims of its own only for devices that are not GPUs: refused, each claim told why."""
+    told = "; ".join(f"claim {quoted(p.claim)}: {p.message}" for p in problems)
+    advice = []
+    if any(p.gpus for p in problems):
+        drop = (f"the {CLASS_ANNOTATION} annotation" if ask.class_name is not None else
+                "its GPU limit (the namespace's default class applies to Pods that ask for one)")
+        advice.append("A claim that may be given a GPU could give the Pod GPUs twice, or of a type its class does "
+                      "not allow (gpu-class gives it GPUs through its GPU limit and its node): drop such claims to let "
+                      f"gpu-class place it, or drop {drop} and ask for GPUs through the claims alone")
+    if any(p.retry for p in problems):
+        advice.append("Create what it names first (a controller that creates the Pod retries by itself)")
     return Decision(
         "refused",
-        f"gpu-class: the Pod has resource claims of its own (spec.resourceClaims: {quoted(', '.join(ask.claims))[1:-1]}); "
-        "gpu-class gives a Pod GPUs through its GPU limit and its node and cannot see what a claim asks for, so "
-        f"the Pod could get GPUs twice, or of a type its class does not allow. Drop the claims to let gpu-class "
-        f"place it, or drop {drop} and ask for GPUs through the claims alone",
+        "gpu-class: a class Pod's resource claims (spec.resourceClaims) may only be for devices that are not GPUs "
+        f"(DeviceClasses pinned to a driver no GPU type names, as a ComputeDomain channel's or a NIC's): {told}"
+        + "".join(f". {a}" for a in advice),
         class_name=gpu_class.name,
     )
 
@@ -131,10 +142,16 @@ def _uncounted(ask: PodAsk, resource: str, gpus: GpuAsk) -> str | None:
     )
 
 
-def _ignored_input(unknown: Sequence[str], gpu_class: GpuClass, excluded: frozenset[str]) -> tuple[str, ...]:
+def _ignored_input(unknown: Sequence[str], gpu_class: GpuClass, excluded: frozenset[str],
+                   group: GroupAsk | None = None) -> tuple[str, ...]:
     """Warnings for what the user wrote to no effect: a gpu-class.io/ annotation nobody reads (a typo
-    such as gpu-class.io/min-mem would otherwise pass unnoticed), excluded types the class lacks."""
+    such as gpu-class.io/min-mem would otherwise pass unnoticed), excluded types the class lacks, a group
+    topology Kueue decides instead."""
     warnings = []
+    if group is not None and group.topology_left_to_kueue:
+        # two schedulers of topology would pull one workload two ways: Kueue's assignment wins, as it is quota
+        warnings.append(short(f"gpu-class: {group.topology_left_to_kueue} ignored: Kueue's Topology Aware "
+                              "Scheduling places it"))
     if unknown:
         read = ", ".join(k[len(PREFIX):] for k in POD_ANNOTATIONS if k != TYPES_ANNOTATION)
         warnings.append(short(f"gpu-class: {quoted(', '.join(unknown))[1:-1]} ignored; known: {read}"))

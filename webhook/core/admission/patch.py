@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 from typing import Any, Mapping, NotRequired, Sequence, TypedDict
 
+from ..view.dra import HOSTNAME_LABEL
 from ..view.nodes import Taint, tolerates
 from ..view.pods import CLASS_ANNOTATION, GROUP_LABEL, MAX_WAIT_ANNOTATION, TYPES_ANNOTATION
 from .decision import Placement
@@ -84,9 +85,14 @@ def merged_node_affinity(node_affinity: Mapping[str, Any] | None, placement: Pla
     Terms are ORed and expressions within a term ANDed, so the restriction joins each term; with
     several label keys (nodes labelled by GFD and by hand), each term is repeated once per key.
     A term that already holds one of the restrictions is the webhook's own output and is kept.
+    Each new term also keeps the Pod off the nodes unhealthy for its types (`kubernetes.io/hostname NotIn`):
+    the tenant boundary and provenance read only `In` expressions, so this narrows and names no type.
     """
     result = copy.deepcopy(dict(node_affinity or {}))
     restrictions = [_restriction(k, v) for k, v in placement.required]
+    domain = _domain_restriction(placement.group)
+    avoid = ([{"key": HOSTNAME_LABEL, "operator": "NotIn", "values": list(placement.avoid_hosts)}]
+             if placement.avoid_hosts else [])
     required = result.get("requiredDuringSchedulingIgnoredDuringExecution") or {}
     terms = required.get("nodeSelectorTerms") or [{}]
     new_terms: list[dict[str, Any]] = []
@@ -96,7 +102,7 @@ def merged_node_affinity(node_affinity: Mapping[str, Any] | None, placement: Pla
             new_terms.append(term)
             continue
         for r in restrictions:
-            new_terms.append({**term, "matchExpressions": [*expressions, r]})
+            new_terms.append({**term, "matchExpressions": [*expressions, r, *domain, *avoid]})
     result["requiredDuringSchedulingIgnoredDuringExecution"] = {**required, "nodeSelectorTerms": new_terms}
 
     preferred = list(result.get("preferredDuringSchedulingIgnoredDuringExecution") or [])
@@ -126,7 +132,7 @@ def _affinity_ops(spec: Mapping[str, Any], placement: Placement) -> list[PatchOp
     if node_affinity != affinity.get("nodeAffinity"):
         changed["nodeAffinity"] = node_affinity
     if placement.group is not None:
-        pod_affinity = merged_pod_affinity(affinity.get("podAffinity"), _group_term(placement.group))
+        pod_affinity = _group_pod_affinity(affinity.get("podAffinity"), placement.group)
         if pod_affinity != affinity.get("podAffinity"):
             changed["podAffinity"] = pod_affinity
     if not changed:
@@ -136,9 +142,41 @@ def _affinity_ops(spec: Mapping[str, Any], placement: Placement) -> list[PatchOp
     return [_add(f"/spec/affinity/{key}", value) for key, value in changed.items()]
 
 
-def _group_term(group: GroupPlan) -> dict[str, Any]:
-    """The required Pod affinity term that keeps the group on one value of its topology key."""
-    return {"labelSelector": {"matchLabels": {GROUP_LABEL: group.name}}, "topologyKey": group.topology_key}
+def _group_term(group: GroupPlan, topology_key: str) -> dict[str, Any]:
+    """The Pod affinity term that meets the group's Pods on one value of `topology_key`."""
+    return {"labelSelector": {"matchLabels": {GROUP_LABEL: group.name}}, "topologyKey": topology_key}
+
+
+def _group_pod_affinity(pod_affinity: Mapping[str, Any] | None, group: GroupPlan) -> dict[str, Any]:
+    """The Pod's podAffinity with the terms that keep its group on one product and, as asked, in one domain.
+
+    A required domain's term comes first: gpu-class-scheduler holds a waiting group until one value of its
+    first group term's key has room for all of it (group_wait.go), and that value must be the domain's."""
+    topology = group.topology
+    result = dict(pod_affinity or {})
+    if topology is not None and topology.required:
+        result = merged_pod_affinity(result, _group_term(group, topology.key))
+    result = merged_pod_affinity(result, _group_term(group, group.topology_key))
+    if topology is not None and not topology.required:
+        preferred = list(result.get("preferredDuringSchedulingIgnoredDuringExecution") or [])
+        term = {"weight": PREFERRED_DOMAIN_WEIGHT, "podAffinityTerm": _group_term(group, topology.key)}
+        if term not in preferred:
+            preferred.append(term)
+        result["preferredDuringSchedulingIgnoredDuringExecution"] = preferred
+    return result
+
+
+# the most a preferred term weighs: the group's Pods meet in one domain ahead of every other preference they hold
+PREFERRED_DOMAIN_WEIGHT = 100
+
+
+def _domain_restriction(group: GroupPlan | None) -> list[dict[str, Any]]:
+    """The node affinity expression that keeps a group with a required topology within its domains."""
+    if group is None or group.topology is None or not group.topology.required or not group.topology_key:
+        return []
+    if group.domains is None:
+        return [{"key": group.topology.key, "operator": "Exists"}]
+    return [_restriction(group.topology.key, group.domains)]
 
 
 def _toleration_ops(spec: Mapping[str, Any], taints: Sequence[Taint]) -> list[PatchOp]:

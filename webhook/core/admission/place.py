@@ -38,6 +38,7 @@ def place(ask: PodAsk, gpu_class: GpuClass, asked: Asked, routed: Route, fitted:
         group=fitted.group,
         max_wait=routed.wait,
         drop_max_wait=routed.wait is None and ask.max_wait is not None,
+        avoid_hosts=fit.avoid_hosts,
     )
     warnings = asked.ignored
     if ask.types_written is not None and split_types(ask.types_written) != fit.types:

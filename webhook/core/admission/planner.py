@@ -65,7 +65,7 @@ def decide(ask: PodAsk, snapshot: Snapshot, catalog: Catalog, *, namespace: str 
     kept = kept_as_decided(ask, gpu_class, snapshot, catalog, queued=queued)
     if kept is not None:
         return kept
-    asked = check_need(ask, gpu_class, snapshot, catalog)
+    asked = check_need(ask, gpu_class, snapshot, catalog, namespace)
     if isinstance(asked, Decision):
         return asked
     routed = route(ask, gpu_class, asked.resource, catalog)

@@ -9,7 +9,7 @@ else it holds. ask.read_pod reads the Pod through these.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence, TypeVar
+from typing import Any, Callable, Mapping, NamedTuple, Sequence, TypeVar
 
 from ..view.affinity import NodeTerm, node_term
 from .words import quoted
@@ -80,10 +80,27 @@ def app_containers(pod: Mapping[str, Any]) -> Sequence[Mapping[str, Any]]:
     return containers
 
 
-def own_claims(spec: Mapping[str, Any]) -> tuple[str, ...]:
-    """The names of the Pod's spec.resourceClaims (DRA claims it brings itself)."""
+class PodClaim(NamedTuple):
+    """One of the Pod's spec.resourceClaims: its name in the Pod, and the ResourceClaim or the
+    ResourceClaimTemplate it names (the API server lets a Pod name exactly one)."""
+
+    name: str
+    claim: str | None  # resourceClaimName
+    template: str | None  # resourceClaimTemplateName
+
+
+def own_claims(spec: Mapping[str, Any]) -> tuple[PodClaim, ...]:
+    """The Pod's spec.resourceClaims (DRA claims it brings itself)."""
     claims = listed(spec.get("resourceClaims"), "spec.resourceClaims")
-    return tuple(str(item(c, f"spec.resourceClaims[{i}]").get("name") or "?") for i, c in enumerate(claims))
+    found = []
+    for i, c in enumerate(claims):
+        where = f"spec.resourceClaims[{i}]"
+        named = [item(c, where).get(k) for k in ("resourceClaimName", "resourceClaimTemplateName")]
+        for key, value in zip(("resourceClaimName", "resourceClaimTemplateName"), named):
+            if not isinstance(value, (str, type(None))):
+                raise MalformedPod(f"{where}.{key} must be a string")
+        found.append(PodClaim(str(c.get("name") or "?"), named[0] or None, named[1] or None))
+    return tuple(found)
 
 
 def patchable_parts(pod: Mapping[str, Any]

@@ -128,7 +128,9 @@ def _no_type_message(
         # usable now), and any other with devices, for another class. Not the MIG profiles that a
         # node's product label also matches while it offers whole GPUs, or none at all.
         if groups and (largest > 0 or type_name in gpu_class.types):
-            present.append(f"{type_name} (largest allocatable {largest})")
+            sick = sum(g.unhealthy_nodes for g in groups)
+            health = f", {sick} of {sum(g.nodes for g in groups)} nodes unhealthy" if sick else ""
+            present.append(f"{type_name} (largest allocatable {largest}{health})")
             memories.extend(m for g in groups if (m := g.max_memory_mib) is not None)
     types = [t for t in gpu_class.types if resource is None or catalog.types[t].resource == resource]
     excluded_note = f", excluding {', '.join(sorted(excluded))}" if excluded else ""

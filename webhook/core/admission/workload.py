@@ -133,16 +133,9 @@ def plan_workload(obj: Mapping[str, Any], kind: WorkloadKind, snapshot: Snapshot
 
     Each template is read as a Pod is (ask.read_pod, through plan) and decided by the same rules;
     the first one refused refuses the workload, naming the template."""
-    if not isinstance(obj, dict):
-        return Decision("refused", f"gpu-class: malformed {kind.kind}: the object is not a JSON object"), []
-    metadata = obj.get("metadata")
-    labels = metadata.get("labels") if isinstance(metadata, dict) else None
-    if not isinstance(labels, dict) or QUEUE_LABEL not in labels:
-        return Decision("out-of-scope", f"a {kind.kind} Kueue does not queue: its Pods are placed as they are "
-                                        "created"), []
-    owner = counting_owner(obj)
-    if owner is not None:
-        return Decision("out-of-scope", f"a {kind.kind} of {owner}: decided at its owner, where Kueue counts it"), []
+    undecided = not_decided_at_templates(obj, kind)
+    if undecided is not None:
+        return undecided, []
     try:
         templates = list(pod_templates(obj, kind))
     except MalformedWorkload as exc:
@@ -150,18 +143,52 @@ def plan_workload(obj: Mapping[str, Any], kind: WorkloadKind, snapshot: Snapshot
     ops: list[PatchOp] = []
     decided: Decision | None = None
     for pointer, template in templates:
-        decision = plan(template, snapshot, catalog, namespace=namespace, policy=policy, queued=True)
+        found = decide_template(pointer, template, snapshot, catalog, namespace, policy)
+        decision = found.decision
         if decision.outcome == "refused":
             where = "" if len(templates) == 1 else f" (pod template {pointer.lstrip('/').replace('/', '.')})"
             return Decision("refused", decision.message + where, class_name=decision.class_name,
                             verdicts=decision.verdicts), []
-        if decision.placement is not None:
-            ops += _template_ops(pointer, template, build_patch(template, decision.placement))
+        ops += found.ops
         if decided is None or decided.placement is None:
             decided = decision
     if decided is None:  # a list of templates that is empty: nothing for Kueue to count
         return Decision("out-of-scope", f"a {kind.kind} without pod templates"), []
     return decided, ops
+
+
+def not_decided_at_templates(obj: Mapping[str, Any], kind: WorkloadKind) -> Decision | None:
+    """The answer for a workload whose templates are not decided (not an object, not queued by Kueue, counted at its
+    owner); None for one whose templates are."""
+    if not isinstance(obj, dict):
+        return Decision("refused", f"gpu-class: malformed {kind.kind}: the object is not a JSON object")
+    metadata = obj.get("metadata")
+    labels = metadata.get("labels") if isinstance(metadata, dict) else None
+    if not isinstance(labels, dict) or QUEUE_LABEL not in labels:
+        return Decision("out-of-scope", f"a {kind.kind} Kueue does not queue: its Pods are placed as they are "
+                                        "created")
+    owner = counting_owner(obj)
+    if owner is not None:
+        return Decision("out-of-scope", f"a {kind.kind} of {owner}: decided at its owner, where Kueue counts it")
+    return None
+
+
+@dataclass(frozen=True)
+class TemplateDecision:
+    """One pod template's decision, and the operations that write it into the workload (paths from its root)."""
+
+    pointer: str  # the template's JSON pointer in the workload
+    decision: Decision
+    ops: list[PatchOp]
+
+
+def decide_template(pointer: str, template: Mapping[str, Any], snapshot: Snapshot, catalog: Catalog, namespace: str,
+                    policy: NamespacePolicy = None) -> TemplateDecision:
+    """A queued workload's pod template decided as each of its Pods would be, and its operations into the workload."""
+    decision = plan(template, snapshot, catalog, namespace=namespace, policy=policy, queued=True)
+    if decision.placement is None or decision.outcome == "refused":
+        return TemplateDecision(pointer, decision, [])
+    return TemplateDecision(pointer, decision, _template_ops(pointer, template, build_patch(template, decision.placement)))
 
 
 def _template_ops(pointer: str, template: Mapping[str, Any], ops: list[PatchOp]) -> list[PatchOp]:

@@ -16,20 +16,20 @@ from .claims import check_device_claims, check_label_claims
 from .fields import (FieldPath, Located, check_keys, read_label_key, read_label_values, read_match, read_number,
                      read_resource, read_str, read_str_list)
 from .matching import DeviceMatcher, Recognition, ValueMatcher, is_glob
-from .model import (PRECISIONS, Catalog, CatalogError, ComputeCapability, Facts, GpuClass, GpuType, Need,
-                    OnUnsatisfiable, fastest_first, meets, parse_compute_capability)
+from .model import (PRECISIONS, Catalog, CatalogError, ComputeCapability, Facts, GpuClass, GpuType, GroupTopology,
+                    Need, OnUnsatisfiable, fastest_first, meets, parse_compute_capability)
 from .profiles import STRATEGIES, STRICT_SCHEDULER, Strategy
 from .wait import WAIT_FORMS, parse_wait
 
 TOP_KEYS = frozenset(
-    {"gpuResource", "productLabels", "gpuTaintKeys", "onUnsatisfiable", "defaultClass", "schedulerName",
+    {"gpuResource", "productLabels", "gpuTaintKeys", "topologyLabels", "unhealthyConditions", "onUnsatisfiable", "defaultClass", "schedulerName",
      "strictSchedulers", "types", "classes"}
 )
 FACT_KEYS = frozenset({"architecture", "computeCapability", "precisions", "memoryBandwidthGBps", "interconnect",
                        "scoreBasis"})
 TYPE_KEYS = frozenset({"name", "score", "memoryGiB", "products", "match", "resource", "scalable"}) | FACT_KEYS
 CLASS_KEYS = frozenset({"name", "types", "minScore", "maxScore", "minMemoryGiB", "strategy", "requires", "upgrade",
-                        "maxWait"})
+                        "maxWait", "groupTopology"})
 REQUIRES_KEYS = frozenset({"minComputeCapability", "precisions", "minMemoryGiB", "architectures"})
 
 
@@ -67,7 +67,8 @@ def _build(data: Mapping[str, Any], loc: Located) -> Catalog:
     types = _build_types(data.get("types"), gpu_resource, loc)
     check_label_claims(types, product_labels, loc)
     check_device_claims(types, loc)
-    classes = _build_classes(data.get("classes"), types, gpu_resource, loc)
+    topology_labels = _topology_labels(loc, data.get("topologyLabels", ["nvidia.com/gpu.clique"]))
+    classes = _build_classes(data.get("classes"), types, gpu_resource, loc, topology_labels)
 
     default_class = data.get("defaultClass")
     if default_class is not None and default_class not in classes:
@@ -83,13 +84,55 @@ def _build(data: Mapping[str, Any], loc: Located) -> Catalog:
         classes=classes,
         gpu_resource=gpu_resource,
         product_labels=product_labels,
+        topology_labels=topology_labels,
         gpu_taint_keys=tuple(read_str(loc, ("gpuTaintKeys", i), k) for i, k in enumerate(taint_keys or [])),
+        unhealthy_conditions=_unhealthy_conditions(loc, data.get("unhealthyConditions", DEFAULT_UNHEALTHY_CONDITIONS)),
         on_unsatisfiable=cast(OnUnsatisfiable, on_unsat),
         default_class=default_class,
         scheduler_name=None if scheduler_name is None else read_str(loc, ("schedulerName",), scheduler_name),
         strict_schedulers=strict,
         _recognition=_recognition(types),
     )
+
+
+DEFAULT_UNHEALTHY_CONDITIONS = [{"type": "AcceleratedHardwareReady", "status": "False"}]
+CONDITION_STATUSES = ("True", "False", "Unknown")
+
+
+def _unhealthy_conditions(loc: Located, value: Any) -> tuple[tuple[str, str], ...]:
+    """unhealthyConditions: [{type, status}]: a node with a condition of `type` at `status` has unhealthy
+    GPUs. An empty list reads no condition."""
+    if value is None or value == []:
+        return ()
+    if not isinstance(value, list):
+        raise loc.error(("unhealthyConditions",), "must be a list of {type, status}")
+    found: list[tuple[str, str]] = []
+    for i, item in enumerate(value):
+        path = ("unhealthyConditions", i)
+        if not isinstance(item, dict):
+            raise loc.error(path, "must be a mapping {type: <condition type>, status: True|False|Unknown}")
+        check_keys(loc, path, item, frozenset({"type", "status"}))
+        kind = read_str(loc, path + ("type",), item.get("type"))
+        status = item.get("status")
+        if status not in CONDITION_STATUSES:
+            raise loc.error(path + ("status",), f"must be one of {', '.join(CONDITION_STATUSES)} (quoted in YAML: "
+                                                f"'False'), not {status!r}")
+        if any(kind == k for k, _ in found):
+            raise loc.error(path + ("type",), f"condition {kind} is listed twice")
+        found.append((kind, str(status)))
+    return tuple(found)
+
+
+def _topology_labels(loc: Located, value: Any) -> tuple[str, ...]:
+    """topologyLabels: node label keys, each once."""
+    if value is None or value == []:
+        return ()
+    keys = read_str_list(loc, ("topologyLabels",), value)
+    for i, key in enumerate(keys):
+        read_label_key(loc, ("topologyLabels", i), key)
+        if key in keys[:i]:
+            raise loc.error(("topologyLabels", i), f"{key} is listed twice")
+    return tuple(keys)
 
 
 def _recognition(types: Mapping[str, GpuType]) -> Recognition:
@@ -222,7 +265,8 @@ def _requires(loc: Located, path: FieldPath, raw: Any) -> Need:
     )
 
 
-def _build_classes(raw: Any, types: Mapping[str, GpuType], gpu_resource: str, loc: Located) -> dict[str, GpuClass]:
+def _build_classes(raw: Any, types: Mapping[str, GpuType], gpu_resource: str, loc: Located,
+                   topology_labels: Sequence[str] = ()) -> dict[str, GpuClass]:
     if not isinstance(raw, list) or not raw:
         raise loc.error(("classes",), "must be a non-empty list of classes")
     classes: dict[str, GpuClass] = {}
@@ -244,7 +288,8 @@ def _build_classes(raw: Any, types: Mapping[str, GpuType], gpu_resource: str, lo
         max_wait = entry.get("maxWait")
         if max_wait is not None and parse_wait(max_wait) is None:
             raise loc.error(path + ("maxWait",), f"must be {WAIT_FORMS}, not {max_wait!r}")
-        if requires is not None and (CLASS_KEYS - {"name", "strategy", "requires", "upgrade", "maxWait"}) & entry.keys():
+        if requires is not None and (CLASS_KEYS - {"name", "strategy", "requires", "upgrade", "maxWait",
+                                                   "groupTopology"}) & entry.keys():
             raise loc.error(path, "give 'requires' alone (minMemoryGiB goes inside it): a class of names takes no "
                                   "other type, and a node placed by its labels joins a class by its requirements")
         members = [t for t in _class_members(entry, types, loc, path)
@@ -253,8 +298,22 @@ def _build_classes(raw: Any, types: Mapping[str, GpuType], gpu_resource: str, lo
             raise loc.error(path, f"class {name!r} selects no type")
         classes[name] = GpuClass(name=name, types=fastest_first([types[t] for t in members]),
                                  strategy=cast(Strategy, strategy), requires=requires, upgrade=upgrade,
-                                 max_wait=None if max_wait is None else str(max_wait).strip())
+                                 max_wait=None if max_wait is None else str(max_wait).strip(),
+                                 group_topology=_group_topology(loc, path + ("groupTopology",),
+                                                                entry.get("groupTopology"), topology_labels))
     return classes
+
+
+def _group_topology(loc: Located, path: FieldPath, value: Any, keys: Sequence[str]) -> GroupTopology | None:
+    """A class's groupTopology: {required: KEY} or {preferred: KEY}, KEY one of the catalog's topologyLabels."""
+    if value is None:
+        return None
+    if not isinstance(value, dict) or len(value) != 1 or next(iter(value)) not in ("required", "preferred"):
+        raise loc.error(path, f"must be {{required: KEY}} or {{preferred: KEY}}, not {value!r}")
+    (mode, key), = value.items()
+    if key not in keys:
+        raise loc.error(path + (mode,), f"must be one of topologyLabels ({', '.join(keys) or 'none'}), not {key!r}")
+    return GroupTopology(str(key), mode == "required")
 
 
 def _class_members(entry: Mapping[str, Any], types: Mapping[str, GpuType], loc: Located, path: FieldPath) -> Sequence[str]:

@@ -177,6 +177,17 @@ class GpuClass:
     requires: Need | None = None
     upgrade: bool = False  # its Pods move up to a better type when one frees (upgrade.py); a Pod's annotation overrides
     max_wait: str | None = None  # how long its Pods wait for their best type (gpu-class.io/max-wait); None: not at all
+    # groupTopology: the domain its groups are kept within unless a Pod says otherwise; None: none
+    group_topology: GroupTopology | None = None
+
+
+@dataclass(frozen=True)
+class GroupTopology:
+    """The domain a group is kept within: a node label key of the catalog's topologyLabels, and whether one value
+    of it must hold the whole group (required) or the group is kept in as few as it can (preferred)."""
+
+    key: str
+    required: bool
 
 
 @dataclass(frozen=True)
@@ -187,7 +198,12 @@ class Catalog:
     classes: Mapping[str, GpuClass]
     gpu_resource: str = "nvidia.com/gpu"
     product_labels: tuple[str, ...] = ("nvidia.com/gpu.product", "gpu-type")
+    # node label keys whose values are domains a group may ask to be kept within (topologyLabels)
+    topology_labels: tuple[str, ...] = ("nvidia.com/gpu.clique",)
     gpu_taint_keys: tuple[str, ...] = ("nvidia.com/gpu",)
+    # (condition type, status) a node's health agent sets when its accelerators are unhealthy
+    # (unhealthyConditions; view/health.py)
+    unhealthy_conditions: tuple[tuple[str, str], ...] = (("AcceleratedHardwareReady", "False"),)
     on_unsatisfiable: OnUnsatisfiable = "deny"
     default_class: str | None = None
     scheduler_name: str | None = None

@@ -44,11 +44,14 @@ def _shown(catalog: Catalog, type_name: str) -> str:
 
 
 def explain_json(result: Review, namespace: str, pod: Mapping[str, Any], catalog: Catalog) -> dict[str, Any]:
+    return {"pod": _pod_name(pod), "namespace": namespace, **decision_json(result, pod, catalog)}
+
+
+def decision_json(result: Review, pod: Mapping[str, Any], catalog: Catalog) -> dict[str, Any]:
+    """One decision, for a Pod or a workload's pod template (`pod`), and its patch, as `explain -o json` shows it."""
     d = result.decision
     p = d.placement
     return {
-        "pod": _pod_name(pod),
-        "namespace": namespace,
         "outcome": d.outcome,
         "allowed": d.allowed,
         "message": d.message,
@@ -84,6 +87,9 @@ def group_json(g: GroupPlan) -> dict[str, Any]:
         "sizeFrom": g.size_from,
         "topologyKey": g.topology_key or None,
         "runsOn": None if g.runs_on is None else g.runs_on.as_json(),
+        "topology": None if g.topology is None else {
+            "key": g.topology.key, "mode": "required" if g.topology.required else "preferred",
+            "domains": None if g.domains is None else list(g.domains)},
         "rooms": [{"type": r.type_name, "labelKey": r.label_key, "podsNow": r.now, "podsAtMost": r.most}
                   for r in g.rooms],
     }
@@ -102,10 +108,25 @@ def group_lines(g: GroupPlan) -> list[str]:
                      f"others to the same {g.topology_key} value (required Pod affinity)")
     else:
         lines.append(f"group {g.name}: {g.outcome}")
+    lines.extend(_topology_lines(g))
+    in_domain = "" if g.topology is None or not g.topology.required else f" in its best {g.topology.key} domain"
     for r in g.rooms:
         most = "no limit (scalable pool)" if r.most is None else f"{r.most} with its nodes empty"
-        lines.append(f"  {r.type_name}: room for {r.now} of its Pods now, {most}")
+        lines.append(f"  {r.type_name}: room for {r.now} of its Pods{in_domain} now, {most}")
     return lines
+
+
+def _topology_lines(g: GroupPlan) -> list[str]:
+    """Where the group's topology keeps it, in words."""
+    t = g.topology
+    if t is None or not g.topology_key:
+        return []
+    if not t.required:
+        return [f"group {g.name}: kept in as few {t.key} domains as the scheduler can (preferred Pod affinity)"]
+    where = ("any one of them" if g.domains is None else
+             f"one of {', '.join(g.domains)}" if len(g.domains) > 1 else g.domains[0])
+    return [f"group {g.name}: kept within one {t.key} domain ({where}): it starts only where one holds all of it"
+            if g.runs_on is None else f"group {g.name}: kept within the {t.key} domain it runs in ({where})"]
 
 
 def _pod_name(pod: Mapping[str, Any]) -> str:
@@ -114,9 +135,16 @@ def _pod_name(pod: Mapping[str, Any]) -> str:
 
 
 def explain_text(result: Review, namespace: str, pod: Mapping[str, Any], catalog: Catalog) -> str:
+    lines = [f"Pod {namespace}/{_pod_name(pod)}: {result.decision.outcome}"]
+    return "\n".join(lines + decision_lines(result, pod, catalog))
+
+
+def decision_lines(result: Review, pod: Mapping[str, Any], catalog: Catalog, patch_of: str = "") -> list[str]:
+    """One decision, for a Pod or a workload's pod template (`pod`), in words: its class, each type and why, the
+    placement and the patch (`patch_of`: what the patch's paths start from, when not the Pod)."""
     d = result.decision
     p = d.placement
-    lines = [f"Pod {namespace}/{_pod_name(pod)}: {d.outcome}"]
+    lines: list[str] = []
     if d.class_name and d.class_name in catalog.classes:
         gpu_class = catalog.classes[d.class_name]
         lines.append(f"class {gpu_class.name} (strategy {gpu_class.strategy}): "
@@ -149,6 +177,6 @@ def explain_text(result: Review, namespace: str, pod: Mapping[str, Any], catalog
     for w in d.warnings:
         lines.append(f"warning: {w}")
     lines.append("")
-    lines.append("patch:")
+    lines.append(f"patch{f' ({patch_of})' if patch_of else ''}:")
     lines.append(json.dumps(result.patch, indent=2) if result.patch else "(none)")
-    return "\n".join(lines)
+    return lines

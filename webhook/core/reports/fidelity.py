@@ -16,20 +16,23 @@ fallback), `broken` (a better type, or a node with a better share, had room then
 
 "Room" is what the webhook can know: a ready, uncordoned node offering the Pod's resource with at
 least the Pod's devices free (allocatable minus what bound, unfinished Pods hold), within where the
-Pod's group runs. CPU, memory, other Pods' requests of anything else, taints outside gpuTaintKeys
-and the Pod's own node selector are not seen: a better type whose nodes have free GPUs but no free
-CPU counts as room, and the bind that passes it over as a broken promise.
+Pod's group runs, and that the Pod itself could use: its tolerations cover the node's NoSchedule and
+NoExecute taints (those outside gpuTaintKeys, which gpu-class tolerates), and its own nodeSelector and
+required node affinity hold there (view/own_constraints.py: what the scheduler enforces, less the
+restriction gpu-class wrote). CPU, memory and other Pods' requests of anything else are not seen: a
+better type whose nodes have free GPUs but no free CPU counts as room, and the bind that passes it
+over as a broken promise.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, get_args
+from typing import Any, Iterator, Literal, Mapping, get_args
 
 from ..catalog.model import Catalog
 from ..scheduling.extender import PodNeeds, ordering_for, pod_offer, share_after, type_order
 from ..admission.groups import GroupScope, runs_on
-from ..view.nodes import Offer
+from ..view.nodes import NodeInfo, Offer
 from ..view.pods import UnboundGpuPod
 from ..view.product_groups import ProductGroup
 from ..view.snapshot import Snapshot, placing_catalog
@@ -69,33 +72,99 @@ def judge_bind(pod: UnboundGpuPod, node: str, before: Snapshot, catalog: Catalog
     offer = pod_offer(info, needs)
     if offer is None:
         return None
-    scope = _scope(pod, before)
+    reach = _Reach(pod, before, needs)
     ordering = ordering_for(needs, catalog)
     if ordering in ("binpack", "balanced"):
-        in_use = ordering == "binpack"
-        seen = before.free(node, offer)
-        free = min(seen + max(counted, 0), offer.allocatable)
-        groups = [(t, _given_back(g, offer, seen, free)) for t, g in _groups(needs, before, scope)]
-        own = share_after(offer.allocatable, free, pod.devices, in_use=in_use)
-        best = max(((share_after(a, f, pod.devices, in_use=in_use), t) for t, g in groups
-                    for a, f, _ in g.room if f >= pod.devices), default=None)
-        if best is None or own >= best[0]:
-            return BindVerdict(gpu_class.name, "best", offer.type_name)
-        share = "in use" if in_use else "free"
-        return BindVerdict(gpu_class.name, "broken", offer.type_name,
-                           f"a node of {best[1]} would have had {best[0]}% of its GPUs {share}, this one {own}%")
+        return _judge_share(reach, node, offer, gpu_class.name, counted, in_use=ordering == "binpack")
     order = type_order(needs, catalog, ordering)
-    with_room = {t for t, g in _groups(needs, before, scope) if g.has_room(pod.devices)}
-    better = next((t for t in order[:order.index(offer.type_name)] if t in with_room), None)
+    with_room = {t for t, g in reach.groups() if g.has_room(pod.devices)}
+    better = next((t for t in order[:order.index(offer.type_name)] if t in with_room and reach.has_room(t)), None)
     if better is not None:
         return BindVerdict(gpu_class.name, "broken", offer.type_name, f"{better} had room")
     return BindVerdict(gpu_class.name, "best" if offer.type_name == order[0] else "fallback", offer.type_name)
 
 
-def _scope(pod: UnboundGpuPod, before: Snapshot) -> GroupScope | None:
-    """Where a Pod of a running group may go: its group's products (the scheduler's Pod affinity)."""
-    running = runs_on(before, pod.group, pod.resource) if pod.group is not None else None
-    return None if running is None else GroupScope(running.label_key, frozenset(running.products))
+def _judge_share(reach: _Reach, node: str, offer: Offer, class_name: str, counted: int, *,
+                 in_use: bool) -> BindVerdict:
+    """binpack, balanced: the node's share once placed against the best share a node open to the Pod had."""
+    devices = reach.pod.devices
+    seen = reach.before.free(node, offer)
+    free = min(seen + max(counted, 0), offer.allocatable)
+    own = share_after(offer.allocatable, free, devices, in_use=in_use)
+    groups = [(t, _given_back(g, offer, seen, free)) for t, g in reach.groups()]
+    best = max(((share_after(a, f, devices, in_use=in_use), t) for t, g in groups
+                for a, f, _ in g.room if f >= devices), default=None)
+    if best is not None and own < best[0] and reach.pod.own.selects:  # its own selector or affinity: node by node
+        best = max(((share_after(a, f, devices, in_use=in_use), t) for _, t, a, f in reach.nodes(node, free)
+                    if f >= devices), default=None)
+    if best is None or own >= best[0]:
+        return BindVerdict(class_name, "best", offer.type_name)
+    share = "in use" if in_use else "free"
+    return BindVerdict(class_name, "broken", offer.type_name,
+                       f"a node of {best[1]} would have had {best[0]}% of its GPUs {share}, this one {own}%")
+
+
+class _Reach:
+    """The nodes a bind is judged against: of the Pod's types and resource, within where its group runs, open to
+    its tolerations and, node by node, to its own nodeSelector and required affinity (own_constraints.py)."""
+
+    def __init__(self, pod: UnboundGpuPod, before: Snapshot, needs: PodNeeds) -> None:
+        self.pod, self.before, self.needs = pod, before, needs
+        running = runs_on(before, pod.group, pod.resource) if pod.group is not None else None
+        # where a Pod of a running group may go: its group's products (the scheduler's Pod affinity)
+        self.scope = None if running is None else GroupScope(running.label_key, frozenset(running.products))
+        self._with_room: set[str] | None = None
+
+    def groups(self) -> list[tuple[str, ProductGroup]]:
+        """The product groups of the Pod's types that offer its resource, within the scope, open to it."""
+        return [(t, g) for t in self.needs.types for g in self.before.groups(t)
+                if g.resource == self.needs.resource and (self.scope is None or self.scope.admits(g))
+                and self.pod.own.tolerates(g.reserved)]
+
+    def has_room(self, type_name: str) -> bool:
+        """Whether a node of the type the Pod's own constraints admit had room; any, when it names no nodes."""
+        if not self.pod.own.selects:
+            return True
+        if self._with_room is None:  # one walk answers for every type
+            self._with_room = {t for _, t, _, f in self.nodes("", 0) if f >= self.pod.devices}
+        return type_name in self._with_room
+
+    def nodes(self, bound: str, bound_free: int) -> Iterator[tuple[str, str, int, int]]:
+        """(node, type, allocatable, free) of each usable node open to the Pod; `bound` counted with `bound_free`."""
+        for name, offer in self._open_nodes():
+            free = bound_free if name == bound else self.before.free(name, offer)
+            yield name, offer.type_name, offer.allocatable, free
+
+    def _open_nodes(self) -> tuple[tuple[str, Offer], ...]:
+        """(node, offer) of the usable nodes of the Pod's types its own constraints let it use, by a walk over the
+        nodes, kept while they do not change: a bind changes only the devices in use, so a burst of binds of
+        a team's Pods walks once (_OPEN_NODES)."""
+        key = (self.pod.own, self.needs.types, self.needs.resource, self.scope)
+        kept = _OPEN_NODES.get(key)
+        if kept is not None and kept[0] is self.before.nodes:
+            return kept[1]
+        own = self.pod.own
+        found = tuple((info.name, offer) for info in self.before.nodes.values() for offer in info.offers
+                      if offer.type_name in self.needs.types and offer.resource == self.needs.resource
+                      and self._usable(info, offer) and own.tolerates(info.reserved) and own.admits(info))
+        _OPEN_NODES[key] = (self.before.nodes, found)
+        for stale in list(_OPEN_NODES)[:-OPEN_NODES_KEPT]:  # a copy of the keys: safe beside another watch's thread
+            _OPEN_NODES.pop(stale, None)
+        return found
+
+    def _usable(self, info: NodeInfo, offer: Offer) -> bool:
+        """As product_groups counts a node in a group's room, and within where the Pod's group runs."""
+        scope = self.scope
+        return info.schedulable and offer.allocatable > 0 and not info.health_problems(offer.type_name) and (
+            scope is None or (offer.label_key == scope.label_key
+                              and (scope.products is None or offer.value in scope.products)))
+
+
+# The nodes each kind of Pod (own constraints, types, resource, group scope) may use, with the node map they were
+# read from: the snapshot's map is the very same object until a node changes (inventory.publish), so an entry
+# holds while `is` says so. The Pods a burst binds share a few kinds; the oldest kind goes first.
+OPEN_NODES_KEPT = 16  # each entry may hold an older node map alive: a few hundred KiB with 5,000 nodes
+_OPEN_NODES: dict[Any, tuple[Mapping[str, NodeInfo], tuple[tuple[str, Offer], ...]]] = {}
 
 
 def _given_back(group: ProductGroup, offer: Offer, seen: int, free: int) -> ProductGroup:
@@ -106,12 +175,6 @@ def _given_back(group: ProductGroup, offer: Offer, seen: int, free: int) -> Prod
     if not any((a, f) == (offer.allocatable, seen) for a, f, _ in group.room):
         return group  # the node is not usable (not ready, cordoned): not counted in the group's room
     return group.moved(offer.allocatable, seen, free)
-
-
-def _groups(needs: PodNeeds, snapshot: Snapshot, scope: GroupScope | None) -> list[tuple[str, ProductGroup]]:
-    """The product groups of the Pod's types that offer its resource, within the scope."""
-    return [(t, g) for t in needs.types for g in snapshot.groups(t)
-            if g.resource == needs.resource and (scope is None or scope.admits(g))]
 
 
 # --- Pods still waiting ------------------------------------------------------------------------

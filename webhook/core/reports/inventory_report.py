@@ -35,7 +35,8 @@ class NodeCounts(TypedDict):
 
 
 class GpuCounts(TypedDict):
-    """Over usable nodes only (ready, not cordoned): `used` is what bound, unfinished Pods request there."""
+    """Over usable nodes only (ready, not cordoned, healthy for the type): `used` is what bound, unfinished Pods
+    request there."""
 
     allocatable: int
     used: int
@@ -49,6 +50,19 @@ class ProductReport(TypedDict):
     gpus: GpuCounts
 
 
+class UnhealthyNode(TypedDict):
+    name: str
+    gpus: int  # devices of the type held out there
+    reasons: list[str]  # why the node is unhealthy for the type; none: only some DRA devices are tainted
+
+
+class UnhealthyReport(TypedDict):
+    """Devices of the type held out of placement for their health (docs/operators/live-inventory.md, "Health")."""
+
+    gpus: int
+    nodes: list[UnhealthyNode]
+
+
 class TypeReport(TypedDict):
     name: str
     resource: str
@@ -58,6 +72,7 @@ class TypeReport(TypedDict):
     # a product no type claims, made a type from its nodes' labels: scoreBasis says how it ranks
     placedByLabels: bool
     scoreBasis: str
+    unhealthy: UnhealthyReport
 
 
 class UnknownProduct(TypedDict):
@@ -124,7 +139,8 @@ def _resource(catalog: Catalog, type_name: str) -> str:
 
 def _counts(nodes: Iterable[NodeInfo], type_name: str, snapshot: Snapshot, free: int) -> tuple[NodeCounts, GpuCounts]:
     members = list(nodes)
-    usable = [(n, o) for n in members if n.schedulable and (o := n.offer(type_name)) is not None]
+    usable = [(n, o) for n in members
+              if n.schedulable and (o := n.offer(type_name)) is not None and not n.health_problems(type_name)]
     ready = sum(1 for n in members if n.ready)
     return (
         {"total": len(members), "ready": ready, "notReady": len(members) - ready,
@@ -153,7 +169,15 @@ def _type_report(type_name: str, nodes: list[NodeInfo], snapshot: Snapshot, cata
     facts = catalog.types[type_name].facts
     by_labels = facts is not None and facts.from_labels
     return {"name": type_name, "resource": _resource(catalog, type_name), "nodes": node_counts, "gpus": gpu_counts,
-            "products": products, "placedByLabels": by_labels, "scoreBasis": facts.score_basis if facts else ""}
+            "products": products, "placedByLabels": by_labels, "scoreBasis": facts.score_basis if facts else "",
+            "unhealthy": unhealthy_report(type_name, nodes)}
+
+
+def unhealthy_report(type_name: str, nodes: Iterable[NodeInfo]) -> UnhealthyReport:
+    """The nodes of the type with devices held out for health, by name, with why."""
+    found = [UnhealthyNode(name=n.name, gpus=n.unhealthy_gpus(type_name), reasons=list(n.health_problems(type_name)))
+             for n in sorted(nodes, key=lambda n: n.name) if n.unhealthy_gpus(type_name) or n.health_problems(type_name)]
+    return {"gpus": sum(u["gpus"] for u in found), "nodes": found}
 
 
 def _class_report(class_name: str, snapshot: Snapshot, catalog: Catalog, by_type: Mapping[str, list[NodeInfo]],
@@ -253,6 +277,7 @@ def render_table(report: InventoryReport, *, wide: bool = False) -> str:
                          [(u["labelKey"], u["product"], str(u["nodes"]), u["reason"] or "-")
                           for u in report["unknownProducts"]])
         lines += unknown.lines()
+    lines += _unhealthy_lines(report["types"])
     dra = report["dra"]
     if dra["off"]:
         lines += ["", f"DRA: off ({dra['off']})."]
@@ -272,6 +297,17 @@ def render_table(report: InventoryReport, *, wide: bool = False) -> str:
                      [(c["name"], c["strategy"], str(c["maxGpusPerPod"]), "-" if c["pending"] is None else str(c["pending"]),
                        ", ".join(c["types"]) or "(none)") for c in report["classes"]])
     return "\n".join([*lines, "", *classes.lines()])
+
+
+def _unhealthy_lines(types: Iterable[TypeReport]) -> list[str]:
+    rows: list[tuple[str, ...]] = [
+        (t["name"], u["name"], str(u["gpus"]), "; ".join(u["reasons"]) or "tainted DRA devices")
+        for t in types for u in t["unhealthy"]["nodes"]]
+    if not rows:
+        return []
+    total = sum(t["unhealthy"]["gpus"] for t in types)
+    return ["", f"Unhealthy GPUs ({total}), counted as no room; class Pods are kept off the nodes with a reason:",
+            *_Table(("TYPE", "NODE", "GPUS", "WHY"), rows).lines()]
 
 
 def render_json(report: InventoryReport) -> str:

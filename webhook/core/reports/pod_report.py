@@ -20,7 +20,8 @@ from .explain import scheduler_guarantee
 from ..scheduling.extender import PodNeeds, PodProblem, judge_node, read_pod
 from ..admission.groups import RunsOn, runs_on
 from ..view.nodes import NodeInfo
-from ..view.pods import CLASS_ANNOTATION, MAX_WAIT_ANNOTATION, TERMINAL_PHASES, pod_gpus, pod_group, timestamp_seconds
+from ..view.pods import (CLASS_ANNOTATION, GROUP_LABEL, MAX_WAIT_ANNOTATION, TERMINAL_PHASES, GroupName, pod_gpus,
+                         pod_group, timestamp_seconds)
 from ..view.snapshot import Snapshot
 from ..after_bind.upgrade import upgrade_outlook
 
@@ -65,14 +66,46 @@ PodReport = TypedDict("PodReport", {
 View = Literal["cluster", "namespace"]
 
 
+class GroupDomains(TypedDict):
+    key: str  # the topology label its Pods are kept within
+    mode: str  # required | preferred
+    runsIn: dict[str, int]  # its bound Pods per value of the label
+
+
 class GroupRoom(TypedDict):
     name: str
     runsOn: dict[str, Any] | None  # None: none of its Pods is bound
+    domains: GroupDomains | None  # None: kept within no topology domain
 
 
 def _ordinal(n: int) -> str:
     suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
     return f"{n}{suffix}"
+
+
+def _group_domains(pod: Mapping[str, Any], group: GroupName, snapshot: Snapshot,
+                   catalog: Catalog) -> GroupDomains | None:
+    """The topology domain the Pod's group is kept in (the Pod affinity gpu-class wrote on a catalog topology
+    label, required or preferred), and its bound Pods per value of it; None when it is kept in none."""
+    affinity = ((pod.get("spec") or {}).get("affinity") or {}).get("podAffinity") or {}
+    selects = {"matchLabels": {GROUP_LABEL: group[1]}}
+    required = [t.get("topologyKey") for t in affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or []
+                if isinstance(t, dict) and t.get("labelSelector") == selects]
+    preferred = [(t.get("podAffinityTerm") or {}).get("topologyKey")
+                 for t in affinity.get("preferredDuringSchedulingIgnoredDuringExecution") or []
+                 if isinstance(t, dict) and (t.get("podAffinityTerm") or {}).get("labelSelector") == selects]
+    found = next(((k, "required") for k in required if k in catalog.topology_labels), None) or next(
+        ((k, "preferred") for k in preferred if k in catalog.topology_labels), None)
+    if found is None:
+        return None
+    key, mode = found
+    runs_in: Counter[str] = Counter()
+    for node, _ in (snapshot.pod_groups.get(group) or {}).values():
+        info = snapshot.nodes.get(node)
+        value = info.domain(key) if info is not None else None
+        if value is not None:
+            runs_in[value] += 1
+    return {"key": key, "mode": mode, "runsIn": dict(sorted(runs_in.items()))}
 
 
 def _room(needs: PodNeeds, snapshot: Snapshot, group: RunsOn | None) -> list[TypeRoom]:
@@ -173,7 +206,8 @@ def build_pod_report(pod: Mapping[str, Any], snapshot: Snapshot, catalog: Catalo
     whole = view == "cluster"
     runs = None if group is None or not whole else runs_on(snapshot, group, needs.resource if needs is not None else None)
     if group is not None:
-        report["group"] = {"name": group[1], "runsOn": None if runs is None else runs.as_json()}
+        report["group"] = {"name": group[1], "runsOn": None if runs is None else runs.as_json(),
+                           "domains": _group_domains(pod, group, snapshot, catalog) if whole else None}
     if node is None and needs is not None and whole:
         report["room"] = _room(needs, snapshot, runs)
     outlook = upgrade_outlook(pod, snapshot, catalog) if report["phase"] not in TERMINAL_PHASES and whole else None
@@ -270,6 +304,13 @@ def render_pod_text(report: PodReport) -> str:
         lines.append(f"group {group['name']}: none of its Pods is bound yet" if runs is None else
                      f"group {group['name']} runs on {', '.join(runs['types'])} ({runs['labelKey']}="
                      f"{', '.join(runs['products'])}), {runs['pods']} Pod(s) bound")
+        domains = group["domains"]
+        if domains is not None:
+            kept = (f"within one {domains['key']} domain" if domains["mode"] == "required" else
+                    f"in as few {domains['key']} domains as the scheduler can")
+            spread = ", ".join(f"{v} x {n}" for v, n in domains["runsIn"].items()) or "none bound yet"
+            lines.append(f"group {group['name']}: kept {kept} ({domains['mode']}); runs in {len(domains['runsIn'])}: "
+                         f"{spread}")
     if report["room"] is not None:
         lines.append(f"not scheduled yet; nodes with room for {report['gpus']} GPU(s) now, by type:")
         lines.append("")

@@ -237,6 +237,10 @@ def judge_node(name: str, info: NodeInfo | None, needs: PodNeeds, snapshot: Snap
         return NodeVerdict(name, False, "gpu-class: node not ready", type_name=type_name)
     if info.unschedulable:
         return NodeVerdict(name, False, "gpu-class: node cordoned", type_name=type_name)
+    sick = info.health_problems(type_name)
+    if sick:
+        return NodeVerdict(name, False, f"gpu-class: node unhealthy for {type_name} ({'; '.join(sick)})",
+                           type_name=type_name)
     if offer.allocatable < needs.gpus:
         return NodeVerdict(
             name, False, f"gpu-class: {_gpus(offer.allocatable)} allocatable, Pod needs {needs.gpus}",

@@ -26,9 +26,9 @@ The objects as the inventory state keeps them, indexed by node, are dra_state.py
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..catalog.model import Catalog, GpuType, LabelType, parse_compute_capability
 from ..catalog.matching import attribute_text, qualified_attribute
@@ -39,6 +39,7 @@ PoolId = tuple[str, str]  # (driver, pool name)
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 IMPLICIT_RESOURCE_PREFIX = "deviceclass.resource.kubernetes.io/"
 # Device taints that keep a device from Pods: the scheduler's claim for an extended resource tolerates none.
+# NVIDIA's DRA driver taints a device on an Xid error; PreferNoSchedule only weighs against a device.
 BLOCKING_TAINT_EFFECTS = ("NoSchedule", "NoExecute")
 
 
@@ -52,6 +53,7 @@ class Device:
     memory_mib: float | None  # capacity `memory`; None when absent or 0 (AMD's "unreadable")
     problem: str = ""
     label_type: GpuType | None = None  # a product no type claims, made a type from its attributes
+    taint: str = ""  # its NoSchedule/NoExecute taints ("key:effect, ..."): an unhealthy device, offered to no Pod
 
 
 @dataclass(frozen=True)
@@ -100,13 +102,27 @@ class DraView:
     # DeviceClasses whose selectors pin them to a driver no GPU type names (a NIC's, a ComputeDomain
     # channel's): the only ones a tenant bounded to classes may claim devices of (core/published/boundary.py)
     other_device_classes: tuple[str, ...] = ()
+    # every DeviceClass with the driver its selectors pin it to (None: none): why one is not among the others
+    class_drivers: tuple[tuple[str, str | None], ...] = ()
+
+
+class DraOffer(NamedTuple):
+    """One type a node's DRA devices offer: its healthy devices, those of them claims hold, their memory,
+    and its tainted devices (offered to no Pod)."""
+
+    type_name: str
+    resource: str
+    devices: int
+    taken: int
+    memory_mib: float | None
+    unhealthy: int = 0
 
 
 @dataclass(frozen=True)
 class NodeDevices:
     """What a node's DRA devices add to it: offers by type, devices taken per resource, and problems."""
 
-    offers: tuple[tuple[str, str, int, int, float | None], ...] = ()  # (type, resource, devices, taken, memory)
+    offers: tuple[DraOffer, ...] = ()
     problems: tuple[tuple[str, str, str], ...] = ()  # (driver, product, reason) per device
 
 
@@ -128,20 +144,30 @@ def _device(raw: Any, driver: str, catalog: Catalog) -> Device | None:
     attributes = {qualified_attribute(driver, str(k)): v for k, v in _map(raw.get("attributes")).items()}
     product = attribute_text(attributes.get(qualified_attribute(driver, "productName"))) or ""
     memory = quantity_mib(_map(_map(raw.get("capacity")).get("memory")).get("value"))
-    blocking = [t for t in _list(raw.get("taints")) if isinstance(t, Mapping) and t.get("effect") in BLOCKING_TAINT_EFFECTS]
-    if blocking:
-        shown = ", ".join(f"{t.get('key')}:{t.get('effect')}" for t in blocking)
-        return Device(raw["name"], None, product, memory, f"device taint {shown}: the Pods gpu-class places do not "
-                                                           "tolerate it")
+    taint = device_taint(raw.get("taints"))
     found = catalog.types_of_device(driver, attributes)
     by_attributes = None if found.types else attribute_type(driver, attributes, memory, catalog)
     if by_attributes is not None and by_attributes.gpu_type is not None:
-        return Device(raw["name"], by_attributes.gpu_type.name, product, memory, label_type=by_attributes.gpu_type)
+        return Device(raw["name"], by_attributes.gpu_type.name, product, memory, label_type=by_attributes.gpu_type,
+                      taint=taint)
     problem = found.problem if by_attributes is None else f"{found.problem}; by its attributes: {by_attributes.problem}"
-    return Device(raw["name"], found.types[0] if found.types else None, product, memory, problem)
+    return Device(raw["name"], found.types[0] if found.types else None, product, memory, problem, taint=taint)
+
+
+def device_taint(raw: Any) -> str:
+    """A device's `taints` (resource.k8s.io/v1 DeviceTaint: key, value, effect) that keep it from Pods, as
+    `key:effect, ...`; "" for none. gpu-class gives Pods no toleration of them, so such a device is unhealthy."""
+    blocking = [t for t in _list(raw) if isinstance(t, Mapping) and t.get("effect") in BLOCKING_TAINT_EFFECTS]
+    return ", ".join(f"{t.get('key')}:{t.get('effect')}" for t in blocking)
 
 
 NVIDIA_DRIVER = "gpu.nvidia.com"
+
+
+def gpu_drivers(catalog: Catalog) -> tuple[str, ...]:
+    """The DRA drivers whose devices may be GPUs of a type: those the catalog's types name, and NVIDIA's, whose
+    whole GPUs of a product no type claims are made types by their attributes (attribute_type)."""
+    return tuple(dict.fromkeys((*catalog.drivers, NVIDIA_DRIVER)))
 
 
 def attribute_type(driver: str, attributes: Mapping[str, Any], memory_mib: float | None,
@@ -210,13 +236,60 @@ def device_class_from_object(obj: Mapping[str, Any]) -> DeviceClassInfo | None:
     explicit = _map(obj.get("spec")).get("extendedResourceName")
     resources = ((explicit,) if isinstance(explicit, str) and explicit else ()) + (IMPLICIT_RESOURCE_PREFIX + name,)
     expressions = [_map(_map(s).get("cel")).get("expression") for s in _list(_map(obj.get("spec")).get("selectors"))]
-    pins = {m.group(2) or m.group(4) for e in expressions if isinstance(e, str) for m in DRIVER_PIN.finditer(e)}
+    pins = {pin for e in expressions if isinstance(e, str) for pin in driver_pins(e)}
     # selectors are ANDed: one pin is enough; two different ones select nothing, which is no GPU either
     return DeviceClassInfo(name, resources, pinned_driver=min(pins) if pins else None)
 
 
 # `device.driver == "x"` (either quote, either side): the one selector form that rules a driver's devices out
 DRIVER_PIN = re.compile(r"""device\.driver\s*==\s*(["'])([^"']+)\1|(["'])([^"']+)\3\s*==\s*device\.driver""")
+
+
+RAW_OR_TRIPLE = re.compile(r"""(?<![\w.])[rR]["']|'''|\"\"\"""")  # a raw string's opening quote, or a triple quote
+
+
+def driver_pins(expression: str) -> set[str]:
+    """The drivers a CEL selector pins devices to: a DRIVER_PIN that is one of the terms the whole expression ANDs.
+
+    CEL binds `&&` tighter than `||` and `?:`, so an expression with neither outside brackets and strings is the
+    conjunction of its top-level `&&` terms, and a term that is the pin alone (or, in parentheses, such an
+    expression again) holds for every device it selects. A pin anywhere else (`device.driver == 'nic' || true`,
+    under a `!`, compared with `false`) rules nothing out, and is none; so is one beside an optional `.?`, a raw or
+    a triple-quoted string (whose ends this reading does not follow)."""
+    if RAW_OR_TRIPLE.search(expression):
+        return set()
+    terms, start = [], 0
+    for i, depth in _outside_strings(expression):
+        if depth:
+            continue
+        if expression.startswith("||", i) or expression[i] == "?":
+            return set()
+        if expression.startswith("&&", i) and i >= start:
+            terms.append(expression[start:i])
+            start = i + 2
+    terms.append(expression[start:])
+    found: set[str] = set()
+    for term in (t.strip() for t in terms):
+        if term.startswith("(") and term.endswith(")") and all(d for i, d in _outside_strings(term) if i):
+            found |= driver_pins(term[1:-1])  # wrapped whole in one pair of parentheses
+        elif (m := DRIVER_PIN.fullmatch(term)) is not None:
+            found.add(m.group(2) or m.group(4))
+    return found
+
+
+def _outside_strings(expression: str) -> Iterator[tuple[int, int]]:
+    """(index, bracket depth before it) of each character of a CEL expression that is not inside a string."""
+    depth, quote, i = 0, "", 0
+    while i < len(expression):
+        c = expression[i]
+        if quote:
+            i += 2 if c == "\\" else 1
+            quote = "" if c == quote else quote
+            continue
+        quote = c if c in "\"'" else ""
+        yield i, depth
+        depth += (c in "([{") - (c in ")]}")
+        i += 1
 
 
 # --- a node's devices -------------------------------------------------------------------------
@@ -253,7 +326,9 @@ def node_devices(devices: Iterable[tuple[DeviceId, Device]], is_taken: Callable[
         known = [d.memory_mib for _, d in found if d.memory_mib is not None]
         # the smallest: a Pod may be given any device of the node
         memory = min(known) if len(known) == len(found) else None
-        offers.append((type_name, resource, len(found), sum(1 for i, _ in found if is_taken(i)), memory))
+        healthy = [i for i, d in found if not d.taint]
+        offers.append(DraOffer(type_name, resource, len(healthy), sum(1 for i in healthy if is_taken(i)), memory,
+                               len(found) - len(healthy)))
     return NodeDevices(tuple(offers), tuple(problems))
 
 

@@ -146,5 +146,8 @@ class DraState:
         return tuple(sorted(c.name for c in self.classes.values()
                             if c.pinned_driver is not None and c.pinned_driver not in drivers))
 
+    def class_drivers(self) -> tuple[tuple[str, str | None], ...]:
+        return tuple(sorted((c.name, c.pinned_driver) for c in self.classes.values()))
+
     def mapped_resources(self) -> frozenset[str]:
         return frozenset(r for c in self.classes.values() for r in c.resources)

@@ -16,8 +16,10 @@ from typing import Any, Iterable, Mapping
 from immutables import Map
 
 from ..catalog.model import Catalog
+from .claim_sources import ClaimClasses, ClaimSourcesState, claim_classes_from_object, template_classes_from_object
 from .dra import (
-    DeviceClassInfo, DeviceId, DraView, SliceInfo, claim_from_object, device_class_from_object, slice_from_object,
+    DeviceClassInfo, DeviceId, DraView, SliceInfo, claim_from_object, device_class_from_object, gpu_drivers,
+    slice_from_object,
 )
 from .holdings import PodHoldings
 from .merged_nodes import MergedNodes
@@ -64,6 +66,8 @@ class InventoryState:
     node_pools: dict[str, tuple[Pool, ...]] | None = None
     pools_off: str | None = None
     merged: MergedNodes = field(init=False, repr=False)
+    # the claims and templates Pods may name, by their DeviceClasses (changed in place: no node reads them)
+    claim_sources: ClaimSourcesState = field(init=False, repr=False)
     groups: GroupSummaries = field(default_factory=GroupSummaries, init=False, repr=False)
     holdings: PodHoldings = field(init=False, repr=False)
     # the read-only copy of `namespaces` the last snapshot shares; None: changed since
@@ -73,6 +77,7 @@ class InventoryState:
 
     def __post_init__(self) -> None:
         self.merged = MergedNodes(self.catalog)
+        self.claim_sources = ClaimSourcesState(read=self.watch_pods)
         self.holdings = PodHoldings(self.catalog, self.merged, self.groups)
 
     # what callers read of the parts
@@ -252,7 +257,8 @@ class InventoryState:
             pod_groups=holdings.pod_groups,
             unbound_pods=holdings.unbound_pods if self.watch_pods else None,
             dra=DraView(self.dra_off, merged.dra_device_total, merged.published_problems(), merged.claims_read,
-                        merged.dra.other_device_classes(self.catalog.drivers)),
+                        merged.dra.other_device_classes(gpu_drivers(self.catalog)), merged.dra.class_drivers()),
+            claim_sources=self.claim_sources.publish(),
             pools_by_type=self._pools[1],
             pools_off=self.pools_off,
             label_types=self.groups.published_label_types(old.label_types) if groups_changed else old.label_types,
@@ -274,8 +280,9 @@ class InventoryState:
 
 
 def _same_but_pods_waiting(old: Snapshot, new: Snapshot) -> bool:
-    """Whether `new` holds what `old` does, but perhaps for its unbound_pods: the maps and groups are
-    the very same objects, a state reusing them while they have not changed."""
+    """Whether `new` holds what `old` does, but perhaps for its unbound_pods and the claims Pods may name (no
+    answer kept in the memo reads them): the maps and groups are the very same objects, a state reusing them
+    while they have not changed."""
     shared = ("groups_by_type", "unknown_groups", "namespaces", "nodes", "requested", "pod_groups", "pools_by_type")
     return (old is not EMPTY_SNAPSHOT and all(getattr(old, name) is getattr(new, name) for name in shared)
             and (old.synced, old.dra, old.pools_off) == (new.synced, new.dra, new.pools_off))
@@ -290,6 +297,9 @@ class Reduced:
     slices: tuple[SliceInfo, ...] = ()
     device_classes: tuple[DeviceClassInfo, ...] = ()
     claims: tuple[tuple[str, frozenset[DeviceId]], ...] = ()
+    # the DeviceClasses of each ResourceClaim and ResourceClaimTemplate, by namespace/name
+    claim_classes: tuple[tuple[str, ClaimClasses | None], ...] = ()
+    template_classes: tuple[tuple[str, ClaimClasses], ...] = ()
 
 
 def reduce_objects(catalog: Catalog, objects: Iterable[Mapping[str, Any]]) -> Reduced:
@@ -297,7 +307,7 @@ def reduce_objects(catalog: Catalog, objects: Iterable[Mapping[str, Any]]) -> Re
     ResourceSlices among them every node is kept: one without GPU labels may have DRA devices."""
     listed = list(objects)
     keep_all = any(o.get("kind") == "ResourceSlice" for o in listed)
-    nodes, namespaces, slices, classes, claims = [], [], [], [], []
+    nodes, namespaces, slices, classes, claims, claim_classes, templates = [], [], [], [], [], [], []
     for obj in listed:
         kind = obj.get("kind")
         if kind == "Node":
@@ -310,13 +320,21 @@ def reduce_objects(catalog: Catalog, objects: Iterable[Mapping[str, Any]]) -> Re
             classes.append(device_class_from_object(obj))
         elif kind == "ResourceClaim":
             claims.append(claim_from_object(obj))
+            claim_classes.append(claim_classes_from_object(obj))
+        elif kind == "ResourceClaimTemplate":
+            templates.append(template_classes_from_object(obj))
     return Reduced(tuple(n for n in nodes if n is not None), tuple(n for n in namespaces if n is not None),
-                   tuple(s for s in slices if s is not None), tuple(c for c in classes if c is not None), tuple(claims))
+                   tuple(s for s in slices if s is not None), tuple(c for c in classes if c is not None), tuple(claims),
+                   tuple(claim_classes), tuple(templates))
 
 
 def fixed_snapshot(catalog: Catalog, reduced: Reduced, *, watch_namespaces: bool | None = None) -> Snapshot:
     """A snapshot that will not change; namespaces count as watched when any are given."""
+    # a file is all there is: a claim or template it does not hold does not exist
     state = InventoryState(catalog=catalog, synced=True)
+    state.claim_sources = ClaimSourcesState(read=True)
+    state.claim_sources.replace("claims", reduced.claim_classes)
+    state.claim_sources.replace("templates", reduced.template_classes)
     state.merged.dra.replace_slices(reduced.slices)
     state.merged.dra.replace_classes(reduced.device_classes)
     state.merged.dra.replace_claims(reduced.claims)

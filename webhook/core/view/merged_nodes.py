@@ -65,7 +65,7 @@ class MergedNodes:
         by_attributes = {d.label_type.name: d.label_type for _, d in devices if d.label_type is not None}
         offers: list[Offer] = []
         taken: dict[str, int] = {}
-        for type_name, resource, count, held, memory in found.offers:
+        for type_name, resource, count, held, memory, unhealthy in found.offers:
             # a label naming another type of the resource would let that type's Pods onto these devices
             misnamed = [o for o in base.offers if o.resource == resource and o.type_name != type_name]
             if misnamed:
@@ -83,7 +83,8 @@ class MergedNodes:
                 continue
             gpu_type = by_attributes.get(type_name) or self.catalog.types[type_name]
             default = None if gpu_type.memory_gib is None else gpu_type.memory_gib * GIB_MIB
-            offers.append(Offer(type_name, key, value, resource, count, default if memory is None else memory, dra=True))
+            offers.append(Offer(type_name, key, value, resource, count, default if memory is None else memory, dra=True,
+                                unhealthy=unhealthy))
             taken[resource] = held
         merged = _merge_offers(base.offers, offers)
         offered = [by_attributes[o.type_name] for o in merged if o.type_name in by_attributes]
@@ -159,5 +160,5 @@ def _merge_offers(from_labels: Sequence[Offer], from_dra: Sequence[Offer]) -> tu
     offers none there). As for labels alone: the offers with devices, or all when none has any."""
     served = {o.resource for o in from_dra}
     merged = [o for o in from_labels if o.resource not in served or o.allocatable > 0] + list(from_dra)
-    positive = tuple(o for o in merged if o.allocatable > 0)
+    positive = tuple(o for o in merged if o.allocatable > 0 or o.unhealthy > 0)
     return positive or tuple(merged)

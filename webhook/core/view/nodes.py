@@ -11,10 +11,12 @@ whole GPU of that node.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
 from ..catalog.model import Catalog, GpuType, LabelType
+from .affinity import type_label_keys
 from .dra import HOSTNAME_LABEL
 
 
@@ -77,6 +79,9 @@ class Offer:
     allocatable: int
     memory_mib: float | None  # per device; None: unknown
     dra: bool = False  # the devices are DRA devices (ResourceSlices), not the device plugin's
+    # devices of the type the node has but does not offer for their health: status.capacity above
+    # status.allocatable (the device plugin reports a GPU unhealthy), or DRA devices a taint keeps from Pods
+    unhealthy: int = 0
 
 
 @dataclass(frozen=True)
@@ -96,6 +101,13 @@ class NodeInfo:
     device_plugin: tuple[tuple[str, int], ...] = ()
     # a product no type claims: the type its labels make it (its one offer), else why it has none
     label_type: LabelType | None = None
+    # its labels but those of UNKEPT_LABEL_PREFIXES (kept_labels), sorted: what a Pod's own nodeSelector and
+    # affinity are judged against (own_constraints.py)
+    labels: tuple[tuple[str, str], ...] = ()
+    # why all its GPUs are unhealthy: the catalog's unhealthyConditions the node has (node_condition_problems)
+    sick: tuple[str, ...] = ()
+    # (key, value) of the catalog's topologyLabels on the node: the domains (NVLink domain, rack) it is in
+    domains: tuple[tuple[str, str], ...] = ()
 
     @property
     def schedulable(self) -> bool:
@@ -107,6 +119,42 @@ class NodeInfo:
 
     def offer(self, type_name: str) -> Offer | None:
         return next((o for o in self.offers if o.type_name == type_name), None)
+
+    def domain(self, key: str) -> str | None:
+        """The node's value of the topology label `key`; None when it has none."""
+        return next((v for k, v in self.domains if k == key), None)
+
+    def health_problems(self, type_name: str | None) -> tuple[str, ...]:
+        """Why the node is unhealthy for `type_name` (none: healthy): a condition of the catalog's
+        unhealthyConditions, or device-plugin devices of the type below its capacity. A failed GPU
+        often tells of a node in trouble (Xid errors), so the node is left for the type, not only the
+        GPU; a tainted DRA device is left alone (the scheduler's allocator skips it, not the node)."""
+        offer = self.offer(type_name) if type_name is not None else None
+        if offer is None or not offer.unhealthy or offer.dra:
+            return self.sick
+        return self.sick + (f"{offer.resource}: allocatable {offer.allocatable} below capacity "
+                            f"{offer.allocatable + offer.unhealthy}",)
+
+    def unhealthy_gpus(self, type_name: str) -> int:
+        """Devices of the type held out for health: all of them on a node unhealthy for it, else its
+        tainted DRA devices."""
+        offer = self.offer(type_name)
+        if offer is None:
+            return 0
+        return offer.allocatable + offer.unhealthy if self.health_problems(type_name) else offer.unhealthy
+
+
+# labels that describe a node's hardware (NFD's, GFD's, AMD's labeller's, gpu-class's own): tens a node, and
+# GFD's timestamp changes every minute, so the view keeps none of them but the keys that name GPU types
+UNKEPT_LABEL_PREFIXES = ("feature.node.kubernetes.io/", "nvidia.com/", "amd.com/", "beta.amd.com/", "gpu-class.io/")
+
+
+def kept_labels(labels: Mapping[str, Any], type_keys: frozenset[str]) -> tuple[tuple[str, str], ...]:
+    """A node's labels as NodeInfo keeps them: those of UNKEPT_LABEL_PREFIXES left out unless they name types;
+    interned, as most keys and values repeat from node to node."""
+    return tuple(sorted((sys.intern(k), sys.intern(v)) for k, v in labels.items()
+                        if isinstance(k, str) and isinstance(v, str)
+                        and (k in type_keys or not k.startswith(UNKEPT_LABEL_PREFIXES))))
 
 
 def parse_gpu_count(value: Any) -> int:
@@ -162,7 +210,22 @@ def device_memory_mib(labels: Mapping[str, Any], gpu_type: GpuType) -> float | N
 MEMORY_LABEL = "gpu-class.io/gpu-memory-mib"
 
 
-def node_offers(labels: Mapping[str, Any], allocatable: Mapping[str, Any], catalog: Catalog) -> tuple[Offer, ...]:
+def node_condition_problems(conditions: Any, unhealthy: Sequence[tuple[str, str]]) -> tuple[str, ...]:
+    """The node's conditions among `unhealthy` ((type, status) pairs: the catalog's unhealthyConditions),
+    as `type=status`, in the catalog's order."""
+    held = {(c.get("type"), c.get("status")) for c in conditions if isinstance(c, dict)} if isinstance(
+        conditions, list) else set()
+    return tuple(f"condition {kind}={status}" for kind, status in unhealthy if (kind, status) in held)
+
+
+def capacity_shortfall(allocatable: Any, capacity: Any) -> int:
+    """Devices in status.capacity that status.allocatable leaves out (the device plugin's unhealthy ones).
+    A node that reports no capacity of the resource has none missing."""
+    return max(parse_gpu_count(capacity) - parse_gpu_count(allocatable), 0) if capacity is not None else 0
+
+
+def node_offers(labels: Mapping[str, Any], allocatable: Mapping[str, Any], catalog: Catalog,
+                capacity: Mapping[str, Any] | None = None) -> tuple[Offer, ...]:
     """The types a node is, with its devices of each type's resource.
 
     A node whose labels name several types offers those with allocatable devices (a mixed-MIG
@@ -174,8 +237,10 @@ def node_offers(labels: Mapping[str, Any], allocatable: Mapping[str, Any], catal
     for type_name, key, value in catalog.matches_of_labels(labels):
         gpu_type = catalog.types[type_name]
         count = parse_gpu_count(allocatable.get(gpu_type.resource))
-        offers.append(Offer(type_name, key, value, gpu_type.resource, count, device_memory_mib(labels, gpu_type)))
-    positive = tuple(o for o in offers if o.allocatable > 0)
+        unhealthy = capacity_shortfall(allocatable.get(gpu_type.resource), (capacity or {}).get(gpu_type.resource))
+        offers.append(Offer(type_name, key, value, gpu_type.resource, count, device_memory_mib(labels, gpu_type),
+                            unhealthy=unhealthy))
+    positive = tuple(o for o in offers if o.allocatable > 0 or o.unhealthy > 0)
     return positive or tuple(offers)
 
 
@@ -190,14 +255,18 @@ def node_info_from_object(obj: Mapping[str, Any], catalog: Catalog, *, keep_all:
     spec = obj.get("spec") or {}
     status = obj.get("status") or {}
     allocatable = status.get("allocatable") or {}
-    offers = node_offers(labels, allocatable if isinstance(allocatable, dict) else {}, catalog)
+    raw_capacity = status.get("capacity")
+    capacity: Mapping[str, Any] = raw_capacity if isinstance(raw_capacity, dict) else {}
+    offers = node_offers(labels, allocatable if isinstance(allocatable, dict) else {}, catalog, capacity)
     product = catalog.product_label(labels)
     label_type = catalog.type_from_labels(labels) if not offers and product is not None else None
     if label_type is not None and label_type.gpu_type is not None and product is not None:
         found = label_type.gpu_type
         offers = (Offer(found.name, product[0], product[1], found.resource,
                         parse_gpu_count(allocatable.get(found.resource)) if isinstance(allocatable, dict) else 0,
-                        device_memory_mib(labels, found)),)
+                        device_memory_mib(labels, found),
+                        unhealthy=capacity_shortfall(allocatable.get(found.resource) if isinstance(allocatable, dict)
+                                                     else None, capacity.get(found.resource))),)
     if not offers and product is None and not keep_all:
         return None
     conditions = status.get("conditions") or []
@@ -218,4 +287,7 @@ def node_info_from_object(obj: Mapping[str, Any], catalog: Catalog, *, keep_all:
         device_plugin=tuple((r, n) for r in catalog.resources
                             if isinstance(allocatable, dict) and (n := parse_gpu_count(allocatable.get(r))) > 0),
         label_type=label_type,
+        labels=kept_labels(labels, type_label_keys(catalog)),
+        sick=node_condition_problems(conditions, catalog.unhealthy_conditions),
+        domains=tuple((k, v) for k in catalog.topology_labels if isinstance(v := labels.get(k), str) and v),
     )

@@ -12,6 +12,7 @@ from .affinity import Hosts, NodeTerm, keeps_within, no_hosts, required_terms, r
 from ..catalog.model import Catalog
 from ..catalog.wait import parse_wait
 from .nodes import parse_gpu_count
+from .own_constraints import NO_CONSTRAINTS, OwnConstraints, own_constraints
 
 GROUP_LABEL = "gpu-class.io/group"  # written by the webhook on the Pods of a group (groups.py)
 CLASS_ANNOTATION = "gpu-class.io/class"
@@ -45,6 +46,7 @@ class UnboundGpuPod:
     gated: bool = False  # spec.schedulingGates: held back (by a queue such as Kueue), not yet asking for a node
     max_wait_seconds: int | None = None  # gpu-class.io/max-wait: kept to its best type this long after creation
     node_terms: tuple[NodeTerm, ...] = ()  # its required node affinity's `In` expressions (affinity.required_terms)
+    own: OwnConstraints = NO_CONSTRAINTS  # its own nodeSelector, affinity, tolerations (own_constraints.py)
 
     def waits_by_choice(self, now_seconds: float) -> bool:
         """Whether it is within its max-wait: kept to its best type by its own choice, not stuck."""
@@ -112,7 +114,7 @@ def unbound_gpu_pod(obj: Mapping[str, Any], resources: Iterable[str]) -> Unbound
                          created_seconds=timestamp_seconds(metadata.get("creationTimestamp")), group=pod_group(obj),
                          gated=bool((obj.get("spec") or {}).get("schedulingGates")),
                          max_wait_seconds=parse_wait(annotations.get(MAX_WAIT_ANNOTATION)),
-                         node_terms=required_terms(obj))
+                         node_terms=required_terms(obj), own=own_constraints(obj))
 
 
 def enforced_types(types: tuple[str, ...], node_terms: Sequence[NodeTerm], resources: Sequence[str],

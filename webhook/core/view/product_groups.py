@@ -46,6 +46,11 @@ class ProductGroup:
     # the taints, besides the GPU ones, every node of the group has: a Pod that does not tolerate them
     # cannot use the group (nodes reserved for a team are a group of their own)
     reserved: tuple[Taint, ...] = ()
+    # devices of the type held out for health (NodeInfo.unhealthy_gpus), and the nodes unhealthy for the
+    # type by what a Pod's affinity names them (affinity_name), sorted: neither counts as room
+    unhealthy_gpus: int = 0
+    unhealthy_hosts: tuple[str, ...] = ()
+    gpus: int = 0  # devices of the type on all its nodes, healthy or not (allocatable and unhealthy)
 
     def has_room(self, devices: int) -> bool:
         return any(free >= devices for _, free, _ in self.room)
@@ -57,6 +62,10 @@ class ProductGroup:
         counts[(allocatable, free_after)] += 1
         return replace(self, free_gpus=self.free_gpus + free_after - free_before,
                        room=tuple(sorted((a, f, n) for (a, f), n in counts.items() if n > 0)))
+
+    @property
+    def unhealthy_nodes(self) -> int:
+        return len(self.unhealthy_hosts)
 
     @property
     def max_allocatable(self) -> int:
@@ -87,6 +96,7 @@ def summarize_group(key: GroupKey, nodes: Iterable[NodeInfo], requested: Mapping
     usable = [(n, o) for n, o in offers if o is not None and _is_usable(n, o)]
     shapes = sorted({Shape(o.allocatable, o.memory_mib, n.gpu_taints) for n, o in usable}, key=_shape_order)
     free = [(o.allocatable, _free_on(n, o, requested)) for n, o in usable]
+    sick = [n for n, o in offers if o is not None and n.health_problems(type_name)]
     return ProductGroup(
         label_key=label_key,
         product=value,
@@ -100,11 +110,20 @@ def summarize_group(key: GroupKey, nodes: Iterable[NodeInfo], requested: Mapping
         allocatable_gpus=sum(o.allocatable for _, o in usable),
         room=tuple(sorted((a, f, n) for (a, f), n in Counter(free).items())),
         reserved=reserved,
+        unhealthy_gpus=sum(n.unhealthy_gpus(o.type_name) for n, o in offers if o is not None),
+        unhealthy_hosts=tuple(sorted(affinity_name(n) for n in sick)),
+        gpus=sum(o.allocatable + o.unhealthy for _, o in offers if o is not None),
     )
 
 
 def _is_usable(node: NodeInfo, offer: Offer) -> bool:
-    return node.schedulable and offer.allocatable > 0
+    return node.schedulable and offer.allocatable > 0 and not node.health_problems(offer.type_name)
+
+
+def affinity_name(node: NodeInfo) -> str:
+    """What a node affinity names the node by: its kubernetes.io/hostname label, the kubelet's default
+    being its name, which stands in where the label is missing."""
+    return node.hostname or node.name
 
 
 def _free_on(node: NodeInfo, offer: Offer, requested: Mapping[tuple[str, str], int]) -> int:
@@ -123,6 +142,9 @@ class Share:
     cordoned: bool  # ready and unschedulable
     resource: str  # of its offer of the group's type ("" for no type)
     usable: tuple[Shape, int] | None = None  # (shape, free devices) when the node is usable for the type
+    unhealthy_gpus: int = 0
+    sick_host: str = ""  # affinity_name of a node unhealthy for the type; "" when healthy
+    gpus: int = 0  # its devices of the type, healthy or not
 
 
 def share_of(node: NodeInfo, key: GroupKey, requested: Mapping[tuple[str, str], int]) -> Share:
@@ -130,7 +152,12 @@ def share_of(node: NodeInfo, key: GroupKey, requested: Mapping[tuple[str, str], 
     usable = None
     if offer is not None and _is_usable(node, offer):
         usable = (Shape(offer.allocatable, offer.memory_mib, node.gpu_taints), _free_on(node, offer, requested))
-    return Share(node.ready, node.ready and node.unschedulable, offer.resource if offer else "", usable)
+    share = Share(node.ready, node.ready and node.unschedulable, offer.resource if offer else "", usable)
+    if offer is None:
+        return share
+    sick = bool(node.health_problems(offer.type_name))
+    return replace(share, unhealthy_gpus=node.unhealthy_gpus(offer.type_name), gpus=offer.allocatable + offer.unhealthy,
+                   sick_host=affinity_name(node) if sick else "")
 
 
 @dataclass
@@ -148,6 +175,11 @@ class GroupTally:
     free_gpus: int = 0
     allocatable_gpus: int = 0
     resources: Counter[str] = field(default_factory=Counter)
+    unhealthy_gpus: int = 0
+    sick_hosts: Counter[str] = field(default_factory=Counter)
+    gpus: int = 0
+    # sick_hosts sorted, kept until they change: a summary is made at every bind on the group's nodes
+    _sick_sorted: tuple[str, ...] | None = field(default=None, init=False, repr=False, compare=False)
 
     def put(self, name: str, share: Share | None) -> None:
         """Count `name` with `share` from now on (None: no longer a member)."""
@@ -162,6 +194,11 @@ class GroupTally:
         self.not_ready += sign * (not share.ready)
         self.cordoned += sign * share.cordoned
         _add(self.resources, share.resource, sign)
+        self.unhealthy_gpus += sign * share.unhealthy_gpus
+        self.gpus += sign * share.gpus
+        if share.sick_host:
+            _add(self.sick_hosts, share.sick_host, sign)
+            self._sick_sorted = None
         if share.usable is not None:
             shape, free = share.usable
             _add(self.shapes, shape, sign)
@@ -185,7 +222,15 @@ class GroupTally:
             allocatable_gpus=self.allocatable_gpus,
             room=tuple(sorted((a, f, n) for (a, f), n in self.room.items())),
             reserved=reserved,
+            unhealthy_gpus=self.unhealthy_gpus,
+            unhealthy_hosts=self._sorted_sick(),
+            gpus=self.gpus,
         )
+
+    def _sorted_sick(self) -> tuple[str, ...]:
+        if self._sick_sorted is None:
+            self._sick_sorted = tuple(sorted(self.sick_hosts))
+        return self._sick_sorted
 
 
 def _add(counter: Counter[Any], key: Any, sign: int) -> None:

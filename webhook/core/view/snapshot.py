@@ -10,6 +10,7 @@ from types import MappingProxyType
 from typing import Any, Mapping
 
 from ..catalog.model import Catalog, GpuType
+from .claim_sources import ClaimSources
 from .dra import DraView
 from .namespaces import NamespaceInfo
 from .nodes import NodeInfo, Offer
@@ -40,6 +41,8 @@ class Snapshot:
     pools_off: str | None = None  # why NodePools are not read, where they were asked for
     # types of products no type claims, made from their nodes' labels (placing_catalog adds them)
     label_types: Mapping[str, GpuType] = field(default_factory=dict)
+    # the ResourceClaims and ResourceClaimTemplates Pods may name, by the DeviceClasses each uses
+    claim_sources: ClaimSources = field(default_factory=ClaimSources)
     # answers worked out from this snapshot (the planner's), dropped with it; the only mutable part
     memo: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
 

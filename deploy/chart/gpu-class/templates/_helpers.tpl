@@ -10,23 +10,57 @@ app.kubernetes.io/version: {{ .root.Chart.AppVersion | quote }}
 helm.sh/chart: {{ printf "%s-%s" .root.Chart.Name .root.Chart.Version }}
 {{- end -}}
 
+{{/* The webhook's image, which the labeller and the upgrader run too: by digest when image.digest gives one. */}}
 {{- define "gpu-class.image" -}}
+{{- with .Values.image.digest -}}
+{{ $.Values.image.repository }}@{{ . }}
+{{- else -}}
 {{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end -}}
 {{- end -}}
 
 {{/* The second scheduler's image: gpu-class-scheduler of the chart's appVersion, its build for the
 cluster's minor on a cluster older than scheduler.kubernetesMinor (0.1.0-k8s1.36), or with
 scheduler.stockBinary the stock kube-scheduler of the cluster's release (v1.35.4 of v1.35.4-eks-1a2b3c),
-unless scheduler.image names another. */}}
+unless scheduler.image names another. Each minor's build is its own image, so scheduler.image.digests
+pins one digest per minor: the one of the build chosen (with stockBinary, the cluster's minor) replaces
+the tag and its -k8s suffix. A pin list without that minor fails rather than fall back to a tag. */}}
 {{- define "gpu-class.schedulerImage" -}}
 {{- $image := .Values.scheduler.image -}}
-{{- if .Values.scheduler.stockBinary -}}
-{{ eq $image.repository "gpu-class-scheduler" | ternary "registry.k8s.io/kube-scheduler" $image.repository }}:{{ $image.tag | default (regexFind "^v[0-9]+[.][0-9]+[.][0-9]+" .Capabilities.KubeVersion.Version) }}
-{{- else -}}
 {{- $cluster := include "gpu-class.clusterMinor" . -}}
-{{- $older := and (has $cluster .Values.scheduler.olderMinors) (semverCompare (printf "<%s.0-0" .Values.scheduler.kubernetesMinor) (printf "%s.0" $cluster)) -}}
-{{ $image.repository }}:{{ $image.tag | default .Chart.AppVersion }}{{ if $older }}-k8s{{ $cluster }}{{ end }}
+{{- $older := and (not .Values.scheduler.stockBinary) (has $cluster .Values.scheduler.olderMinors) (semverCompare (printf "<%s.0-0" .Values.scheduler.kubernetesMinor) (printf "%s.0" $cluster)) -}}
+{{- $minor := or .Values.scheduler.stockBinary $older | ternary $cluster .Values.scheduler.kubernetesMinor -}}
+{{- $repository := and .Values.scheduler.stockBinary (eq $image.repository "gpu-class-scheduler") | ternary "registry.k8s.io/kube-scheduler" $image.repository -}}
+{{- if $image.digests -}}
+{{ $repository }}@{{ index $image.digests $minor | required (printf "scheduler.image.digests has no digest for Kubernetes %s, the minor whose build this cluster (%s) runs: add it, or empty scheduler.image.digests to pull by tag" $minor $cluster) }}
+{{- else if .Values.scheduler.stockBinary -}}
+{{ $repository }}:{{ $image.tag | default (regexFind "^v[0-9]+[.][0-9]+[.][0-9]+" .Capabilities.KubeVersion.Version) }}
+{{- else -}}
+{{ $repository }}:{{ $image.tag | default .Chart.AppVersion }}{{ if $older }}-k8s{{ $cluster }}{{ end }}
 {{- end -}}
+{{- end -}}
+
+{{/* gpu-class-scheduler's priority class: scheduler.priorityClassName, or where it is left null the
+webhook's (priorityClassName), which it shared before it had its own. */}}
+{{- define "gpu-class.schedulerPriorityClassName" -}}
+{{- $own := .Values.scheduler.priorityClassName -}}
+{{- kindIs "string" $own | ternary $own .Values.priorityClassName -}}
+{{- end -}}
+
+{{/* The priority classes of the Pods the release runs, as a JSON list (priority.yaml admits
+system-cluster-critical where any of them uses it). */}}
+{{- define "gpu-class.priorityClasses" -}}
+{{- $classes := list .Values.priorityClassName -}}
+{{- if .Values.scheduler.enabled -}}
+{{- $classes = append $classes (include "gpu-class.schedulerPriorityClassName" .) -}}
+{{- end -}}
+{{- range $part := list "upgrader" "labeller" -}}
+{{- $values := index $.Values $part -}}
+{{- if $values.enabled -}}
+{{- $classes = append $classes $values.priorityClassName -}}
+{{- end -}}
+{{- end -}}
+{{- $classes | uniq | toJson -}}
 {{- end -}}
 
 {{- define "gpu-class.clusterMinor" -}}
@@ -248,4 +282,45 @@ them the install stops here, saying what to use. */}}
 {{- fail (printf "gpu-class-scheduler is built for Kubernetes %s and %s, and would be newer than this cluster's API server (%s), which Kubernetes' version-skew policy forbids: set scheduler.stockBinary=true to run the stock kube-scheduler of the cluster's release, use a build for %s (scheduler.image, scheduler.kubernetesMinor), or scheduler.enabled=false (docs/operators/compatibility.md)" (join ", " .Values.scheduler.olderMinors) .Values.scheduler.kubernetesMinor $cluster $cluster) -}}
 {{- end -}}
 {{- end -}}
+{{- end -}}
+
+{{/* Where the server reads tls.crt, tls.key and ca.crt: the mounted Secret, or (webhook-managed) the files the
+webhook writes itself from the Secrets it keeps. */}}
+{{- define "gpu-class.tlsDir" -}}
+{{- if eq .Values.tls.mode "webhook-managed" -}}
+/tmp/gpu-class-tls
+{{- else -}}
+/etc/gpu-class/tls
+{{- end -}}
+{{- end -}}
+
+{{/* tls.mode webhook-managed: the serve flags that keep the CA, certificates and caBundle. */}}
+{{- define "gpu-class.webhookManagedArgs" -}}
+{{- if eq .Values.tls.mode "webhook-managed" -}}
+{{- $m := .Values.tls.webhookManaged -}}
+# The webhook keeps its own CA and certificates in Secrets (docs/operators/certificates.md)
+- --manage-certificates={{ .Release.Namespace }}
+{{- with .Values.webhook.url }}
+{{- range list "gpu-class" (printf "gpu-class.%s" $.Release.Namespace) (printf "gpu-class.%s.svc" $.Release.Namespace) (printf "gpu-class.%s.svc.cluster.local" $.Release.Namespace) (urlParse .).hostname }}
+- --certificate-name={{ . }}
+{{- end }}
+{{- end }}
+- --manage-webhook-configuration=gpu-class.io
+- --manage-webhook-configuration=gpu-class.io-workloads
+- --ca-validity-seconds={{ mul $m.caValidityHours 3600 }}
+- --ca-renew-before-seconds={{ mul $m.caRenewBeforeHours 3600 }}
+- --cert-validity-seconds={{ mul $m.validityHours 3600 }}
+- --cert-renew-before-seconds={{ mul $m.renewBeforeHours 3600 }}
+- --rotation-overlap-seconds={{ mul $m.overlapMinutes 60 }}
+- --certificates-check-seconds={{ $m.checkSeconds }}
+{{- end -}}
+{{- end -}}
+
+{{/* tls.mode cert-manager: who issues the serving and client certificates, tls.certManager.issuerRef (an Issuer
+of the release's namespace or a ClusterIssuer of yours), else the chart's own CA Issuer. */}}
+{{- define "gpu-class.certManagerIssuer" -}}
+{{- $issuer := .Values.tls.certManager.issuerRef | default dict -}}
+group: {{ $issuer.group | default "cert-manager.io" }}
+kind: {{ $issuer.kind | default "Issuer" }}
+name: {{ $issuer.name | default "gpu-class-ca" }}
 {{- end -}}
