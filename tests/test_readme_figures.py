@@ -73,7 +73,9 @@ def shipped(commit: str) -> tuple[tuple[str, str], ...]:
     """What the scheduler's image is built from at `commit`: each shipped file of SCHEDULER with its text, the
     Dockerfile's comment lines aside (its `# syntax=` directive kept): a comment there, such as the build command
     naming the version, is in no image."""
-    names = git("ls-tree", "-r", "--name-only", commit, "--", SCHEDULER, *NOT_SHIPPED).stdout.split()
+    # ls-tree takes no pathspec magic: NOT_SHIPPED's globs, applied here
+    names = [n for n in git("ls-tree", "-r", "--name-only", commit, "--", SCHEDULER).stdout.split()
+             if not n.endswith(("_test.go", ".test"))]
     files = []
     for name in names:
         text = git("show", f"{commit}:{name}").stdout
@@ -122,3 +124,13 @@ def test_the_create_bench_schedules_nothing() -> None:
     catalog = load_default_catalog()
     assert apiserver.UNSCHEDULED not in ("default-scheduler", catalog.scheduler_name, *catalog.strict_schedulers)
     assert json.loads(apiserver.measured_pod())["spec"]["schedulerName"] == apiserver.UNSCHEDULED
+
+
+@pytest.mark.parametrize("commit, ships_a_change", [
+    pytest.param("883c1ab", True, id="go-sources-changed"),
+    pytest.param("1345777", False, id="go-tests-only"),
+    pytest.param("f2ce824", False, id="a-dockerfile-comment-only"),
+])
+def test_what_ages_a_figure_is_what_the_image_is_built_from(commit: str, ships_a_change: bool) -> None:
+    assert git("rev-parse", "--verify", "--quiet", f"{commit}^{{commit}}").returncode == 0, commit
+    assert (shipped(commit) != shipped(f"{commit}^")) == ships_a_change
