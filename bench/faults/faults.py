@@ -191,11 +191,12 @@ def noop_configuration(template: Mapping[str, Any], url: str, ca_bundle: bytes) 
     return config
 
 
-def relists(port: int, ca_file: Path) -> Counter[str]:  # port: the replica's metrics listener
-    """A replica's watch restarts after 410 Gone so far, by resource it watches (its workers added up).
-    A resource that is off (not served here: NodePools without Karpenter) has no watch to restart."""
+def relists(port: int, metrics_port: int, ca_file: Path) -> Counter[str]:
+    """A replica's watch restarts after 410 Gone so far, by resource it watches (its workers added up), from its
+    metrics listener; its readiness (on the admission port) says which are off: a resource not served here
+    (NodePools without Karpenter) has no watch to restart."""
     context = ssl.create_default_context(cafile=str(ca_file))
-    with urllib.request.urlopen(f"https://127.0.0.1:{port}/metrics", context=context, timeout=10) as r:
+    with urllib.request.urlopen(f"https://127.0.0.1:{metrics_port}/metrics", context=context, timeout=10) as r:
         text = r.read().decode()
     try:
         with urllib.request.urlopen(f"https://127.0.0.1:{port}/readyz", context=context, timeout=10) as r:
@@ -440,7 +441,7 @@ class Suite:
 
     def fault_compact_etcd(self) -> str:
         ports = [self.gpu_backend.slots[s] for s in self.gpu.active]
-        before = [relists(self.metrics_ports[p], self._ca_file()) for p in ports]
+        before = [relists(p, self.metrics_ports[p], self._ca_file()) for p in ports]
         revisions: list[int] = []
         # compacted while the API server is down: no watch moves past the compacted revision meanwhile
         self.cluster.restart_apiserver(while_stopped=lambda: revisions.append(self.cluster.compact_etcd()))
@@ -448,7 +449,7 @@ class Suite:
         # every worker of every replica relists each resource it watches
         deadline = time.monotonic() + 90
         while True:
-            grown = [{r: n - b[r] for r, n in relists(self.metrics_ports[p], self._ca_file()).items()} for p, b in zip(ports, before)]
+            grown = [{r: n - b[r] for r, n in relists(p, self.metrics_ports[p], self._ca_file()).items()} for p, b in zip(ports, before)]
             if all(n >= WORKERS for g in grown for n in g.values()) or time.monotonic() > deadline:
                 break
             time.sleep(1)
