@@ -111,16 +111,37 @@ def test_a_group_of_16_lands_whole_in_the_rack_with_room(
         drop_job(api_client, core, namespace, name)
 
 
-def test_larger_than_any_rack_is_refused_when_required_and_spans_two_when_preferred(
+def test_a_group_waits_whole_until_one_rack_holds_it(
+        api_client: kubernetes.client.ApiClient, core: kubernetes.client.CoreV1Api, namespace: str, racks: str) -> None:
+    """Rack 2 with 4 nodes taken too: neither rack holds 16, none of the group starts; once rack 2 frees, all of it
+    starts there."""
+    for i in range(TAKEN_ON_RACK_1):
+        take(core, racks, node_name(RACK_2, i))
+    pods = run_job(api_client, core, namespace, "nvl-wait", 16, (REQUIRED, CLIQUE))
+    assert racks_of(pods) == {}
+    messages = {c["message"] for p in pods for c in p["status"]["conditions"] if c["type"] == "PodScheduled"}
+    assert any("waits for a nvidia.com/gpu.clique domain with room for all of it" in m for m in messages), messages
+    for i in range(TAKEN_ON_RACK_1):
+        core.delete_namespaced_pod(f"take-{node_name(RACK_2, i)}", racks, grace_period_seconds=0)
+
+    def bound() -> Counter[str] | None:
+        now = racks_of(job_pods(core, namespace, "nvl-wait"))
+        return now if sum(now.values()) == 16 else None
+
+    assert wait_for("the waiting group bound", bound, seconds=120) == {RACK_2: 16}
+    drop_job(api_client, core, namespace, "nvl-wait")
+
+
+def test_larger_than_any_rack_waits_when_required_and_spans_two_when_preferred(
         cluster: local_cluster.Cluster, api_client: kubernetes.client.ApiClient, core: kubernetes.client.CoreV1Api,
         namespace: str, racks: str) -> None:
     """20 Pods x 4 GPUs: more than one rack's 18 nodes hold."""
-    pod = make_pod("nvl-20-0", gpus=GPUS, annotations={"gpu-class.io/class": "high", "gpu-class.io/group": "nvl-20",
-                                                       "gpu-class.io/group-size": "20", REQUIRED: CLIQUE})
-    with pytest.raises(ApiException) as refused:
-        core.create_namespaced_pod(namespace, pod)
-    assert "can never run in one nvidia.com/gpu.clique domain of class high: the most one holds is 18 such Pods" in \
-        str(refused.value.body), refused.value.body
+    pods = run_job(api_client, core, namespace, "nvl-20", 20, (REQUIRED, CLIQUE))
+    assert racks_of(pods) == {}
+    messages = {c["message"] for p in pods for c in p["status"]["conditions"] if c["type"] == "PodScheduled"}
+    assert messages and all("group nvl-20 of 20 Pods waits for a nvidia.com/gpu.clique domain with room for all of it"
+                            in m for m in messages), messages
+    drop_job(api_client, core, namespace, "nvl-20")
 
     pods = run_job(api_client, core, namespace, "nvl-wide", 20, (PREFERRED, CLIQUE))
     spread = racks_of(pods)

@@ -31,7 +31,7 @@ from ..view.pods import GroupName
 from ..view.nodes import NodeInfo, Offer
 from ..view.product_groups import ProductGroup
 from ..view.snapshot import Snapshot
-from .annotations import GROUP_PREFERRED_TOPOLOGY_ANNOTATION, GROUP_SIZE_ANNOTATION, GroupAsk, Topology
+from .annotations import GROUP_REQUIRED_TOPOLOGY_ANNOTATION, GroupAsk, Topology
 
 GroupOutcome = Literal["started", "followed", "no-room", "refused", "unplaced"]
 
@@ -261,32 +261,35 @@ def decide_group(ask: GroupAsk, namespace: str, gpu_class: GpuClass, gpus_needed
     if ever:
         holding = [r for r in rooms if r.most is None or r.most >= size]
         outcome = "started" if waits else "no-room"
+    larger = not holding and required is not None  # than any domain: it waits, as Kueue's TAS leaves it pending
+    if larger:
+        holding = [r for r in rooms if r.most]  # the types with a domain: where one may yet hold it
     if not holding:
         return GroupDecision(plan("refused"), refusal=_never(ask, size, gpus_needed, gpu_class, rooms, required))
     key = holding[0].label_key
     under_key = tuple(r for r in rooms if r.label_key == key)
     ruled = tuple((r.type_name, _short_of_room(r, size, ever)) for r in under_key if r not in holding)
-    domains = None if required is None or ask.size is None else _domains_holding(
+    domains = None if required is None or ask.size is None or larger else _domains_holding(
         snapshot, [r.type_name for r in holding if r.label_key == key], key, gpus_needed, min_memory_mib, required,
         size, ever)
     warning = None if outcome != "no-room" else (
         f"gpu-class: group {ask.name}: no type has room for its {size} Pods now; they wait for room "
         f"where the first one runs" if required is None else
-        f"gpu-class: group {ask.name}: no {required} domain has room for its {size} Pods now; they wait for room "
-        f"in the one the first starts in")
+        f"gpu-class: group {ask.name}: no {required} domain can hold its {size} Pods (at most "
+        f"{max(r.most or 0 for r in rooms)}); they wait" if larger else
+        f"gpu-class: group {ask.name}: no {required} domain has room for its {size} Pods now; they wait for one")
     return GroupDecision(plan(outcome, topology_key=key, rooms=under_key, domains=domains),
                          _scope(gpu_class, snapshot, catalog, key, None, ruled), offer.resource, warning=warning)
 
 
 def _never(ask: GroupAsk, size: int, gpus: int, gpu_class: GpuClass, rooms: list[Room], domain_key: str | None) -> str:
-    """The refusal of a group no type of its class can ever hold (no domain of one, when kept within one)."""
+    """The refusal of a group no type of its class can ever hold (no node of which is in a domain, when kept
+    within one)."""
     if domain_key is not None:
-        best = max(rooms, key=lambda r: r.most or 0)
-        held = (f"the most one holds is {best.most} such Pods ({best.type_name}, all its nodes empty)" if best.most
-                else f"no node of the class that can take its Pods has {domain_key}")
-        return (f"gpu-class: group {ask.name} of {size} Pods x {gpus} GPU(s) can never run in one {domain_key} domain "
-                f"of class {gpu_class.name}: {held}. Write {GROUP_PREFERRED_TOPOLOGY_ANNOTATION} to let it span "
-                f"domains, or ask for fewer Pods ({ask.size_from or GROUP_SIZE_ANNOTATION})")
+        return (f"gpu-class: group {ask.name} is kept within one {domain_key} domain "
+                f"({GROUP_REQUIRED_TOPOLOGY_ANNOTATION}), and no node of class {gpu_class.name} that can take its "
+                f"Pods has that label. Label the nodes (GPU Feature Discovery writes {domain_key} on NVLink "
+                f"domains), or drop the annotation")
     best = max(rooms, key=lambda r: r.most or 0)
     return (f"gpu-class: group {ask.name} of {size} Pods x {gpus} GPU(s) can never run on one type of class "
             f"{gpu_class.name}: the most one type holds is {best.most} such Pods ({best.type_name}, all its nodes "

@@ -32,6 +32,11 @@ const (
 type group struct {
 	name, topologyKey string
 	size              int
+	// kept within one domain (gpu-class.io/group-required-topology): the
+	// webhook writes the domain's term before the product's, and the group
+	// starts only where one value of the domain's key holds all of it,
+	// however long that takes (waitOf gives it a wait with no budget)
+	whole bool
 }
 
 // groupOf reads the Pod's group as the webhook wrote it: its label, and the
@@ -42,19 +47,25 @@ func groupOf(pod *v1.Pod) *group {
 	if name == "" || a == nil || a.PodAffinity == nil {
 		return nil
 	}
+	var found *group
 	for _, term := range a.PodAffinity.RequiredDuringSchedulingIgnoredDuringExecution {
-		if term.LabelSelector != nil && term.LabelSelector.MatchLabels[groupLabel] == name && term.TopologyKey != "" {
-			size := 1
-			for _, key := range []string{groupSizeAnnotation, lwsSizeAnnotation} {
-				if n, err := strconv.Atoi(pod.Annotations[key]); err == nil && n > 0 {
-					size = n
-					break
-				}
-			}
-			return &group{name: name, topologyKey: term.TopologyKey, size: size}
+		if term.LabelSelector == nil || term.LabelSelector.MatchLabels[groupLabel] != name || term.TopologyKey == "" {
+			continue
 		}
+		if found != nil {
+			found.whole = true // a second term of the group: the first is its domain's
+			break
+		}
+		size := 1
+		for _, key := range []string{groupSizeAnnotation, lwsSizeAnnotation} {
+			if n, err := strconv.Atoi(pod.Annotations[key]); err == nil && n > 0 {
+				size = n
+				break
+			}
+		}
+		found = &group{name: name, topologyKey: term.TopologyKey, size: size}
 	}
-	return nil
+	return found
 }
 
 // started: a Pod of the group, other than this one, is bound or assumed on a node of the cycle.
@@ -115,12 +126,17 @@ func holdingNodes(pod *v1.Pod, g *group, level []labels.Selector, nodes []fwk.No
 		names[value] = append(names[value], node.Name)
 	}
 	slices.Sort(values)
+	best, found := "", false
 	for _, value := range values {
-		if holds[value] >= int64(g.size) {
-			return sets.New(names[value]...)
+		// the tightest value that holds it: larger free domains stay for larger groups
+		if holds[value] >= int64(g.size) && (!found || holds[value] < holds[best]) {
+			best, found = value, true
 		}
 	}
-	return nil
+	if !found {
+		return nil
+	}
+	return sets.New(names[best]...)
 }
 
 // preFilterGroup places the first Pod of a group with a wait: ok false
@@ -141,7 +157,13 @@ func (pl *NodeLabelIndex) preFilterGroup(ctx klog.Logger, state fwk.CycleState, 
 		}
 	}
 	if !waiting {
-		return nil, nil, false
+		if !g.whole {
+			return nil, nil, false
+		}
+		// no budget to wake it at: it comes back on the events that may give a domain room (groupMayStart, groupNodeChanged)
+		message := fmt.Sprintf("group %s of %d Pods waits for a %s domain with room for all of it", g.name, g.size, g.topologyKey)
+		state.Write(waitingKey, waitingState{message})
+		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, message), true
 	}
 	message := fmt.Sprintf("group %s of %d Pods %s", g.name, g.size, waitMessage(pod, pl.now(), until, budget))
 	state.Write(waitingKey, waitingState{message})
@@ -185,10 +207,12 @@ func (pl *NodeLabelIndex) groupNodeChanged(_ klog.Logger, pod *v1.Pod, _, newObj
 	return boolHint(err == nil && matches), err
 }
 
-// groupWaits: the Pod is of a group and has a wait (spent or not: its group may not have started).
+// groupWaits: the Pod is of a group and has a wait (spent or not: its group may not have started), or is
+// of a group kept within one domain.
 func groupWaits(pod *v1.Pod) bool {
 	_, has := pod.Annotations[MaxWaitAnnotation]
-	return has && groupOf(pod) != nil
+	g := groupOf(pod)
+	return g != nil && (has || g.whole)
 }
 
 func boolHint(queue bool) fwk.QueueingHint {

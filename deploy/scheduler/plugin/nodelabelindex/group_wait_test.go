@@ -117,3 +117,76 @@ func TestAWaitingGroupComesBackWhenItMayStart(t *testing.T) {
 		})
 	}
 }
+
+const clique = "nvidia.com/gpu.clique"
+
+// domainPod: groupPod kept within one NVLink domain, as the webhook writes it
+// for gpu-class.io/group-required-topology: the domain's term first.
+func domainPod(maxWait string, size int) *v1.Pod {
+	p := groupPod(maxWait, size)
+	terms := p.Spec.Affinity.PodAffinity.RequiredDuringSchedulingIgnoredDuringExecution
+	domain := terms[0]
+	domain.TopologyKey = clique
+	p.Spec.Affinity.PodAffinity.RequiredDuringSchedulingIgnoredDuringExecution = append([]v1.PodAffinityTerm{domain}, terms...)
+	return p
+}
+
+func TestAGroupKeptWithinOneDomainStartsInTheTightestThatHoldsIt(t *testing.T) {
+	// H100 in domains a (room for 2 + 1 Pods of 1 GPU) and b (8); A100 in domain c (8)
+	nodes := []struct {
+		gpuNode
+		domain string
+	}{
+		{gpuNode{name: "h100-a1", product: "H100", gpus: 8, used: 6}, "a"},
+		{gpuNode{name: "h100-a2", product: "H100", gpus: 8, used: 7}, "a"},
+		{gpuNode{name: "h100-b1", product: "H100", gpus: 8}, "b"},
+		{gpuNode{name: "a100-c1", product: "A100", gpus: 8}, "c"},
+	}
+	for _, c := range []struct {
+		name    string
+		pod     *v1.Pod
+		member  bool // a Pod of the group already on a100-c1
+		want    sets.Set[string]
+		message string
+		handled bool
+	}{
+		{name: "both-h100-domains-hold-it-the-tightest", pod: domainPod("", 3), want: sets.New("h100-a1", "h100-a2"), handled: true},
+		{name: "only-the-larger-holds-it", pod: domainPod("", 5), want: sets.New("h100-b1"), handled: true},
+		{name: "the-next-type-when-no-domain-of-the-best-holds-it", pod: domainPod("", 8), want: sets.New("h100-b1"), handled: true},
+		{name: "no-domain-holds-it-it-waits-without-a-budget", pod: domainPod("", 9), handled: true,
+			message: "group train of 9 Pods waits for a nvidia.com/gpu.clique domain with room for all of it"},
+		{name: "started-follows-its-group", pod: domainPod("", 9), member: true},
+		{name: "with-a-wait-only-the-best-types-domains", pod: domainPod("10m", 5), want: sets.New("h100-b1"), handled: true},
+		{name: "one-product-term-without-a-wait-is-no-hold", pod: groupPod("", 9)},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			now := created.Add(time.Minute)
+			pl := &NodeLabelIndex{index: NewIndex(), args: Args{Order: PreferredTypes}, widened: newWidened(), parked: newParked(), drift: &drift{now: time.Now},
+				wakes: newWakes(func() time.Time { return now }), now: func() time.Time { return now }}
+			var infos []fwk.NodeInfo
+			for _, n := range nodes {
+				info := n.info()
+				info.Node().Labels[clique] = n.domain
+				if c.member && n.name == "a100-c1" {
+					member := domainPod("", 9)
+					member.Name, member.UID = "train-1", "uid-train-1"
+					info.(*framework.NodeInfo).AddPod(member)
+				}
+				infos = append(infos, info)
+			}
+			result, status, handled := pl.preFilterWait(context.Background(), framework.NewCycleState(), c.pod, infos)
+			if handled != c.handled {
+				t.Fatalf("handled %v (%v), want %v", handled, status, c.handled)
+			}
+			if c.want != nil && (result == nil || !result.NodeNames.Equal(c.want) || status != nil) {
+				t.Fatalf("got %v %v, want %v", result, status, c.want)
+			}
+			if c.message != "" && (status.Code() != fwk.UnschedulableAndUnresolvable || status.Message() != c.message) {
+				t.Fatalf("status %v, want %q", status, c.message)
+			}
+			if c.handled && groupWaits(c.pod) != true {
+				t.Errorf("a held group's Pod must come back on the events that may give it room")
+			}
+		})
+	}
+}

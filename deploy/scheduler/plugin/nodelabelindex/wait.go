@@ -44,6 +44,11 @@ func (w waitingState) Clone() fwk.StateData { return w }
 // before `until`.
 func waitOf(pod *v1.Pod) (until time.Time, budget time.Duration, ok bool) {
 	raw, has := pod.Annotations[MaxWaitAnnotation]
+	if g := groupOf(pod); !has && g != nil && g.whole {
+		// a group kept within one domain waits for one with no budget: its wait is spent from the start, and
+		// preFilterGroup holds it until a domain holds all of it
+		return pod.CreationTimestamp.Time, 0, true
+	}
 	if !has || pod.CreationTimestamp.IsZero() {
 		return time.Time{}, 0, false
 	}
