@@ -15,13 +15,14 @@ from typing import Any
 
 import pytest
 import yaml
+from kubernetes.client.exceptions import ApiException
 
 import test_deploy as deploy
 
 from builders import (
     make_bare_node, make_node, make_slice, nvidia_device_classes, nvidia_gpus,
 )
-from webhook.cluster.publish import keep_boundary
+from webhook.cluster.publish import keep_boundary, write_boundary_table
 from webhook.core.published.boundary import (
     BOUNDARY_CONFIGMAP, CLASSES_KEY, OTHER_DEVICE_CLASSES_KEY, RESOURCES_KEY, BoundaryError, BoundaryTable, Entry,
     boundary_data, build_data, class_key, entry_text, glob_regex, globs_key,
@@ -296,9 +297,72 @@ def _objects(path: Path) -> list[dict[str, Any]]:
     return [o for o in yaml.safe_load_all(path.read_text()) if o]
 
 
-def test_the_charts_copy_is_the_components() -> None:
-    assert (DEPLOY / "chart" / "gpu-class" / "files" / "boundary.yaml").read_bytes() == \
-        (COMPONENT / "boundary.yaml").read_bytes()
+@pytest.mark.parametrize("name", ["boundary.yaml", "boundary-table.yaml"])
+def test_the_charts_copy_is_the_components(name: str) -> None:
+    assert (DEPLOY / "chart" / "gpu-class" / "files" / name).read_bytes() == (COMPONENT / name).read_bytes()
+
+
+def test_the_policies_read_their_table_from_the_custom_resource_the_install_ships() -> None:
+    """kube-apiserver reads the parameters of a built-in paramKind (a ConfigMap) through an informer it stops for good
+    once no binding names that kind (kubernetes/kubernetes#130887): after the bindings were deleted and made again, it
+    went on judging with the table it held then, refusing Pods the webhook placed by the new one and admitting types
+    taken out of a class. A custom resource's informer is made for each policy, and follows every write."""
+    crd = next(o for o in _objects(COMPONENT / "boundary-table.yaml") if o["kind"] == "CustomResourceDefinition")
+    served = {f"{crd['spec']['group']}/{v['name']}" for v in crd["spec"]["versions"] if v["served"]}
+    assert crd["spec"]["scope"] == "Namespaced"
+    assert crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["data"]["additionalProperties"] == \
+        {"type": "string"}, "the policies read params.data[key] as strings"
+    objects = _objects(COMPONENT / "boundary.yaml")
+    with_params = [o for o in objects if o["kind"] == "ValidatingAdmissionPolicy" and "paramKind" in o["spec"]]
+    assert {o["metadata"]["name"] for o in with_params} == {"gpu-class.io-boundary", "gpu-class.io-boundary-claims"}
+    for policy in with_params:
+        kind = policy["spec"]["paramKind"]
+        assert "." in kind["apiVersion"].partition("/")[0], f"{policy['metadata']['name']}: a built-in paramKind {kind}"
+        assert kind["apiVersion"] in served and kind["kind"] == crd["spec"]["names"]["kind"]
+    refs = [o["spec"]["paramRef"] for o in objects if o["kind"] == "ValidatingAdmissionPolicyBinding"
+            and "paramRef" in o["spec"]]
+    assert refs and all(r["name"] == BOUNDARY_CONFIGMAP and r["parameterNotFoundAction"] == "Deny" for r in refs)
+    assert "- boundary-table.yaml" in (COMPONENT / "kustomization.yaml").read_text()
+
+
+class FakeTables:
+    """A stand-in for CustomObjectsApi holding one namespace's BoundaryTables."""
+
+    def __init__(self, stored: dict[str, Any] | None) -> None:
+        self.stored = stored
+        self.writes: list[str] = []
+
+    def get_namespaced_custom_object(self, group: str, version: str, namespace: str, plural: str, name: str,
+                                     **_: Any) -> dict[str, Any]:
+        assert (group, version, plural) == ("gpu-class.io", "v1alpha1", "boundarytables")
+        if self.stored is None:
+            raise ApiException(status=404)
+        return self.stored
+
+    def create_namespaced_custom_object(self, *args: Any, **_: Any) -> None:
+        body: dict[str, Any] = args[-1]
+        self.writes.append("create")
+        self.stored = {**body, "metadata": {**body["metadata"], "resourceVersion": "1"}}
+
+    def replace_namespaced_custom_object(self, *args: Any, **_: Any) -> None:
+        body: dict[str, Any] = args[-1]
+        assert body["metadata"]["resourceVersion"] == (self.stored or {})["metadata"]["resourceVersion"]
+        self.writes.append("replace")
+        self.stored = body
+
+
+@pytest.mark.parametrize("stored, writes", [
+    pytest.param(None, ["create"], id="created-when-missing"),
+    pytest.param({"metadata": {"resourceVersion": "7"}, "data": {"a": "1"}}, [], id="left-when-equal"),
+    pytest.param({"metadata": {"resourceVersion": "7"}, "data": {"a": "0"}}, ["replace"], id="replaced-when-stale"),
+])
+def test_the_table_is_written_as_the_boundary_table_the_policies_read(stored: dict[str, Any] | None,
+                                                                       writes: list[str]) -> None:
+    api = FakeTables(stored)
+    assert write_boundary_table(api, "gpu-class-system", {"a": "1"}) == bool(writes)  # type: ignore[arg-type]
+    assert api.writes == writes
+    assert api.stored is not None and api.stored["data"] == {"a": "1"}
+    assert api.stored.get("kind", "BoundaryTable") == "BoundaryTable"
 
 
 def test_the_policies_read_the_table_the_webhook_writes() -> None:
@@ -346,16 +410,17 @@ WEBHOOK_SA = "system:serviceaccount:gpu-class-system:gpu-class"
     pytest.param("validatingadmissionpolicies", "", "DELETE", "root", ["system:masters"], "refused",
                  id="cluster-admin-may-not"),
     pytest.param("validatingadmissionpolicybindings", "", "UPDATE", "tenant", [], "refused", id="binding-changed"),
-    pytest.param("configmaps", "gpu-class-system", "UPDATE", WEBHOOK_SA, [], "admitted", id="webhook-writes-table"),
-    pytest.param("configmaps", "gpu-class-system", "DELETE", WEBHOOK_SA, [], "refused", id="webhook-may-not-delete"),
-    pytest.param("configmaps", "gpu-class-system", "UPDATE", "tenant", [], "refused", id="table-overwritten"),
-    pytest.param("configmaps", "team-a", "UPDATE", "tenant", [], "not-matched", id="a-namesake-elsewhere"),
+    pytest.param("boundarytables", "gpu-class-system", "UPDATE", WEBHOOK_SA, [], "admitted", id="webhook-writes-table"),
+    pytest.param("boundarytables", "gpu-class-system", "DELETE", WEBHOOK_SA, [], "refused", id="webhook-may-not-delete"),
+    pytest.param("boundarytables", "gpu-class-system", "UPDATE", "tenant", [], "refused", id="table-overwritten"),
+    pytest.param("boundarytables", "team-a", "UPDATE", "tenant", [], "not-matched", id="a-namesake-elsewhere"),
 ])
 def test_the_static_guard_refuses_every_change_but_the_admins_and_the_webhooks(
         resource: str, namespace: str, operation: str, user: str, groups: list[str], outcome: str) -> None:
     objects = _objects(GUARD)
     policy = next(o for o in objects if o["kind"] == "ValidatingAdmissionPolicy")
     binding = next(o for o in objects if o["kind"] == "ValidatingAdmissionPolicyBinding")
-    request = {"resource": {"group": "", "version": "v1", "resource": resource}, "namespace": namespace,
+    group = "gpu-class.io" if resource == "boundarytables" else "admissionregistration.k8s.io"
+    request = {"resource": {"group": group, "version": "v1", "resource": resource}, "namespace": namespace,
                "name": "gpu-class-boundary", "operation": operation, "userInfo": {"username": user, "groups": groups}}
     assert deploy.policy_outcome(policy, binding, {"request": request}) == outcome

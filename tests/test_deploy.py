@@ -1026,10 +1026,14 @@ def test_rbac_reads_the_cluster_and_writes_only_its_own_configmaps(renders: Rend
     reader = one_of(objects, "ClusterRole", "gpu-class-metrics-reader")
     assert reader["rules"] == [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}], "for Prometheus to be bound to"
     publish = one_of(objects, "Role", "gpu-class-publish", SYSTEM_NAMESPACE)
-    # create cannot be limited to a name; get and update (never delete, patch or list) are, to its two ConfigMaps
+    # create cannot be limited to a name; get and update (never delete, patch or list) are, to its ConfigMap and
+    # its BoundaryTable
     assert publish["rules"] == [
         {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"]},
-        {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": [PUBLISHED_CONFIGMAP, BOUNDARY_CONFIGMAP],
+        {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": [PUBLISHED_CONFIGMAP],
+         "verbs": ["get", "update"]},
+        {"apiGroups": ["gpu-class.io"], "resources": ["boundarytables"], "verbs": ["create"]},
+        {"apiGroups": ["gpu-class.io"], "resources": ["boundarytables"], "resourceNames": [BOUNDARY_CONFIGMAP],
          "verbs": ["get", "update"]}]
 
 

@@ -200,7 +200,7 @@ def test_binds_are_counted_once_across_workers_and_worker_deaths(tmp_path: Path)
     kills the one that counted at some point: the next takes over, and no bind is lost or doubled.
 
     A bind is judged only by a worker that has read every resource (fidelity.judge_bind): the binds
-    wait until each worker has listed all seven, DRA's and NodePools among them (served here, so that
+    wait until each worker has listed every one (WATCHED), DRA's and NodePools among them (served here, so that
     each one's watch says its list is in)."""
     with FakeApiServer(bookmark_interval_seconds=0.5, serve_dra=True, serve_karpenter=True) as api:
         api.create(make_namespace("ml"))
@@ -209,7 +209,8 @@ def test_binds_are_counted_once_across_workers_and_worker_deaths(tmp_path: Path)
         kubeconfig = api.kubeconfig(tmp_path / "kubeconfig")
         args = ["--kubeconfig", str(kubeconfig), "--config", str(catalog_file(tmp_path))]
         with running_server(tmp_path, args, workers=2) as server:
-            assert api.wait_for_watches(14, timeout_seconds=20)
+            # every resource of both workers: a bind a worker sees before its lists are all in is never judged
+            assert api.wait_for_watches(2 * len(WATCHED), timeout_seconds=60), watches(api)
             originals = worker_pids(server.process.pid, 2)
             placements = series(scrape(server), "gpu_class_placements_total")
             assert placements == {(c, o): 0.0 for c in make_catalog().classes for o in ("best", "fallback", "broken")}

@@ -1,4 +1,6 @@
-"""The placement benchmark's judge and fleet (bench/placement/placement_model.py): what counts as right, Pending, a mix."""
+"""The placement benchmark's judge and fleet (bench/placement/placement_model.py): what counts as right, Pending, a mix.
+The judge's own reading of a catalog (bench/placement/judge_catalog.py): the types a node's labels name and each
+class's order, checked by hand and against the webhook's and the extender's, so a bug they share cannot hide."""
 
 from __future__ import annotations
 
@@ -9,19 +11,22 @@ from typing import Callable
 
 import pytest
 
+from bench.placement.judge_catalog import JudgeCatalog
 from bench.placement.placement_cluster import cpu_millis, memory_mib, read_scheduler_times
 from bench.placement.placement_model import (
     BEST_NODES, GPU, KINDS, SICK_CONDITION, STRATEGY_CLASS, NodeSpec, NodeState, Outcome, Verdicts, Workload, allowed_types,
     is_sick, judge, make_fleet, make_streams, merge, pods_per_second, promised, sicken, utilisation_spread,
 )
 from tests.builders import make_node, make_pod
+from webhook.core.catalog.builtin import default_catalog_text
 from webhook.core.catalog.loading import load_catalog_text, load_default_catalog
+from webhook.core.scheduling.extender import PodNeeds, type_order
 from webhook.core.view.inventory import build_snapshot
 from webhook.core.admission.planner import plan
 
 # One class per strategy over the same four types (fastest first), as STRATEGY_CLASS names them, and
 # two that leave types out.
-CATALOG = load_catalog_text("""
+CATALOG_TEXT = """
 types:
   - {name: H200, score: 989, memoryGiB: 141, products: [NVIDIA-H200]}
   - {name: H100, score: 756, memoryGiB: 80, products: [NVIDIA-H100-80GB-HBM3]}
@@ -35,8 +40,10 @@ classes:
   - {name: inference, types: [H100, L40S, A100, T4], strategy: binpack}
   - {name: no-h100, types: [L40S, A100, T4]}
   - {name: h200, types: [H200]}
-""", "test-placement-catalog.yaml")
+"""
+CATALOG = JudgeCatalog.from_yaml(CATALOG_TEXT)
 BUILT_IN = load_default_catalog()  # the bench's webhook runs the built-in catalog
+JUDGED_BUILT_IN = JudgeCatalog.from_yaml(default_catalog_text())  # the same, as the judge reads it
 ONE = Workload("w", "high", 1, 500)
 JOB = Workload("j", "high", 1, 500, "job", 3)
 
@@ -103,6 +110,102 @@ def test_allowed_types_come_from_the_catalog(gpu_class: str, expected: tuple[str
     assert allowed_types(CATALOG, Workload("w", gpu_class, 1, 500)) == expected
 
 
+# --- the judge's own reading of a catalog ---------------------------------------------------------------
+
+P, HAND = "nvidia.com/gpu.product", "gpu-type"
+AMD = "amd.com/gpu.product-name"
+
+
+@pytest.mark.parametrize("labels, resource, expected", [
+    pytest.param({P: "NVIDIA-A100-SXM4-80GB"}, GPU, "A100-80GB", id="a-product"),
+    pytest.param({P: "A100-SXM4-40GB"}, GPU, "A100-40GB", id="a-product-of-an-older-driver"),
+    pytest.param({P: "NVIDIA-A10"}, GPU, "A10", id="a10-is-not-a100"),
+    pytest.param({P: "NVIDIA-A10G"}, GPU, "A10G", id="a10g-is-not-a10"),
+    pytest.param({P: "NVIDIA-L4"}, GPU, "L4", id="l4-is-not-l40"),
+    pytest.param({P: "NVIDIA-L40S"}, GPU, "L40S", id="l40s-is-not-l40"),
+    pytest.param({P: "NVIDIA-H20"}, GPU, "H20", id="h20-is-not-h200"),
+    pytest.param({P: "NVIDIA-H100-NVL"}, GPU, "H100-NVL", id="h100-nvl-is-not-h100"),
+    pytest.param({P: "Tesla-T4-SHARED"}, GPU, "T4", id="time-sliced"),
+    pytest.param({P: "NVIDIA-A1"}, GPU, None, id="a-prefix-of-a-product-is-none"),
+    pytest.param({P: "NVIDIA-A100-SXM4-80GB-X"}, GPU, None, id="a-product-with-more-is-none"),
+    pytest.param({P: "nvidia-a100-sxm4-80gb"}, GPU, None, id="case-counts"),
+    pytest.param({P: "NVIDIA-A100-SXM4-40GB-MIG-INVALID"}, GPU, None, id="mig-invalid-is-no-type"),
+    pytest.param({P: "NVIDIA-H100-80GB-HBM3-MIG-3g.40gb"}, GPU, "H100-3g.40gb-single", id="single-strategy-mig"),
+    pytest.param({HAND: "Tesla-T4"}, GPU, "T4", id="the-hand-set-key"),
+    pytest.param({P: "Tesla-T4", HAND: "NVIDIA-H100-80GB-HBM3"}, GPU, "T4", id="the-first-product-key-wins"),
+    pytest.param({P: "", HAND: "Tesla-T4"}, GPU, "T4", id="an-empty-first-key-is-absent"),
+    pytest.param({P: "NVIDIA-H100-80GB-HBM3"}, "nvidia.com/mig-3g.40gb", "H100-3g.40gb", id="mixed-mig-by-match"),
+    pytest.param({AMD: "AMD_Instinct_MI300X_OAM"}, "amd.com/gpu", "MI300X", id="a-match-key"),
+    pytest.param({AMD: "AMD_Instinct_MI300X_VF"}, "amd.com/gpu", "MI300X", id="a-match-glob"),
+    pytest.param({AMD: "AMD_Instinct_MI300X_OAM"}, GPU, None, id="another-resource-is-not-a-gpu-type"),
+    pytest.param({"kubernetes.io/hostname": "NVIDIA-A10"}, GPU, None, id="a-key-no-type-reads"),
+])
+def test_the_judge_types_a_node_by_its_labels(labels: dict[str, str], resource: str, expected: str | None) -> None:
+    """Written by hand from the catalog's YAML and docs/users/classes.md: exact or glob, never a substring."""
+    assert JUDGED_BUILT_IN.gpu_type_of_labels(labels, resource) == expected
+
+
+def test_the_judges_globs_match_whole_values() -> None:
+    judged = JudgeCatalog.from_yaml("""
+types:
+  - {name: H100, score: 756, memoryGiB: 80, products: ["NVIDIA-H100-PCIe*"]}
+  - {name: T4, score: 65, memoryGiB: 16, products: [Tesla-T4]}
+classes:
+  - {name: any, types: [T4, H100], strategy: cost}
+""")
+    assert judged.types_of_labels({P: "NVIDIA-H100-PCIe-80GB"}) == ("H100",)
+    assert judged.types_of_labels({P: "X-NVIDIA-H100-PCIe"}) == ()
+    assert judged.promised_order("any") == ("T4", "H100"), "ordered by score, whatever order the class lists"
+
+
+def label_values_near(catalog_text: str) -> list[dict[str, str]]:
+    """Node labels close to what the catalog names: every value under every key it reads, and each value cut short,
+    lengthened, recased, without or with `NVIDIA-`, or marked -MIG-INVALID (where a matcher that compared
+    substrings or prefixes, ignored case or forgot -MIG-INVALID names a type it must not)."""
+    judged = JudgeCatalog.from_yaml(catalog_text)
+    products = {v for n in judged.names for v in n.products}
+    by_key: dict[str, set[str]] = {k: set(products) for k in judged.product_labels}
+    for n in judged.names:
+        for key, values in n.labels:
+            by_key.setdefault(key, set()).update(values)
+    labels = []
+    for key, values in by_key.items():
+        near = set()
+        for v in values:
+            v = v.replace("*", "X").replace("?", "Y").replace("[", "Z")
+            near |= {v, v[:-1], v[:-3], v + "0", v + "-X", v.lower(), v.removeprefix("NVIDIA-"), "NVIDIA-" + v,
+                     v + "-MIG-INVALID", v[1:]}
+        labels += [{key: v} for v in sorted(near) if v]
+    return labels + [{judged.product_labels[0]: "", judged.product_labels[-1]: v} for v in sorted(products)]
+
+
+def test_the_judge_and_the_webhook_name_the_same_types_for_every_label() -> None:
+    """The webhook's catalog.matches_of_labels is under test; the judge's reading is written apart from it, so a
+    bug in either (a substring or prefix match, a lost glob) shows as a difference here, not as both wrong alike."""
+    differ = {}
+    for labels in label_values_near(default_catalog_text()):
+        webhook = tuple(t for t, _, _ in BUILT_IN.matches_of_labels(labels))
+        if webhook != JUDGED_BUILT_IN.types_of_labels(labels):
+            differ[str(labels)] = (webhook, JUDGED_BUILT_IN.types_of_labels(labels))
+    assert differ == {}, f"{len(differ)} label sets typed differently (webhook, judge): {list(differ.items())[:5]}"
+
+
+def test_the_judge_and_the_extender_order_every_class_alike() -> None:
+    """extender.type_order (which the strict profiles share) is under test: compared, not trusted."""
+    differ = {}
+    for name, judged in JUDGED_BUILT_IN.classes.items():
+        gpu_class = BUILT_IN.classes[name]
+        extender = type_order(PodNeeds(types=gpu_class.types, gpus=1, class_name=name), BUILT_IN, gpu_class.strategy)
+        if extender != JUDGED_BUILT_IN.promised_order(name) or gpu_class.strategy != judged.strategy:
+            differ[name] = (extender, JUDGED_BUILT_IN.promised_order(name))
+    assert set(JUDGED_BUILT_IN.classes) >= set(STRATEGY_CLASS.values()) and differ == {}, differ
+
+
+def test_a_class_the_judge_cannot_read_is_named() -> None:
+    with pytest.raises(ValueError, match="no class 'fp8' that lists its types; the judge reads only classes with"):
+        JUDGED_BUILT_IN.promised_order("fp8")
+
+
 def test_refused_pods_are_counted_apart() -> None:
     refused = Outcome("r", ONE, None, refused=True)
     v = merge(list(judge(CLUSTER, [refused, bound("p", "h100-a")], CATALOG).values()))
@@ -129,8 +232,9 @@ FLEET = make_fleet(40)
 def _strict_path(webhook: Webhook, strategy: str) -> Verdicts:
     """A stream of the bench through a webhook and a scheduler that honours its answer exactly (the
     strict profiles: the best of the types the webhook allowed, by the class's strategy), judged."""
-    start = {n.name: NodeState(n.name, BUILT_IN.type_of_product(n.product), n.gpus, n.gpus,
-                               n.cpu_millis - n.filled_cpu_millis, n.memory_mib) for n in FLEET if n.gpus}
+    start = {n.name: NodeState(n.name, JUDGED_BUILT_IN.gpu_type_of_labels({"nvidia.com/gpu.product": n.product}, GPU),
+                               n.gpus, n.gpus, n.cpu_millis - n.filled_cpu_millis, n.memory_mib)
+             for n in FLEET if n.gpus}
     state = {name: NodeState(**vars(n)) for name, n in start.items()}
     outcomes = []
     for w in make_streams(pods_per_class=30)[strategy]:
@@ -144,7 +248,7 @@ def _strict_path(webhook: Webhook, strategy: str) -> Verdicts:
             for n in chosen:
                 n.free_gpus, n.free_cpu_millis = n.free_gpus - w.gpus, n.free_cpu_millis - w.cpu_millis
                 n.free_memory_mib -= 4096
-    return merge(list(judge(start, outcomes, BUILT_IN).values()))
+    return merge(list(judge(start, outcomes, JUDGED_BUILT_IN).values()))
 
 
 @functools.cache

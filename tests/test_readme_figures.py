@@ -2,10 +2,12 @@
 
 Every link from the README's "What it promises" table to a section of bench/RESULTS.md points to a
 section that names the commit it was measured at (`Commit abc1234` or `Code abc1234`), and that
-commit is the last one to change the default install's scheduler (deploy/scheduler/plugin, by git
-log, its Go tests, test binaries and the Dockerfile's comments aside: they are not in the image) or a descendant of it (git merge-base
---is-ancestor). A figure measured on an older scheduler
-fails here until it is measured again or taken out of the table.
+commit is the last one to change what the placement figures are measured on (MEASURED_ON: the default install's
+scheduler, deploy/scheduler/plugin, its Go tests, test binaries and the Dockerfile's comments aside, for they are
+not in the image; the profiles of the strict and stock-binary paths; the built-in catalog of GPU types and
+classes) or a descendant of it (git merge-base --is-ancestor). A figure measured on an older scheduler, profile or
+catalog fails here until it is measured again or taken out of the table. A run made with uncommitted changes (the
+benches write so in the section) names no commit that holds what it ran, and fails too.
 
 The create-latency figures (`python -m bench apiserver`) are of Pods no scheduler ever sees (they name a scheduler
 that does not exist, bench/apiserver/apiserver.py's UNSCHEDULED): they name their commit, and the scheduler's
@@ -27,6 +29,8 @@ from tests.test_docs import HEADING, LINK, REPO, prose_lines, slug
 TABLE_HEADING = "What it promises, and what holds"
 RESULTS = REPO / "bench" / "RESULTS.md"
 SCHEDULER = "deploy/scheduler/plugin"
+MEASURED_ON = (SCHEDULER, "deploy/scheduler/config.yaml", "deploy/components/stock-scheduler/config.yaml",
+               "webhook/core/catalog/catalog.yaml")
 # Go tests and `go test -c` output change no scheduler that ships.
 NOT_SHIPPED = [f":(exclude,glob){SCHEDULER}/**/*_test.go", f":(exclude,glob){SCHEDULER}/**/*.test"]
 MEASURED_AT = re.compile(r"\b(?:Commit|Code) ([0-9a-f]{7,40})\b")
@@ -70,11 +74,11 @@ def sections() -> dict[str, str]:
 
 
 def shipped(commit: str) -> tuple[tuple[str, str], ...]:
-    """What the scheduler's image is built from at `commit`: each shipped file of SCHEDULER with its text, the
-    Dockerfile's comment lines aside (its `# syntax=` directive kept): a comment there, such as the build command
-    naming the version, is in no image."""
+    """What the placement figures are measured on at `commit`: each file of MEASURED_ON with its text, the
+    scheduler's Go tests aside and its Dockerfile's comment lines (its `# syntax=` directive kept): a comment
+    there, such as the build command naming the version, is in no image."""
     # ls-tree takes no pathspec magic: NOT_SHIPPED's globs, applied here
-    names = [n for n in git("ls-tree", "-r", "--name-only", commit, "--", SCHEDULER).stdout.split()
+    names = [n for n in git("ls-tree", "-r", "--name-only", commit, "--", *MEASURED_ON).stdout.split()
              if not n.endswith(("_test.go", ".test"))]
     files = []
     for name in names:
@@ -88,11 +92,11 @@ def shipped(commit: str) -> tuple[tuple[str, str], ...]:
 
 @cache
 def scheduler_commit() -> str:
-    """The last commit that changed what the scheduler's image is built from (not its tests, not a comment of
-    its Dockerfile)."""
-    proc = git("log", "--format=%H", "--", SCHEDULER, *NOT_SHIPPED)
+    """The last commit that changed what the placement figures are measured on (not the scheduler's tests, not a
+    comment of its Dockerfile)."""
+    proc = git("log", "--format=%H", "--", *MEASURED_ON, *NOT_SHIPPED)
     commits = proc.stdout.split()
-    assert proc.returncode == 0 and commits, f"git log found no commit of {SCHEDULER}: {proc.stderr}"
+    assert proc.returncode == 0 and commits, f"git log found no commit of {MEASURED_ON}: {proc.stderr}"
     return next((c for c in commits if shipped(c) != shipped(f"{c}^")), commits[-1])
 
 
@@ -106,6 +110,8 @@ def test_a_readme_figure_was_measured_on_the_current_scheduler(question: str, an
     assert section is not None, f"{question}: no section #{anchor} in bench/RESULTS.md"
     m = MEASURED_AT.search(section)
     assert m, f"{question}: section #{anchor} names no commit it was measured at (`Commit abc1234`)"
+    assert "uncommitted changes" not in section, (f"{question}: #{anchor} was run with uncommitted changes: "
+                                                  "measure it again at a clean commit")
     resolved = git("rev-parse", "--verify", "--quiet", f"{m.group(1)}^{{commit}}")
     assert resolved.returncode == 0, (f"{question}: commit {m.group(1)} of #{anchor} is not in this repository's "
                                       "history (a shallow clone needs `git fetch --unshallow`)")
@@ -113,7 +119,8 @@ def test_a_readme_figure_was_measured_on_the_current_scheduler(question: str, an
         return  # no scheduler in the measurement (test_the_create_bench_schedules_nothing)
     ancestor = git("merge-base", "--is-ancestor", scheduler_commit(), resolved.stdout.strip())
     assert ancestor.returncode == 0, (f"{question}: #{anchor} was measured at {m.group(1)}, before the scheduler's "
-                                      f"last change {scheduler_commit()[:7]} ({SCHEDULER}): measure it again")
+                                      f"last change {scheduler_commit()[:7]} (of {', '.join(MEASURED_ON)}): "
+                                      "measure it again")
 
 
 def test_the_create_bench_schedules_nothing() -> None:
@@ -129,8 +136,16 @@ def test_the_create_bench_schedules_nothing() -> None:
 @pytest.mark.parametrize("commit, ships_a_change", [
     pytest.param("883c1ab", True, id="go-sources-changed"),
     pytest.param("1345777", False, id="go-tests-only"),
-    pytest.param("f2ce824", False, id="a-dockerfile-comment-only"),
+    pytest.param("f2ce824", True, id="the-catalog-changed"),
+    pytest.param("a81ca74", True, id="the-profiles-changed"),
 ])
 def test_what_ages_a_figure_is_what_the_image_is_built_from(commit: str, ships_a_change: bool) -> None:
     assert git("rev-parse", "--verify", "--quiet", f"{commit}^{{commit}}").returncode == 0, commit
     assert (shipped(commit) != shipped(f"{commit}^")) == ships_a_change
+
+
+def test_a_comment_of_the_schedulers_dockerfile_ages_no_figure() -> None:
+    """f2ce824 changed only a comment line of the scheduler's Dockerfile (and, apart from it, the catalog)."""
+    dockerfile = f"{SCHEDULER}/Dockerfile"
+    assert git("show", f"f2ce824:{dockerfile}").stdout != git("show", f"f2ce824^:{dockerfile}").stdout
+    assert dict(shipped("f2ce824"))[dockerfile] == dict(shipped("f2ce824^"))[dockerfile]

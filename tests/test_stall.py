@@ -18,6 +18,7 @@ import socket
 import ssl
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
@@ -37,7 +38,6 @@ from webhook.serving.request import RESERVE, BodyBudget, Framing, Intake, Phase,
 
 READ_SECONDS = ServeConfig.request_read_seconds  # the server's deadline for reading a request whole
 SLOW_CONNECTIONS = 50  # the most the brief asks a replica to take without slowing the API server's calls
-HONEST_BOUND_SECONDS = 2.5  # under the read deadline: an answer that had to wait for a cut takes longer
 CUT_MARGIN_SECONDS = 3.0  # for a loaded 2-core machine
 
 
@@ -382,12 +382,16 @@ def test_slow_clients_do_not_hold_the_api_servers_calls_and_are_cut_at_the_deadl
     for what, started, done, (status, body) in honest:
         assert status == 200, (what, status, body)
         assert body.get("ready", True) is True and body.get("response", {"uid": "honest"})["uid"] == "honest"
-        assert done - started < HONEST_BOUND_SECONDS, f"{what} took {done - started:.2f}s"
+
     def slow_open_throughout(started: float, done: float) -> int:
         return sum(c.sent_at < started and (c.closed_at is None or c.closed_at > done) for c in slow.clients)
 
-    during = [slow_open_throughout(started, done) for _, started, done, _ in honest]
-    assert sum(n >= 0.8 * SLOW_CONNECTIONS for n in during) >= 6, f"slow connections open during each: {during}"
+    # the order of events, not a duration: each kind of call was answered, more than once, while nearly all the
+    # slow connections were open from before it was sent to after its answer (one held for a cut comes after it)
+    during = Counter(what for what, started, done, _ in honest
+                     if slow_open_throughout(started, done) >= 0.8 * SLOW_CONNECTIONS)
+    assert all(during[what] >= 2 for what in ("mutate", "mutate-kept-alive", "readyz")), (
+        f"calls answered while the slow connections were open: {dict(during)} of {len(honest)}")
     for c in slow.clients:
         assert c.reply.startswith(b"HTTP/1.1 408"), c.reply[:80]
         assert json.loads(c.reply.partition(b"\r\n\r\n")[2])["error"] == "Request Timeout"
@@ -504,10 +508,11 @@ def test_a_chunked_body_is_asked_for_its_length(server: Server) -> None:
 
 
 def test_a_conflicting_length_is_refused_by_gunicorn_without_waiting(server: Server) -> None:
-    started = time.monotonic()
+    cuts = cut_count(server, "too-slow")
     reply = raw_exchange(server, b"POST /mutate HTTP/1.1\r\nHost: localhost\r\nContent-Length: 5\r\n"
                                  b"Content-Length: 6\r\n\r\n{}", until=b"\x00")
-    assert reply.startswith(b"HTTP/1.1 400") and time.monotonic() - started < READ_SECONDS
+    # a server that waited for the body either length promises would cut it at the read deadline: a 408, counted
+    assert reply.startswith(b"HTTP/1.1 400") and cut_count(server, "too-slow") == cuts
 
 
 def test_the_extender_listener_reads_the_same_way(tmp_path: Path) -> None:
@@ -520,10 +525,10 @@ def test_the_extender_listener_reads_the_same_way(tmp_path: Path) -> None:
             slow.open(2, port=srv.extender_port)  # no client certificate: asked for, not required
             conn = srv.scheduler_connection()
             try:
-                started = time.monotonic()
                 status, body = srv.post("/filter", {"Pod": make_pod({"gpu-class.io/class": "high"}), "Nodes": None,
                                                     "NodeNames": ["h100-a"]}, conn=conn)
-                assert time.monotonic() - started < HONEST_BOUND_SECONDS
+                # answered before any slow connection was cut: one held for a worker would come after the cuts
+                assert slow.open_ones() == slow.clients
             finally:
                 conn.close()
             assert status == 200 and "NodeNames" in body

@@ -12,16 +12,18 @@ from typing import Any, Iterator, Mapping
 
 import kubernetes
 import pytest
+from prometheus_client import REGISTRY
 
 from builders import make_node
 from fakeapi import FakeApiServer
 from test_inventory_report import A100, H100, snapshot_of
 from test_inventory_report import CATALOG as TEST_CATALOG
 from test_upgrade import OPT_IN, api_pod
-from webhook.cluster.upgrader import OWNER_REFRESH_SECONDS, NoUpgradeObserver, Upgrader, may_move
+from webhook.cluster.upgrader import OWNER_REFRESH_SECONDS, NoUpgradeObserver, Upgrader, UpgradeObserver, may_move
 from webhook.core.catalog.loading import load_default_catalog
 from webhook.core.view.snapshot import EMPTY_SNAPSHOT
 from webhook.core.after_bind.upgrade import History, Owner, UpgradeDecision
+from webhook.serving.metrics import UpgradeMetrics
 
 CATALOG = load_default_catalog()
 OWNERS = {uid: Owner("apps", "ReplicaSet", "ml", name, uid, f"Deployment/ml/{name}")
@@ -154,7 +156,7 @@ def placed_on_a100(api: FakeApiServer, names: list[str], *, group: str | None = 
         api.create(pod)
 
 
-def upgrader_of(api: FakeApiServer, pods: int, told: Told) -> Upgrader:
+def upgrader_of(api: FakeApiServer, pods: int, told: UpgradeObserver) -> Upgrader:
     for node in NODES:
         api.create(node)
     snapshot = snapshot_of(NODES, {"a100-a": pods})
@@ -202,6 +204,8 @@ EVICTION_CASES = [
                  ("evicted",) * 3, group="train"),
     EvictionCase("group-budget-allows-all-three", ("g0", "g1", "g2"), 3, [["g0", "g1", "g2"]], [], 3,
                  ("evicted",) * 3, group="train"),
+    EvictionCase("group-budget-allows-none-none-asked", ("g0", "g1", "g2"), 0, [], [(["g0", "g1", "g2"], "pdb")], 0,
+                 ("pdb",), group="train"),
     # evicting one by one would take two and leave the third refused: a group split over two types
     EvictionCase("group-budget-allows-two-of-three-none-asked", ("g0", "g1", "g2"), 2, [],
                  [(["g0", "g1", "g2"], "pdb")], 0, ("pdb",), group="train"),
@@ -244,3 +248,27 @@ def test_a_move_a_budget_refused_is_tried_again_once_the_budget_allows_it(api: F
     api.update(allowing)
     assert outcome(upgrader.run_once()) == ([["a"]], [])
     assert api.get("Pod", "a", "ml") is None and told.outcomes == ["pdb", "evicted"]
+
+
+def metric(name: str, labels: Mapping[str, str]) -> float:
+    return REGISTRY.get_sample_value(name, dict(labels)) or 0.0
+
+
+@pytest.mark.parametrize("pods, allowed, group, held", [
+    pytest.param(("a",), 0, None, 1, id="one-pod-429"),
+    pytest.param(("g0", "g1", "g2"), 2, "train", 3, id="a-group-its-budget-refuses-before-any-eviction"),
+])
+def test_a_budgets_refusal_is_counted_as_pdb_in_the_upgraders_metrics(
+        api: FakeApiServer, pods: tuple[str, ...], allowed: int, group: str | None, held: int) -> None:
+    """gpu_class_upgrade_evictions_total{outcome="pdb"} and gpu_class_upgrade_held_back{reason="pdb"} are how an
+    operator tells a budget holding moves back from an API error: a refusal must be told as the budget's."""
+    outcomes = ("evicted", "pdb", "gone", "error")
+    before = {o: metric("gpu_class_upgrade_evictions_total", {"outcome": o}) for o in outcomes}
+    upgrader = upgrader_of(api, len(pods), UpgradeMetrics(TEST_CATALOG))
+    placed_on_a100(api, list(pods), group=group)
+    api.create(budget(allowed))
+    assert outcome(upgrader.run_once()) == ([], [(list(pods), "pdb")])
+    counted = {o: metric("gpu_class_upgrade_evictions_total", {"outcome": o}) - before[o] for o in outcomes}
+    assert counted == {"evicted": 0, "pdb": 1, "gone": 0, "error": 0}
+    assert metric("gpu_class_upgrade_held_back", {"reason": "pdb"}) == held
+    assert all(api.get("Pod", n, "ml") is not None for n in pods)

@@ -616,12 +616,13 @@ def test_watch_events_read_what_the_client_read(line: bytes) -> None:
 def test_readiness_reports_staleness_after_sync(api: FakeApiServer, inventory: LiveInventory) -> None:
     ready, detail = inventory.readiness()
     assert ready and detail["source"] == "api" and detail["nodes"] == 1
-    assert detail["staleSeconds"] is not None and detail["staleSeconds"] < 5
+    synced_stale = detail["staleSeconds"]
+    assert synced_stale is not None
     api.set_available(False)
     time.sleep(1.5)
     ready, detail = inventory.readiness()
-    # keeps serving from the last known inventory, and says how old it is
-    assert ready and detail["staleSeconds"] >= 1.0
+    # keeps serving from the last known inventory, and says how old it is: older by the outage, at least
+    assert ready and detail["staleSeconds"] >= synced_stale + 1.0
     assert types_for(inventory) == ("H100",)
     api.set_available(True)
 

@@ -35,7 +35,8 @@ from bench.churn.churn_model import (
 )
 from bench.common.commit import measured_at
 from bench.common.sections import write_section
-from bench.placement.placement import PENDING_SECONDS, REPO_ROOT, read_catalog
+from bench.placement.judge_catalog import JudgeCatalog
+from bench.placement.placement import PENDING_SECONDS, REPO_ROOT, read_catalog, read_judge_catalog
 from bench.placement.placement_cluster import (
     PRODUCT_LABEL, barrier, cluster_state, create_node, create_nodes, delete_nodes, drop_namespace, make_namespace,
     parallel, run_stream, scheduler_metrics,
@@ -68,12 +69,13 @@ def write_change(core: CoreApi, change: Change, fill_ns: str) -> None:
 class Run:
     """The cluster, its fleet as the bench has written it, and the namespaces of the run."""
 
-    def __init__(self, cluster: local_cluster.Cluster, catalog: Catalog, args: argparse.Namespace,
-                 log: Callable[[str], None]) -> None:
+    def __init__(self, cluster: local_cluster.Cluster, catalog: Catalog, judged: JudgeCatalog,
+                 args: argparse.Namespace, log: Callable[[str], None]) -> None:
         self.api = kubernetes.config.new_client_from_config(config_file=str(cluster.kubeconfig))
         self.api.configuration.connection_pool_maxsize = 16
         self.core: CoreApi = kubernetes.client.CoreV1Api(self.api)
         self.cluster, self.catalog, self.args, self.log = cluster, catalog, args, log
+        self.judged = judged  # the same catalog, read by the placement judge's own code
         self.nodes: dict[str, NodeSpec] = {}
         self.barrier_node: str | None = None
         self.fill_ns = self.pods_ns = ""
@@ -93,14 +95,14 @@ class Run:
     def stream(self, phase: Phase, tag: str) -> None:
         """The stream after a burst, the last Pod on its own: placement judged from the cluster's state now."""
         pods = make_pods(tag, self.args.pods)
-        start = cluster_state(self.core, self.catalog)
+        start = cluster_state(self.core, self.judged)
         before = self.counters()
         outcomes: list[Outcome] = run_stream(self.api, self.pods_ns, pods[:-1], SCHEDULER, PENDING_SECONDS)
         before_last = self.counters()
         outcomes += run_stream(self.api, self.pods_ns, pods[-1:], SCHEDULER, PENDING_SECONDS)
         after = self.counters()
         phase.after, phase.last = spent_between(before, after), spent_between(before_last, after)
-        phase.verdicts = merge(list(judge(start, outcomes, self.catalog).values()))
+        phase.verdicts = merge(list(judge(start, outcomes, self.judged).values()))
 
     def burst(self, number: int, size: int, products: Products) -> Phase:
         tag = f"b{number}"
@@ -201,12 +203,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         p.error("--runs: at least 1")
     log: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
     started = time.monotonic()
-    catalog = read_catalog()
+    catalog, judged = read_catalog(), read_judge_catalog()
     runs = []
     with local_cluster.running(args.cluster_dir) as cluster:
         for i in range(args.runs):
             log(f"churn: run {i + 1} of {args.runs}")
-            runs.append(Run(cluster, catalog, args, log).run())
+            runs.append(Run(cluster, catalog, judged, args, log).run())
     command = "python -m bench churn" + (" " + " ".join(argv) if argv else "")
     text = render(runs, Setting(command, f"{measured_at()}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
                                   local_cluster.kube_version(), args.nodes,

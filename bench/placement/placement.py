@@ -43,6 +43,7 @@ sys.path.insert(0, str(REPO_ROOT / "tests" / "e2e"))
 import local_cluster  # noqa: E402  (tests/e2e is not a package)
 
 from bench.common.percentiles import median, percentile  # noqa: E402
+from bench.placement.judge_catalog import JudgeCatalog  # noqa: E402
 from bench.placement.placement_cluster import (  # noqa: E402
     barrier, cluster_state, create_nodes, delete_nodes, drop_namespace, make_namespace, run_stream, scheduler_times,
 )
@@ -101,10 +102,20 @@ class SizeRun:
     sick: list[NodeSpec] = field(default_factory=list)  # the fleet's sick nodes
 
 
+def read_catalog_text() -> str:
+    """The catalog the webhook under test runs with (its built-in one), as `gpuclass catalog` prints it."""
+    return subprocess.run([local_cluster.gpuclass_path(), "catalog"], capture_output=True, text=True,
+                          check=True).stdout
+
+
 def read_catalog() -> Catalog:
-    """The catalog the webhook under test runs with (its built-in one), read as the webhook reads it."""
-    text = subprocess.run([local_cluster.gpuclass_path(), "catalog"], capture_output=True, text=True, check=True).stdout
-    return load_catalog_text(text, "gpuclass catalog")
+    """The catalog the webhook under test runs with, read as the webhook reads it."""
+    return load_catalog_text(read_catalog_text(), "gpuclass catalog")
+
+
+def read_judge_catalog() -> JudgeCatalog:
+    """The same catalog, read by the judge's own code (judge_catalog.py), which judges the webhook's answers."""
+    return JudgeCatalog.from_yaml(read_catalog_text())
 
 
 def _turn(paths: Sequence[Path_], i: int) -> list[Path_]:
@@ -119,7 +130,7 @@ def run_sizes(cluster: local_cluster.Cluster, sizes: Sequence[int], streams: Map
     api = kubernetes.config.new_client_from_config(config_file=str(cluster.kubeconfig))
     api.configuration.connection_pool_maxsize = 16
     core: Any = kubernetes.client.CoreV1Api(api)
-    catalog = read_catalog()
+    catalog = read_judge_catalog()
     if sick_percent and SICK_CONDITION not in catalog.unhealthy_conditions:
         raise RuntimeError(f"--sick-percent: the webhook's catalog does not count {'='.join(SICK_CONDITION)} as "
                            f"unhealthy (its unhealthyConditions: {catalog.unhealthy_conditions}); the sick nodes "
@@ -184,7 +195,7 @@ def scheduler_port(cluster: local_cluster.Cluster, path: Path_) -> int:
                 "extender": cluster.ports.extender_scheduler, "stock": cluster.ports.stock_scheduler}[path])
 
 
-def _on_path(api: Any, catalog: Catalog, prefix: str, workloads: Sequence[Workload], path: Path_,
+def _on_path(api: Any, catalog: JudgeCatalog, prefix: str, workloads: Sequence[Workload], path: Path_,
              pending_seconds: float, *, together: bool) -> tuple[list[Outcome], dict[str, NodeState]]:
     """A stream on one path, in a namespace of its own: its outcomes and the state it started from."""
     core: Any = kubernetes.client.CoreV1Api(api)

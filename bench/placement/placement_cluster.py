@@ -29,6 +29,7 @@ from kubernetes.watch.watch import iter_resp_lines
 from webhook.core.catalog.model import Catalog
 
 from bench.common.scrape import read_scheduler_times
+from bench.placement.judge_catalog import JudgeCatalog
 from bench.placement.placement_model import (
     GPU, POD_MEMORY_MIB, SICK_CONDITION, NodeSpec, NodeState, Outcome, Workload, is_sick,
 )
@@ -196,10 +197,18 @@ def _extender_knows(cluster: Any, node: str) -> bool:
     return all(node in (a.get("NodeNames") or []) for a in answers)
 
 
-def cluster_state(core: Api, catalog: Catalog) -> dict[str, NodeState]:
+def _gpu_type(catalog: JudgeCatalog | Catalog, labels: Mapping[str, Any]) -> str | None:
+    if isinstance(catalog, JudgeCatalog):
+        return catalog.gpu_type_of_labels(labels, GPU)
+    return next((t for t, _, _ in catalog.matches_of_labels(labels) if catalog.types[t].resource == GPU), None)
+
+
+def cluster_state(core: Api, catalog: JudgeCatalog | Catalog) -> dict[str, NodeState]:
     """The schedulable GPU nodes as the cluster holds them now, less what bound Pods take; each
-    node's type is what the catalog makes of its labels (as the inventory reads them), and whether
-    it is sick what its status says (is_sick, with the catalog's unhealthy conditions).
+    node's type is what the catalog makes of its labels, and whether it is sick what its status says
+    (is_sick, with the catalog's unhealthy conditions). The placement judge passes its own reading of
+    the catalog (JudgeCatalog), so a node is typed by the judge's label matching, not the webhook's;
+    a webhook Catalog types it as the inventory does.
 
     Read from the API rather than from the fleet's spec, so nodes and Pods the benchmark did not
     make (another test's, on a shared cluster) are judged too.
@@ -207,7 +216,7 @@ def cluster_state(core: Api, catalog: Catalog) -> dict[str, NodeState]:
     nodes: dict[str, NodeState] = {}
     for node in json.loads(core.list_node(_preload_content=False).data)["items"]:
         labels = node["metadata"].get("labels") or {}
-        gpu_type = next((t for t, _, _ in catalog.matches_of_labels(labels) if catalog.types[t].resource == GPU), None)
+        gpu_type = _gpu_type(catalog, labels)
         ready = any(c["type"] == "Ready" and c["status"] == "True" for c in node["status"].get("conditions") or [])
         foreign = [t for t in node["spec"].get("taints") or [] if t["key"] != GPU]  # class Pods tolerate GPU taints
         allocatable = node["status"].get("allocatable") or {}

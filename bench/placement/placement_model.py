@@ -20,7 +20,9 @@ one its class's strategy promised then, out of the nodes of its class's types th
 (GPUs, CPU and memory free, as the scheduler counts them). What the Pod was allowed is computed
 from the catalog (allowed_types), never read from the `gpu-class.io/types` the webhook wrote: that
 is the answer under test, and a webhook that left the best type out of it would otherwise be judged
-by its own mistake. The streams ask for nothing that narrows a class (no exclude-types, min-memory
+by its own mistake. For the same reason the judge reads the catalog with its own code (judge_catalog.py:
+which type a node's labels name, each class's order) and scores shares with its own arithmetic, not the
+webhook's or the extender's. The streams ask for nothing that narrows a class (no exclude-types, min-memory
 or group), so the class's types are all a Pod may get:
 
   performance: a node of the first such type in the class's order (fastest first);
@@ -47,8 +49,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Literal, Mapping, Sequence
 
-from webhook.core.catalog.model import Catalog
-from webhook.core.scheduling.extender import PodNeeds, share_after, type_order
+from bench.placement.judge_catalog import JudgeCatalog
 
 GPU = "nvidia.com/gpu"
 # The built-in catalog's classes, one per strategy.
@@ -235,7 +236,8 @@ class Verdicts:
     wrong: list[str] = field(default_factory=list)
 
 
-def judge(start: Mapping[str, NodeState], outcomes: Sequence[Outcome], catalog: Catalog) -> dict[Kind, Verdicts]:
+def judge(start: Mapping[str, NodeState], outcomes: Sequence[Outcome],
+          catalog: JudgeCatalog) -> dict[Kind, Verdicts]:
     """Replay the binds from the cluster's state before the stream (`start`); verdicts by kind.
 
     Each Pod is judged by its class's strategy in `catalog`. kube-scheduler decides one Pod after
@@ -279,8 +281,7 @@ def judge(start: Mapping[str, NodeState], outcomes: Sequence[Outcome], catalog: 
             chosen = nodes[o.node or ""]
             if chosen in right:
                 v.right += 1
-                v.packed += chosen in packed and catalog.classes[o.workload.gpu_class].strategy in ("performance",
-                                                                                                    "cost")
+                v.packed += chosen in packed and catalog.strategy(o.workload.gpu_class) in ("performance", "cost")
             else:
                 v.on_sick += chosen.sick
                 v.wrong.append(f"{o.pod} ({o.workload.gpus} GPUs) on {o.node} ({chosen.gpu_type}"
@@ -291,13 +292,11 @@ def judge(start: Mapping[str, NodeState], outcomes: Sequence[Outcome], catalog: 
     return verdicts
 
 
-def allowed_types(catalog: Catalog, w: Workload) -> tuple[str, ...]:
+def allowed_types(catalog: JudgeCatalog, w: Workload) -> tuple[str, ...]:
     """The types the catalog lets a Pod of the workload have, best first for its class's strategy:
-    the class's order, reversed for `cost` (extender.type_order, which the strict profiles and the
-    extender share). From the catalog alone: the webhook's answer for the Pod plays no part."""
-    gpu_class = catalog.classes[w.gpu_class]
-    needs = PodNeeds(types=gpu_class.types, gpus=w.gpus, class_name=gpu_class.name)
-    return type_order(needs, catalog, gpu_class.strategy)
+    fastest first, slowest first for `cost`. From the catalog alone, by the judge's own reading of it:
+    neither the webhook's answer for the Pod nor its (or the extender's) order plays a part."""
+    return catalog.promised_order(w.gpu_class)
 
 
 def _fitting(nodes: Mapping[str, NodeState], w: Workload, allowed: Sequence[str]) -> list[NodeState]:
@@ -306,11 +305,11 @@ def _fitting(nodes: Mapping[str, NodeState], w: Workload, allowed: Sequence[str]
 
 
 def _choices(nodes: Mapping[str, NodeState], w: Workload,
-             catalog: Catalog) -> tuple[list[NodeState], list[NodeState]]:
+             catalog: JudgeCatalog) -> tuple[list[NodeState], list[NodeState]]:
     """The nodes the strategy promised the Pod now, and those of them its profile prefers: for
     `performance` and `cost`, the ones with the largest share of GPUs in use once it is placed."""
     allowed = allowed_types(catalog, w)
-    strategy = catalog.classes[w.gpu_class].strategy
+    strategy = catalog.strategy(w.gpu_class)
     right = promised(strategy, _fitting(nodes, w, allowed), w, allowed)
     return right, promised("binpack", right, w, allowed) if strategy in ("performance", "cost") else right
 
@@ -336,8 +335,15 @@ def promised(strategy: str, fitting: Sequence[NodeState], w: Workload, order: Se
         best = min(rank.get(n.gpu_type or "", len(order)) for n in fitting)
         return [n for n in fitting if rank.get(n.gpu_type or "") == best]
     in_use = strategy == "binpack"
-    best_share = max(share_after(n.gpus, n.free_gpus, w.gpus, in_use=in_use) for n in fitting)
-    return [n for n in fitting if share_after(n.gpus, n.free_gpus, w.gpus, in_use=in_use) == best_share]
+    best_share = max(percent_after(n, w.gpus, in_use=in_use) for n in fitting)
+    return [n for n in fitting if percent_after(n, w.gpus, in_use=in_use) == best_share]
+
+
+def percent_after(n: NodeState, gpus: int, *, in_use: bool) -> int:
+    """The whole percent of the node's GPUs in use (`in_use`) or free once `gpus` more are taken, rounded down
+    as NodeResourcesFit scores it. The judge's own arithmetic: the extender's share_after is under test."""
+    free_after = max(n.free_gpus - gpus, 0)
+    return ((n.gpus - free_after) if in_use else free_after) * 100 // n.gpus if n.gpus > 0 else 0
 
 
 def utilisation_spread(start: Mapping[str, NodeState], outcomes: Sequence[Outcome], types: Sequence[str]) -> float:

@@ -285,8 +285,10 @@ def nic_class(api_client: kubernetes.client.ApiClient, core: kubernetes.client.C
     name = f"nic-{uuid.uuid4().hex[:6]}.example.com"
     resource.create_device_class({"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": name},
                                   "spec": {"selectors": [{"cel": {"expression": "device.driver == 'nic.example.com'"}}]}})
-    wait_for(f"{name} in the boundary's table", lambda: f",{name}," in (core.read_namespaced_config_map(
-        "gpu-class-boundary", local_cluster.WEBHOOK_NAMESPACE).data or {}).get("otherDeviceClasses", ""))
+    tables = kubernetes.client.CustomObjectsApi(api_client)
+    wait_for(f"{name} in the boundary's table", lambda: f",{name}," in (tables.get_namespaced_custom_object(
+        "gpu-class.io", "v1alpha1", local_cluster.WEBHOOK_NAMESPACE, "boundarytables", "gpu-class-boundary")
+        .get("data") or {}).get("otherDeviceClasses", ""))
     yield name
     resource.delete_device_class(name)
 

@@ -18,9 +18,11 @@ import yaml
 
 import local_cluster
 from fleet import TYPE_OF
+from gpu_watch import watching_bound_gpus
 from kubeobjects import (TYPES, create_node, delete_if_present, delete_nodes, dry_run_create, make_namespace, node_label,
-                         wait_bound, wait_for)
+                         read_pod, wait_bound, wait_for)
 from kueue import QUEUE_LABEL, Kueue, is_admitted, local_queue, running_kueue
+from landing import escapes, landing_nodes, read_nodes
 from webhook.core.catalog.loading import load_default_catalog
 
 KUEUE_LABEL = ("gpu-class.io/e2e-kueue", "enabled")
@@ -225,16 +227,6 @@ def assigned_flavor(workload: Mapping[str, Any], podset: str = "main") -> str | 
     return None
 
 
-def bound_gpus(core: kubernetes.client.CoreV1Api, namespace: str) -> dict[str, tuple[str, int]]:
-    """Pod name -> (node, GPUs) of the namespace's bound Pods that are not being deleted."""
-    bound = {}
-    for p in core.list_namespaced_pod(namespace).items:
-        if p.spec.node_name and p.metadata.deletion_timestamp is None:
-            limits = (p.spec.containers[0].resources.limits or {}) if p.spec.containers[0].resources else {}
-            bound[p.metadata.name] = (p.spec.node_name, int(limits.get("nvidia.com/gpu", "0")))
-    return bound
-
-
 @pytest.mark.parametrize("limit", [False, True], ids=["class-only", "limit-written-too"])
 def test_queued_class_jobs_never_hold_more_gpus_than_the_quota_and_bind_on_their_flavor(
         core: kubernetes.client.CoreV1Api, batch: kubernetes.client.BatchV1Api, kueue: Kueue,
@@ -248,41 +240,41 @@ def test_queued_class_jobs_never_hold_more_gpus_than_the_quota_and_bind_on_their
     quota = quota_for(class_queues, "gpu-class-high", required_products(spec["template"]["spec"]))
     assert quota >= 4, f"the fleet gives class high two flavors at least, got {quota} GPUs"
     jobs = ["probe"] + [f"train-{i}" for i in range(quota // 2 + 1)]  # two more than the quota holds
-    for name in jobs[1:]:
-        batch.create_namespaced_job(ns, class_job(name, gpu_class="high", count=2, queue="high", limit=limit))
+    with watching_bound_gpus(core, ns) as seen:
+        for name in jobs[1:]:
+            batch.create_namespaced_job(ns, class_job(name, gpu_class="high", count=2, queue="high", limit=limit))
 
-    def settled() -> dict[str, tuple[str, int]] | None:
-        bound = bound_gpus(core, ns)
-        assert sum(g for _, g in bound.values()) <= quota, f"more GPUs bound than the quota of {quota}: {bound}"
-        admitted = [w for w in kueue.workloads(ns) if is_admitted(w)]
-        return bound if len(admitted) == quota // 2 and len(bound) == quota // 2 else None
+        def settled() -> dict[str, tuple[str, int]] | None:
+            bound = seen.now()
+            admitted = [w for w in kueue.workloads(ns) if is_admitted(w)]
+            return bound if len(admitted) == quota // 2 and len(bound) == quota // 2 else None
 
-    bound = wait_for(f"{quota // 2} Jobs admitted and their Pods bound", settled, seconds=60)
-    # more time changes nothing: the rest wait suspended, their Workloads not admitted
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline:
-        assert settled() is not None
-        time.sleep(0.5)
-    suspended = [j for j in jobs if batch.read_namespaced_job(j, ns).spec.suspend]
-    assert len(suspended) == len(jobs) - quota // 2
-    # each Pod on the type of the flavor its Workload was admitted to
-    for pod_name, (node, gpus) in bound.items():
-        pod = core.read_namespaced_pod(pod_name, ns)
-        job = pod.metadata.labels[JOB_NAME_LABEL]
-        flavor = assigned_flavor(kueue.workload_of(ns, "Job", job) or {})
-        assert flavor is not None and gpus == 2
-        assert node_label(core, node, PRODUCT) == flavor_product(class_queues, flavor)
-        assert pod.metadata.labels[PODSET_LABEL] == "main"
-    # one admitted Job goes: the next one is admitted and binds, still within the quota
-    gone = next(iter(bound.values()))
-    first = next(p for p, b in bound.items() if b == gone)
-    batch.delete_namespaced_job(core.read_namespaced_pod(first, ns).metadata.labels[JOB_NAME_LABEL], ns,
-                                propagation_policy="Background")
-    # the garbage collector deletes the Job's Pods too, at once (no grace period): whichever comes first
-    delete_if_present(lambda: core.delete_namespaced_pod(first, ns, grace_period_seconds=0))
-    after = wait_for("the next Job admitted and bound in its place",
-                     lambda: (b := settled()) is not None and first not in b and b, seconds=60)
-    assert len(after) == quota // 2
+        bound = wait_for(f"{quota // 2} Jobs admitted and their Pods bound", settled, seconds=60)
+        # more time changes nothing: the rest wait suspended, their Workloads not admitted
+        time.sleep(5)
+        assert settled() == bound
+        suspended = [j for j in jobs if batch.read_namespaced_job(j, ns).spec.suspend]
+        assert len(suspended) == len(jobs) - quota // 2
+        # each Pod on the type of the flavor its Workload was admitted to
+        for pod_name, (node, gpus) in bound.items():
+            pod = core.read_namespaced_pod(pod_name, ns)
+            job = pod.metadata.labels[JOB_NAME_LABEL]
+            flavor = assigned_flavor(kueue.workload_of(ns, "Job", job) or {})
+            assert flavor is not None and gpus == 2
+            assert node_label(core, node, PRODUCT) == flavor_product(class_queues, flavor)
+            assert pod.metadata.labels[PODSET_LABEL] == "main"
+        # one admitted Job goes: the next one is admitted and binds, still within the quota
+        first = next(iter(bound))
+        batch.delete_namespaced_job(core.read_namespaced_pod(first, ns).metadata.labels[JOB_NAME_LABEL], ns,
+                                    propagation_policy="Background")
+        # the garbage collector deletes the Job's Pods too, at once (no grace period): whichever comes first
+        delete_if_present(lambda: core.delete_namespaced_pod(first, ns, grace_period_seconds=0))
+        after = wait_for("the next Job admitted and bound in its place",
+                         lambda: (b := settled()) is not None and first not in b and b, seconds=60)
+        assert len(after) == quota // 2
+        # at every Pod event, never more than the quota bound
+        seen.assert_never_above(quota)
+    print(f"\nat most {seen.peak} GPUs bound over {seen.events} Pod events, quota {quota}")
 
 
 def test_plain_pods_and_a_pod_group_are_counted_as_gpu_class_placed_them(
@@ -328,18 +320,18 @@ def test_plain_pods_and_a_pod_group_are_counted_as_gpu_class_placed_them(
     fit = sum(v // 2 for v in left.values())
     assert fit >= 1, left
     singles = [f"single-{i}" for i in range(fit + 2)]
-    for name in singles:
-        core.create_namespaced_pod(ns, pod(name, 2))
+    with watching_bound_gpus(core, ns) as seen:
+        for name in singles:
+            core.create_namespaced_pod(ns, pod(name, 2))
 
-    def started() -> list[str] | None:
-        bound = bound_gpus(core, ns)
-        assert sum(g for _, g in bound.values()) <= 3 + 2 * fit, bound
-        singles_bound = [n for n in singles if n in bound]
-        return singles_bound if len(singles_bound) == fit else None
+        def started() -> list[str] | None:
+            singles_bound = [n for n in singles if n in seen.now()]
+            return singles_bound if len(singles_bound) == fit else None
 
-    wait_for(f"{fit} of the plain Pods started", started, seconds=60)
-    gated = [n for n in singles if core.read_namespaced_pod(n, ns).spec.scheduling_gates]
-    assert len(gated) == len(singles) - fit
+        wait_for(f"{fit} of the plain Pods started", started, seconds=60)
+        gated = [n for n in singles if core.read_namespaced_pod(n, ns).spec.scheduling_gates]
+        assert len(gated) == len(singles) - fit
+        seen.assert_never_above(3 + 2 * fit)
 
 
 def test_a_class_is_admitted_only_to_flavors_of_its_types_in_a_shared_queue(
@@ -413,15 +405,18 @@ def test_forged_marks_beside_kueue_get_a_tenant_nothing_outside_its_namespaces_c
         core: kubernetes.client.CoreV1Api, batch: kubernetes.client.BatchV1Api, kueue: Kueue,
         class_queues: dict[str, Any], fleet: None) -> None:
     """A namespace allowed only economy, with a LocalQueue on class high's ClusterQueue (Kueue's quota would
-    let it run there): Kueue's marks and gpu-class's types, written by the tenant on a queued Job's template
-    and on a queued Pod, with an affinity for H100, bind nothing outside economy's types."""
+    let it run there) beside one on economy's: Kueue's marks and gpu-class's types, written by the tenant on a
+    queued Job's template and on a queued Pod, with an affinity for H100, are refused by Kueue for want of a
+    flavor their affinity admits and never admitted, while an honest economy Job of the same namespace is admitted
+    and binds on its flavor's type."""
     ns = make_namespace(core, "e2e-kq-tenant", labels={
         "gpu-class.io/inject": "enabled", "gpu-class.io/default-class": "economy", KUEUE_LABEL[0]: KUEUE_LABEL[1]},
         annotations={"gpu-class.io/allowed-classes": "economy"})
     try:
-        kueue.apply(local_queue(ns, "high", cluster_queue_name="gpu-class-high"))
-        wait_for("LocalQueue high", lambda: (kueue.get("localqueues", "high", ns) or {}).get(
-            "status", {}).get("conditions"), seconds=30)
+        for queue in ("high", "economy"):
+            kueue.apply(local_queue(ns, queue, cluster_queue_name=f"gpu-class-{queue}"))
+            wait_for(f"LocalQueue {queue}", lambda queue=queue: (kueue.get("localqueues", queue, ns) or {}).get(
+                "status", {}).get("conditions"), seconds=30)
         with pytest.raises(kubernetes.client.ApiException) as refused:
             batch.create_namespaced_job(ns, class_job("high", gpu_class="high", count=1, queue="high"))
         assert refused.value.status == 403 and "not allowed in namespace" in refused.value.body
@@ -440,28 +435,41 @@ def test_forged_marks_beside_kueue_get_a_tenant_nothing_outside_its_namespaces_c
             "containers": [{"name": "main", "image": "registry.example/cuda:12",
                             "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}
         core.create_namespaced_pod(ns, pod)
+        batch.create_namespaced_job(ns, class_job("honest", gpu_class="economy", count=1, queue="economy"))
 
-        # Kueue tries each workload: it admits it on a flavor, or finds none its pod set's affinity admits
-        def tried() -> list[dict[str, Any]] | None:
-            workloads = kueue.workloads(ns)
-            return workloads if len(workloads) == 2 and all(
-                is_admitted(w) or quota_refusal(w) for w in workloads) else None
+        # the honest one: admitted to an economy flavor, its Pod bound on that flavor's type, where it may land
+        honest = wait_for("the honest Job's Workload admitted", lambda: next(
+            (w for w in [kueue.workload_of(ns, "Job", "honest")] if w and is_admitted(w)), None), seconds=60)
+        flavor = assigned_flavor(honest)
+        assert flavor in {f["name"] for g in class_queues["queues"]["gpu-class-economy"]["spec"]["resourceGroups"]
+                          for f in g["flavors"]}, flavor
+        honest_pod = wait_for("the honest Job's Pod", lambda: core.list_namespaced_pod(
+            ns, label_selector=f"{JOB_NAME_LABEL}=honest").items, seconds=60)[0].metadata.name
+        node = wait_bound(core, ns, honest_pod, seconds=60)
+        assert node_label(core, node, PRODUCT) == flavor_product(class_queues, flavor)
+        assert TYPE_OF.get(node) in ECONOMY_TYPES and node in landing_nodes(read_pod(core, ns, honest_pod),
+                                                                             read_nodes(core))
 
-        wait_for("Kueue to try both workloads", tried, seconds=90)
-
-        def settled(p: Any) -> bool:
-            """Bound, found unschedulable, or still held by Kueue's gate."""
-            return bool(p.spec.node_name or p.spec.scheduling_gates or any(
-                c.type == "PodScheduled" and c.reason == "Unschedulable" for c in (p.status.conditions or [])))
-
-        def all_settled() -> list[Any] | None:
-            items = core.list_namespaced_pod(ns).items
-            return items if all(settled(p) for p in items) else None
-
-        pods = wait_for("every Pod bound, unschedulable or held", all_settled, seconds=60)
-        for p in pods:
-            node = p.spec.node_name
-            assert node is None or TYPE_OF.get(node) in ECONOMY_TYPES, (p.metadata.name, node, TYPE_OF.get(node))
+        # the forged ones: each Workload refused with Kueue's word for it, none admitted
+        forged = {"Job": "forged", "Pod": "forged-pod"}
+        refusals = {kind: wait_for(f"Kueue's refusal of the forged {kind}", lambda kind=kind, name=name: quota_refusal(
+            kueue.workload_of(ns, kind, name)), seconds=60) for kind, name in forged.items()}
+        # every H100 flavor of the queue refused for the affinity gpu-class kept, not for want of quota
+        labels = {name: f["spec"]["nodeLabels"] for name, f in class_queues["flavors"].items()}
+        h100_flavors = [f["name"] for g in class_queues["queues"]["gpu-class-high"]["spec"]["resourceGroups"]
+                        for f in g["flavors"] if labels[f["name"]].get(PRODUCT) == H100]
+        assert h100_flavors
+        for kind, message in refusals.items():
+            assert message.startswith("couldn't assign flavors to pod set main") and all(
+                f"flavor {f} doesn't match node affinity" in message for f in h100_flavors), (kind, message)
+        print("\nKueue's refusals of the forged workloads: " + ", ".join(
+            f"{kind}: {m.count('node affinity')} flavors not matching its affinity" for kind, m in refusals.items()))
+        assert not any(is_admitted(kueue.workload_of(ns, kind, name) or {}) for kind, name in forged.items())
+        assert is_suspended(batch, ns, "forged") and not core.list_namespaced_pod(
+            ns, label_selector=f"{JOB_NAME_LABEL}=forged").items
+        held = read_pod(core, ns, "forged-pod")
+        assert held["spec"].get("schedulingGates") and not held["spec"].get("nodeName"), held["spec"]
+        assert not escapes(held, read_nodes(core), ECONOMY_TYPES), held["spec"].get("affinity")
     finally:
         batch.delete_collection_namespaced_job(ns, propagation_policy="Background")
         core.delete_collection_namespaced_pod(ns, grace_period_seconds=0)
@@ -538,23 +546,21 @@ def test_three_tenants_share_one_cohort_whose_quotas_add_up_to_the_cluster_gpus(
         own = sum(cohort_quota(cohorts["vision"]).get((f, "nvidia.com/gpu"), 0) for f in usable)
         assert total > own + 2, f"the fleet gives class high more than vision's own share: {total} vs {own}"
         jobs = ["probe"] + [f"train-{i}" for i in range(total // 2)]  # one more than the cohort holds
-        for name in jobs[1:]:
-            batch.create_namespaced_job(ns, class_job(name, gpu_class="high", count=2, queue="high"))
+        with watching_bound_gpus(core, ns) as seen:
+            for name in jobs[1:]:
+                batch.create_namespaced_job(ns, class_job(name, gpu_class="high", count=2, queue="high"))
 
-        def admitted_gpus() -> int | None:
-            bound = bound_gpus(core, ns)
-            assert sum(g for _, g in bound.values()) <= total, f"more GPUs bound than exist for the class: {bound}"
-            admitted = [w for w in kueue.workloads(ns) if is_admitted(w)]
-            return 2 * len(admitted) if len(admitted) == total // 2 else None
+            def admitted_gpus() -> int | None:
+                admitted = [w for w in kueue.workloads(ns) if is_admitted(w)]
+                return 2 * len(admitted) if len(admitted) == total // 2 else None
 
-        # more than vision's own share: borrowed from the other tenants' cohorts
-        assert wait_for(f"{total // 2} Jobs admitted (vision's own share: {own} GPUs)", admitted_gpus,
-                        seconds=90) > own
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline:  # and no more: the last Job waits
+            # more than vision's own share: borrowed from the other tenants' cohorts
+            assert wait_for(f"{total // 2} Jobs admitted (vision's own share: {own} GPUs)", admitted_gpus,
+                            seconds=90) > own
+            time.sleep(5)  # and no more: the last Job waits
             assert admitted_gpus() == 2 * (total // 2)
-            time.sleep(0.5)
-        assert len([j for j in jobs if is_suspended(batch, ns, j)]) == 1
+            assert len([j for j in jobs if is_suspended(batch, ns, j)]) == 1
+            seen.assert_never_above(total)  # more GPUs bound than exist for the class, at any Pod event
     finally:
         for ns in namespaces.values():
             batch.delete_collection_namespaced_job(ns, propagation_policy="Background")

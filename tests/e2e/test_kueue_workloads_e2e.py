@@ -1,7 +1,8 @@
 """gpu-class beside a real Kueue and the real JobSet and LeaderWorkerSet controllers (tests/e2e/kueue.py,
 workload_controllers.py) on the local control plane: a StatefulSet, a LeaderWorkerSet and a JobSet that
-carry only the class are decided at the workload, where Kueue counts them, and never hold more GPUs than
-the quota (docs/users/kueue.md, the table of kinds).
+carry only the class are decided at the workload, where Kueue counts them (a LeaderWorkerSet's leaderTemplate
+as its workerTemplate), and never hold more GPUs than the quota at any Pod event a watch delivers
+(docs/users/kueue.md, the table of kinds).
 
 Kueue runs here with its `statefulset`, `jobset.x-k8s.io/jobset` and `leaderworkerset.x-k8s.io/leaderworkerset`
 integrations on, once for the module. Every workload asks for QUOTA GPUs; two are queued against a
@@ -20,7 +21,9 @@ import pytest
 import yaml
 
 import local_cluster
-from kubeobjects import TYPES, create_node, delete_nodes, make_namespace, node_label, wait_bound, wait_for
+from gpu_watch import pod_gpus, watching_bound_gpus
+from kubeobjects import TYPES, create_node, delete_nodes, make_namespace, node_label, read_pod, wait_bound, wait_for
+from landing import landing_nodes, read_nodes
 from kueue import QUEUE_LABEL, WORKLOAD_FRAMEWORKS, Kueue, cluster_queue, is_admitted, running_kueue
 from workload_controllers import JOBSET, LWS, running_controllers
 
@@ -109,10 +112,13 @@ def statefulset(name: str, limit: bool) -> dict[str, Any]:
 
 
 def leaderworkerset(name: str, limit: bool) -> dict[str, Any]:
-    """One group of size 2 (a leader and a worker, both of the worker template) x 2 GPUs."""
+    """One group of size 2 (a leader of the leader template, its container `leader`, and a worker) x 2 GPUs."""
+    leader = pod_template(2, limit=limit)
+    leader["spec"]["containers"][0]["name"] = "leader"
     return {"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
             "metadata": {"name": name, "labels": {QUEUE_LABEL: "gpus"}},
-            "spec": {"replicas": 1, "leaderWorkerTemplate": {"size": 2, "workerTemplate": pod_template(2, limit=limit)}}}
+            "spec": {"replicas": 1, "leaderWorkerTemplate": {"size": 2, "leaderTemplate": leader,
+                                                             "workerTemplate": pod_template(2, limit=limit)}}}
 
 
 def jobset(name: str, limit: bool) -> dict[str, Any]:
@@ -156,17 +162,6 @@ KINDS = {
 }
 
 
-def bound_gpus(core: kubernetes.client.CoreV1Api, namespace: str) -> dict[str, tuple[str, int]]:
-    """Pod name -> (node, GPUs of its limits) of the namespace's bound Pods that are not being deleted."""
-    bound = {}
-    for p in core.list_namespaced_pod(namespace).items:
-        if p.spec.node_name and p.metadata.deletion_timestamp is None:
-            gpus = sum(int((c.resources.limits or {}).get("nvidia.com/gpu", "0")) for c in p.spec.containers
-                       if c.resources)
-            bound[p.metadata.name] = (p.spec.node_name, gpus)
-    return bound
-
-
 def podset_gpus(workload: Mapping[str, Any]) -> int:
     """The GPUs Kueue counts for a Workload: each pod set's count times its template's limits."""
     return sum(ps["count"] * sum(int(((c.get("resources") or {}).get("limits") or {}).get("nvidia.com/gpu", "0"))
@@ -182,26 +177,23 @@ def test_a_queued_workload_is_counted_where_kueue_counts_and_never_holds_more_th
     ns = queued_namespace
     kind = KINDS[kind_id]
     names = [f"{kind_id[:3]}-{i}" for i in range(WORKLOADS)]
-    for name in names:
-        kind.create(api_client, ns, kind.build(name, limit))
+    with watching_bound_gpus(core, ns) as seen:
+        for name in names:
+            kind.create(api_client, ns, kind.build(name, limit))
 
-    polls: list[int] = []
+        def settled() -> dict[str, tuple[str, int]] | None:
+            bound = seen.now()
+            admitted = [w for w in kueue.workloads(ns) if is_admitted(w)]
+            return bound if admitted and sum(g for _, g in bound.values()) == QUOTA else None
 
-    def settled() -> dict[str, tuple[str, int]] | None:
-        bound = bound_gpus(core, ns)
-        polls.append(sum(g for _, g in bound.values()))
-        assert polls[-1] <= QUOTA, f"{polls[-1]} GPUs bound against a quota of {QUOTA}: {bound}; polls {polls}"
-        admitted = [w for w in kueue.workloads(ns) if is_admitted(w)]
-        return bound if admitted and polls[-1] == QUOTA else None
-
-    bound = wait_for(f"one {kind.kind} admitted and its Pods bound with {QUOTA} GPUs", settled,
-                     seconds=SETTLE_SECONDS)
-    # more time changes nothing: the other waits, its Pods unbound
-    deadline = time.monotonic() + HOLD_SECONDS
-    while time.monotonic() < deadline:
-        assert settled() is not None
-        time.sleep(0.5)
-    print(f"{kind.kind} ({'limit' if limit else 'class only'}): bound GPUs per poll {polls}, quota {QUOTA}")
+        bound = wait_for(f"one {kind.kind} admitted and its Pods bound with {QUOTA} GPUs", settled,
+                         seconds=SETTLE_SECONDS)
+        # more time changes nothing: the other waits, its Pods unbound; the watch sums every change meanwhile
+        time.sleep(HOLD_SECONDS)
+        assert settled() == bound
+        seen.assert_never_above(QUOTA)
+    print(f"{kind.kind} ({'limit' if limit else 'class only'}): at most {seen.peak} GPUs bound over {seen.events} "
+          f"Pod events, quota {QUOTA}")
     workloads = kueue.workloads(ns)
     admitted = [w for w in workloads if is_admitted(w)]
     # counted: Kueue's Workloads ask for what gpu-class gives, and only QUOTA of it is admitted
@@ -213,6 +205,25 @@ def test_a_queued_workload_is_counted_where_kueue_counts_and_never_holds_more_th
     # placed on its flavor's type
     for node, _ in bound.values():
         assert node_label(core, node, PRODUCT) == H100
+    if kind_id == "leaderworkerset":
+        assert_leader_decided(core, ns, bound, admitted)
+
+
+def assert_leader_decided(core: kubernetes.client.CoreV1Api, namespace: str, bound: Mapping[str, tuple[str, int]],
+                          admitted: list[dict[str, Any]]) -> None:
+    """The leader Pod, made from the leaderTemplate (its container `leader`), was decided at the LeaderWorkerSet:
+    Kueue counted its GPUs in a pod set of its own, and it holds them on a node its constraints admit, of H100."""
+    (workload,) = admitted
+    leader_sets = [ps for ps in workload["spec"]["podSets"]
+                   if [c["name"] for c in ps["template"]["spec"]["containers"]] == ["leader"]]
+    assert [podset_gpus({"spec": {"podSets": [ps]}}) for ps in leader_sets] == [2], workload["spec"]["podSets"]
+    leaders = [read_pod(core, namespace, name) for name in bound]
+    leaders = [p for p in leaders if [c["name"] for c in p["spec"]["containers"]] == ["leader"]]
+    assert len(leaders) == 1, sorted(bound)
+    (leader,) = leaders
+    assert pod_gpus(leader) == 2 and leader["metadata"]["annotations"].get("gpu-class.io/class") == "high"
+    node = leader["spec"]["nodeName"]
+    assert node in landing_nodes(leader, read_nodes(core)) and node_label(core, node, PRODUCT) == H100, node
 
 
 # --- decisions that age well ---------------------------------------------------------------------------
@@ -295,29 +306,32 @@ def test_a_queued_workloads_gpus_do_not_change_after_kueue_counted_them(
     limit grew would run more GPUs than counted. The edit is refused; the Pods run what the Workload counts."""
     ns, kind = queued_namespace, KINDS[kind_id]
     name = f"{kind_id[:3]}-edited"
-    kind.create(api_client, ns, kind.build(name, True))
+    with watching_bound_gpus(core, ns) as seen:
+        kind.create(api_client, ns, kind.build(name, True))
 
-    def counted_and_bound() -> tuple[int, dict[str, tuple[str, int]]] | None:
-        admitted = [w for w in kueue.workloads(ns) if is_admitted(w)]
-        bound = bound_gpus(core, ns)
-        return (sum(podset_gpus(w) for w in admitted), bound) if admitted and len(bound) == 2 else None
+        def counted_and_bound() -> tuple[int, dict[str, tuple[str, int]]] | None:
+            admitted = [w for w in kueue.workloads(ns) if is_admitted(w)]
+            bound = seen.now()
+            return (sum(podset_gpus(w) for w in admitted), bound) if admitted and len(bound) == 2 else None
 
-    counted, bound = wait_for(f"{kind.kind} admitted and its 2 Pods bound", counted_and_bound, seconds=SETTLE_SECONDS)
-    assert counted == sum(g for _, g in bound.values()) == QUOTA
+        counted, bound = wait_for(f"{kind.kind} admitted and its 2 Pods bound", counted_and_bound,
+                                  seconds=SETTLE_SECONDS)
+        assert counted == sum(g for _, g in bound.values()) == QUOTA
 
-    obj = _read(api_client, kind, ns, name)
-    for template in _templates(kind, obj):
-        template["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = "8"
-    with pytest.raises(kubernetes.client.exceptions.ApiException) as refused:
+        obj = _read(api_client, kind, ns, name)
+        for template in _templates(kind, obj):
+            template["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = "8"
+        with pytest.raises(kubernetes.client.exceptions.ApiException) as refused:
+            _replace(api_client, kind, ns, obj)
+        assert refused.value.status == 403 and "gpu-class.io-queued-gpus" in refused.value.body, refused.value.body
+
+        # a change of anything else goes through, and nothing runs more GPUs than Kueue counts, at any event
+        obj = _read(api_client, kind, ns, name)
+        for template in _templates(kind, obj):
+            template["metadata"].setdefault("annotations", {})["example.com/note"] = "edited"
         _replace(api_client, kind, ns, obj)
-    assert refused.value.status == 403 and "gpu-class.io-queued-gpus" in refused.value.body, refused.value.body
-
-    # a change of anything else goes through, and nothing runs more GPUs than Kueue counts
-    obj = _read(api_client, kind, ns, name)
-    for template in _templates(kind, obj):
-        template["metadata"].setdefault("annotations", {})["example.com/note"] = "edited"
-    _replace(api_client, kind, ns, obj)
-    time.sleep(HOLD_SECONDS)
-    counted, bound = wait_for("the Workload and Pods again", counted_and_bound, seconds=SETTLE_SECONDS)
-    assert all(g == 2 for _, g in bound.values()), bound
-    assert sum(g for _, g in bound.values()) <= counted == QUOTA
+        time.sleep(HOLD_SECONDS)
+        counted, bound = wait_for("the Workload and Pods again", counted_and_bound, seconds=SETTLE_SECONDS)
+        assert all(g == 2 for _, g in bound.values()), bound
+        assert counted == QUOTA
+        seen.assert_never_above(counted)

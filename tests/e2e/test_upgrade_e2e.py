@@ -1,6 +1,7 @@
 """`gpuclass upgrader` on the real control plane with the strict path (gpu-class-scheduler): a Deployment that opted
 in (gpu-class.io/upgrade: "true") moves from A100 to H100 when H100 frees, one replica at a time under a
-PodDisruptionBudget of maxUnavailable 1, each once; a bare Pod that opted in never moves.
+PodDisruptionBudget of maxUnavailable 1, each once; a bare Pod that opted in never moves; a PodDisruptionBudget
+stricter than the upgrader's own one move in flight refuses the eviction, and nothing moves past it.
 
 The upgrader runs as a process with deploy/upgrader's ServiceAccount, so the RBAC it ships is what it may do. There
 are no kubelets: the test plays one (`FakeKubelet`), marking each bound Pod Running and Ready a moment after it is
@@ -24,7 +25,7 @@ import local_cluster
 from upgrading import LEASE, SETTLE_SECONDS, FakeKubelet, kubelet_standing_in, metric, running_upgrader
 from fleet import H100_LABELS
 from kubeobjects import (create_node, delete_if_present, delete_nodes, fixture_labels, make_pod,
-                         other_gpu_nodes_cordoned, wait_for, webhook_free_gpus)
+                         other_gpu_nodes_cordoned, pod_removals, wait_for, webhook_free_gpus)
 
 SUFFIX = uuid.uuid4().hex[:6]
 POOL = "gpu-class.io/e2e-upgrade"  # on the test's nodes; the Pods select it
@@ -189,6 +190,50 @@ def test_a_burst_moves_nothing_room_for_one_moves_one_and_no_opt_in_never_moves(
     core.delete_namespaced_pod("blocker-3", namespace, grace_period_seconds=0)
     time.sleep(SETTLE_SECONDS + 10)
     assert len(kubelet.on(A100_NODE, "plain-")) == 1 and metric(upgrader, "gpu_class_upgrade_moves_total") == 2
+
+
+def test_a_budget_stricter_than_one_move_in_flight_refuses_the_eviction_and_nothing_moves_past_it(
+        cluster: local_cluster.Cluster, api_client: kubernetes.client.ApiClient, core: kubernetes.client.CoreV1Api,
+        namespace: str, nodes: None, kubelet: FakeKubelet, upgrader: int) -> None:
+    """A PDB of minAvailable = every replica allows no disruption, though the upgrader's own limit (one move in
+    flight per workload) would allow one: the API refuses the eviction (429) and no Pod of the set leaves its node;
+    the same room once the budget allows one moves one, so the budget alone held it."""
+    policy = kubernetes.client.PolicyV1Api(api_client)
+    create_blockers(core, namespace, kubelet, [f"blocker-{i}" for i in range(4)])  # H100 full
+    policy.create_namespaced_pod_disruption_budget(namespace, {
+        "metadata": {"name": "infer"}, "spec": {"minAvailable": 2, "selector": {"matchLabels": {"app": "infer"}}}})
+    create_deployment(api_client, namespace, "infer", 2, upgrade=True)
+    wait_for("2 replicas on A100", lambda: len(kubelet.on(A100_NODE, "infer-")) == 2, seconds=60)
+
+    def budget() -> tuple[int, int]:
+        status = policy.read_namespaced_pod_disruption_budget("infer", namespace).status
+        return status.current_healthy, status.disruptions_allowed
+    wait_for("both replicas Ready and the PDB counting them, allowing none", lambda: budget() == (2, 0), seconds=60)
+    replicas = {uid: name for uid, (name, node, _) in kubelet.bound.items() if name.startswith("infer-")}
+    time.sleep(6)  # past --min-on-node-seconds
+    refused_from = time.time()
+    for i in range(2):  # room on H100 for both
+        core.delete_namespaced_pod(f"blocker-{i}", namespace, grace_period_seconds=0)
+    wait_for("the upgrader's eviction refused by the PDB",
+             lambda: metric(upgrader, 'gpu_class_upgrade_evictions_total\\{outcome="pdb"\\}') >= 2,
+             seconds=SETTLE_SECONDS + 30)
+    time.sleep(3)  # more passes, each refused
+    refused_until = time.time()
+    assert metric(upgrader, 'gpu_class_upgrade_held_back\\{reason="pdb"\\}') >= 1
+    assert metric(upgrader, "gpu_class_upgrade_moves_total") == 0
+    assert metric(upgrader, 'gpu_class_upgrade_evictions_total\\{outcome="evicted"\\}') == 0
+    # nothing moved past it: the same Pods, on A100, none gone, as the API server's audit log says too
+    assert kubelet.on(A100_NODE, "infer-") == sorted(replicas.values()) and not set(replicas) & set(kubelet.gone)
+    removals = pod_removals(cluster.audit_log.read_text(errors="replace"), refused_from, refused_until)
+    of_replicas = [r for r in removals if any(f"/{name}" in r for name in replicas.values())]
+    assert of_replicas and all(r.endswith("eviction: 429") for r in of_replicas), removals
+
+    relaxed_at = time.time()
+    policy.patch_namespaced_pod_disruption_budget("infer", namespace, {"spec": {"minAvailable": 1}})
+    wait_for("a replica on H100 once the budget allows one", lambda: kubelet.on(H100_NODE, "infer-"), seconds=30)
+    assert metric(upgrader, 'gpu_class_upgrade_evictions_total\\{outcome="evicted"\\}') >= 1
+    print(f"\n{len(of_replicas)} evictions refused (429) in the {refused_until - refused_from:.1f} s after the room "
+          f"appeared, none evicted; with minAvailable 1, a replica on H100 {time.time() - relaxed_at:.1f} s later")
 
 
 def test_a_group_moves_only_when_one_type_has_room_for_all_of_it(

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import re
+import socket
 import ssl
 import subprocess
 import threading
@@ -14,6 +15,7 @@ import time
 import urllib.request
 import uuid
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Iterator
 
 import kubernetes
@@ -25,6 +27,7 @@ from kubeobjects import delete_if_present
 SETTLE_SECONDS = 10
 READY_AFTER_SECONDS = 1.0  # how long the fake kubelet takes to start a bound Pod
 LEASE = "gpu-class-upgrader"
+STARTUP_SECONDS = 60.0
 
 
 @dataclass
@@ -115,11 +118,29 @@ def running_upgrader(cluster: local_cluster.Cluster, name: str, *extra: str) -> 
         "--metrics-address=127.0.0.1", "--metrics-auth=none", *extra,
     ], stdout=log, stderr=subprocess.STDOUT)
     try:
+        _wait_listening(proc, port, Path(log.name))
         yield proc, port
     finally:
         proc.terminate()
         proc.wait(10)
         log.close()
+
+
+def _wait_listening(proc: subprocess.Popen[bytes], port: int, log_path: Path) -> None:
+    """Until the upgrader's metrics listener accepts a connection: on a busy machine its start (imports, the
+    inventory's first lists) takes seconds, and a test that read its metrics sooner would see no upgrader at all."""
+    deadline = time.monotonic() + STARTUP_SECONDS
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"gpuclass upgrader exited with {proc.returncode}: "
+                               f"{log_path.read_text(errors='replace')[-2000:]}")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.2)
+    raise RuntimeError(f"gpuclass upgrader did not listen on {port} within {STARTUP_SECONDS:.0f} s: "
+                       f"{log_path.read_text(errors='replace')[-2000:]}")
 
 
 def metric(port: int, name: str) -> float:

@@ -84,7 +84,10 @@ JOBSET = Release(
         "template": {"spec": {"template": {"spec": {"restartPolicy": "Never",
                                                      "containers": [{"name": "c", "image": "i"}]}}}}}]}}))
 LWS = Release(
-    tool=gotools.LWS, prefix="lws-", crds=("config/crd/bases/leaderworkerset.x-k8s.io_leaderworkersets.yaml",),
+    # v0.9.0's manager also runs the DisaggregatedSet controller: without its CRD, the manager's cache of it never
+    # syncs and the manager exits two minutes after its start
+    tool=gotools.LWS, prefix="lws-", crds=("config/crd/bases/leaderworkerset.x-k8s.io_leaderworkersets.yaml",
+                                           "config/crd/bases/disaggregatedset.x-k8s.io_disaggregatedsets.yaml"),
     webhook_dir="config/webhook", config_group="config.lws.x-k8s.io",
     # a sub-group size that divides neither size nor size - 1: only LWS's validation refuses it
     probe=("leaderworkerset.x-k8s.io", "v1", "LeaderWorkerSet", "leaderworkersets", {"spec": {"leaderWorkerTemplate": {

@@ -73,12 +73,16 @@ def work_dir() -> Path:
 
 
 def base_image_name() -> str:
-    """The image the Dockerfile's stages start FROM (all of them must name the same one)."""
+    """The image the Dockerfile's stages start FROM (all of them must name the same one), with the default of
+    an ARG it names (`FROM ${BASE_IMAGE}`: a release passes the base by digest instead)."""
     names = set()
+    defaults: dict[str, str] = {}
     for line in dockerfile_lines():
+        if arg := re.match(r"\s*ARG\s+(\w+)=(\S+)", line, re.I):
+            defaults[arg.group(1)] = arg.group(2)
         found = re.match(r"\s*FROM\s+(?:--\S+\s+)*(\S+)", line, re.I)
         if found:
-            names.add(found.group(1))
+            names.add(re.sub(r"\$\{(\w+)\}", lambda m: defaults.get(m.group(1), m.group(0)), found.group(1)))
     if len(names) != 1:
         raise ImageError(f"the Dockerfile's FROM lines name {sorted(names)}; the test makes one base image")
     return names.pop()

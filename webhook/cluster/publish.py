@@ -5,8 +5,9 @@ backoff until it holds the worker's data: the API server may not be reachable ye
 waits on it. It writes only when the data differs, so the workers and replicas of one release
 write it once between them; during a rollout the new release's workers write last.
 
-Each worker also keeps the tenant boundary's table (core/published/boundary.py) current, in a ConfigMap of
-its own: unlike the settings it follows the live view, so it is checked again every few seconds.
+Each worker also keeps the tenant boundary's table (core/published/boundary.py) current, in a BoundaryTable (a
+custom resource: deploy/components/backstop/boundary-table.yaml says why not a ConfigMap): unlike the
+settings it follows the live view, so it is checked again every few seconds.
 """
 
 from __future__ import annotations
@@ -56,6 +57,36 @@ def write_published(api: kubernetes.client.CoreV1Api, namespace: str, data: dict
     return True
 
 
+BOUNDARY_GROUP, BOUNDARY_VERSION, BOUNDARY_PLURAL = "gpu-class.io", "v1alpha1", "boundarytables"
+
+
+def write_boundary_table(api: kubernetes.client.CustomObjectsApi, namespace: str, data: dict[str, str],
+                         name: str = BOUNDARY_CONFIGMAP) -> bool:
+    """Make the BoundaryTable `name` (deploy/components/backstop/boundary-table.yaml) hold `data`; True when it
+    wrote. A custom resource, not a ConfigMap: the API server stops reading ConfigMap parameters for good once no
+    binding names that kind, custom resources it follows (boundary-table.yaml says more)."""
+    where = (BOUNDARY_GROUP, BOUNDARY_VERSION, namespace, BOUNDARY_PLURAL)
+    try:
+        current: Any = api.get_namespaced_custom_object(*where, name, _request_timeout=REQUEST_TIMEOUT_SECONDS)
+    except ApiException as exc:
+        if exc.status != 404:
+            raise
+        body: Any = {"apiVersion": f"{BOUNDARY_GROUP}/{BOUNDARY_VERSION}", "kind": "BoundaryTable",
+                     "metadata": {"name": name, "namespace": namespace, "labels": LABELS}, "data": data}
+        api.create_namespaced_custom_object(*where, body, _request_timeout=REQUEST_TIMEOUT_SECONDS)
+        return True
+    if (current.get("data") or {}) == data:
+        return False
+    metadata = current.get("metadata") or {}
+    # a replace with the resourceVersion read: a writer that raced us gets 409 and reads again
+    replaced: Any = {"apiVersion": f"{BOUNDARY_GROUP}/{BOUNDARY_VERSION}", "kind": "BoundaryTable",
+                     "metadata": {"name": name, "namespace": namespace,
+                                  "labels": {**(metadata.get("labels") or {}), **LABELS},
+                                  "resourceVersion": metadata.get("resourceVersion")}, "data": data}
+    api.replace_namespaced_custom_object(*where, name, replaced, _request_timeout=REQUEST_TIMEOUT_SECONDS)
+    return True
+
+
 def publish(api: kubernetes.client.CoreV1Api, namespace: str, data: dict[str, str], stop: threading.Event,
             write: Callable[[kubernetes.client.CoreV1Api, str, dict[str, str]], bool] = write_published) -> bool:
     """Write until written or stopped; True once the ConfigMap holds `data`."""
@@ -93,9 +124,10 @@ BOUNDARY_CHECK_SECONDS = 2.0
 BOUNDARY_REREAD_SECONDS = 30.0
 
 
-def keep_boundary(api: kubernetes.client.CoreV1Api, namespace: str, data_of: Callable[[], dict[str, str]],
+def keep_boundary(api: kubernetes.client.CustomObjectsApi, namespace: str, data_of: Callable[[], dict[str, str]],
                   stop: threading.Event, check_seconds: float = BOUNDARY_CHECK_SECONDS,
-                  reread_seconds: float = BOUNDARY_REREAD_SECONDS, write: Callable[..., bool] = write_published) -> None:
+                  reread_seconds: float = BOUNDARY_REREAD_SECONDS,
+                  write: Callable[..., bool] = write_boundary_table) -> None:
     """Keep the boundary policy's table (core/published/boundary.py) equal to what this worker decides with.
 
     The table follows the live view (a node of a product no type claims, a DRA node by its hostname),
@@ -132,7 +164,7 @@ def keep_boundary(api: kubernetes.client.CoreV1Api, namespace: str, data_of: Cal
         stop.wait(check_seconds)
 
 
-def start_keeping_boundary(api: kubernetes.client.CoreV1Api, namespace: str,
+def start_keeping_boundary(api: kubernetes.client.CustomObjectsApi, namespace: str,
                            data_of: Callable[[], dict[str, str]]) -> threading.Event:
     """keep_boundary on a daemon thread; the event stops it."""
     stop = threading.Event()

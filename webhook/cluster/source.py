@@ -112,7 +112,12 @@ def start_keeping_boundary(kubeconfig: str | None, namespace: str, boundary_of: 
     """Keep the tenant boundary's table (core/published/boundary.py) in `namespace` as `boundary_of` works it out."""
     from . import publish
 
-    publish.start_keeping_boundary(_core_api(kubeconfig), namespace, boundary_of)
+    import kubernetes
+
+    from . import watch
+
+    api = kubernetes.client.CustomObjectsApi(kubernetes.client.ApiClient(watch.check_kube_config(kubeconfig)))
+    publish.start_keeping_boundary(api, namespace, boundary_of)
 
 
 def access_reviewer(kubeconfig: str | None) -> AccessReviewer:

@@ -6,9 +6,9 @@ the default in-process registry is used. Label values come from the catalog only
 annotation as written, so a Pod cannot add series.
 
 Every labelled series whose labels are known at start is created at 0 then (admissions by outcome and
-class, preferred types by class, Pods of groups by outcome, watch restarts by resource and reason,
-placements by class and outcome): a series that first appears
-with its first increment hides that increment from rate() and increase(). In multiprocess mode
+class, preferred types by class, Pods of groups by outcome, and those kept within a topology domain by class,
+key, mode and outcome, watch restarts by resource and reason, placements by class and outcome): a series that
+first appears with its first increment hides that increment from rate() and increase(). In multiprocess mode
 creating the child writes its 0 to the worker's file, so /metrics shows it from the first scrape.
 
 Placements (core/reports/fidelity.py) are judged from the watch, and every worker watches: each sees every
@@ -37,7 +37,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from ..core.catalog.model import Catalog
 from ..core.reports.fidelity import PLACEMENT_OUTCOMES, judge_bind, pending_by_class, waiting_by_class
-from ..core.admission.groups import GroupOutcome
+from ..core.admission.groups import GroupOutcome, GroupPlan, TopologyMode
 from ..core.view.pods import UnboundGpuPod
 from ..core.view.snapshot import Snapshot
 from ..core.admission.decision import Outcome
@@ -58,6 +58,13 @@ GROUP_PODS = Counter(
     "Admitted or refused Pods with gpu-class.io/group, by what was decided for the group: started (no Pod of "
     "it bound yet: the class chose), followed (kept to the type it runs on), no-room (its size fits no type "
     "now), refused, unplaced", ["outcome"],
+)
+GROUP_TOPOLOGY_PODS = Counter(
+    "gpu_class_group_topology_pods_total",
+    "Admitted or refused Pods of groups kept within one topology domain, by class, the node label key gpu-class "
+    "keeps the group within (none: Kueue's), mode (required, preferred: gpu-class keeps it; kueue: the Pod carries "
+    "Kueue's Topology Aware Scheduling annotations, Kueue places it) and outcome (as gpu_class_group_pods_total)",
+    ["class", "topology", "mode", "outcome"],
 )
 LATENCY = Histogram(
     "gpu_class_admission_duration_seconds",
@@ -160,6 +167,7 @@ EVICTION_OUTCOMES = ("evicted", "pdb", "gone", "error")
 log = logging.getLogger("gpu_class.placement")
 UNKNOWN = "unknown"
 NO_CLASS = "none"
+NO_TOPOLOGY = "none"  # a group whose domain Kueue chooses: gpu-class keeps it within none
 # answered without a decision, so without a class; the last three by the worker before the app saw the request
 # (intake.py): not read whole by its deadline, a body over the limit, no buffer memory free by the deadline
 REQUEST_CUTS = ("too-slow", "too-large", "busy")
@@ -189,7 +197,28 @@ def observe_admission(review: Review | None, duration_seconds: float, catalog: C
         _child(PREFERRED_TYPE, class_name, decision.placement.types[0]).inc()
     if decision is not None and decision.group is not None:
         _child(GROUP_PODS, decision.group.outcome).inc()
+        topology = group_topology_labels(decision.group, class_name, catalog)
+        if topology is not None:
+            _child(GROUP_TOPOLOGY_PODS, *topology).inc()
     LATENCY.observe(duration_seconds)
+
+
+def group_topology_labels(group: GroupPlan, class_name: str, catalog: Catalog) -> tuple[str, str, str, str] | None:
+    """(class, topology, mode, outcome) of a Pod whose group is kept within a domain; None when none keeps it.
+    The key is one of the catalog's topologyLabels (the Pod's annotation was checked against them): never Kueue's
+    level, which the Pod writes."""
+    mode = group.topology_mode
+    if mode is None:
+        return None
+    key = NO_TOPOLOGY if group.topology is None or mode == "kueue" else group.topology.key
+    return class_name, key if key == NO_TOPOLOGY or key in catalog.topology_labels else UNKNOWN, mode, group.outcome
+
+
+def group_topology_label_sets(catalog: Catalog) -> list[tuple[str, str, str, str]]:
+    """Every (class, topology, mode, outcome) observe_admission can record with this catalog for a known class."""
+    kept: list[tuple[str, TopologyMode]] = [(k, m) for k in catalog.topology_labels for m in ("required", "preferred")]
+    return [(c, k, m, o) for c in catalog.classes for k, m in [*kept, (NO_TOPOLOGY, "kueue")]
+            for o in get_args(GroupOutcome)]
 
 
 def observe_cut(outcome: str) -> None:
@@ -217,6 +246,8 @@ def start_admission_series(catalog: Catalog) -> None:
         _child(PREFERRED_TYPE, *labels)
     for outcome in get_args(GroupOutcome):
         _child(GROUP_PODS, outcome)
+    for topology in group_topology_label_sets(catalog):
+        _child(GROUP_TOPOLOGY_PODS, *topology)
 
 
 def observe_inventory(snapshot: Snapshot, catalog: Catalog) -> None:

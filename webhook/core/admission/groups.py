@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import functools
 from collections import Counter
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..catalog.model import Catalog, GpuClass
@@ -34,6 +35,8 @@ from ..view.snapshot import Snapshot
 from .annotations import GROUP_REQUIRED_TOPOLOGY_ANNOTATION, GroupAsk, Topology
 
 GroupOutcome = Literal["started", "followed", "no-room", "refused", "unplaced"]
+# who keeps a group within a topology domain: gpu-class (required, preferred), or Kueue's Topology Aware Scheduling
+TopologyMode = Literal["required", "preferred", "kueue"]
 
 
 @dataclass(frozen=True)
@@ -89,6 +92,8 @@ class Room:
     label_key: str
     now: int  # on ready, uncordoned nodes, with the devices free now: the sum of free // the Pod's devices
     most: int | None  # on all its nodes when empty; None for a pool that can grow
+    # (now, most) per value its Pods would meet on (rooms_by_value): kept so that choosing domains reads it again
+    by_value: Mapping[str, tuple[int, int]] = field(default_factory=dict, compare=False, repr=False)
 
 
 def _offers_of(snapshot: Snapshot, type_name: str) -> tuple[tuple[NodeInfo, Offer], ...]:
@@ -116,7 +121,7 @@ def room(snapshot: Snapshot, catalog: Catalog, type_name: str, label_key: str, g
     most = max((m for _, m in by_value.values()), default=0)
     can_grow = domain_key is None and (catalog.types[type_name].scalable or any(
         p.label_key == label_key and p.holds(gpus) for p in snapshot.pools(type_name)))
-    return Room(type_name, label_key, now, None if can_grow else most)
+    return Room(type_name, label_key, now, None if can_grow else most, by_value)
 
 
 def rooms_by_value(snapshot: Snapshot, type_name: str, label_key: str, gpus: int, min_memory_mib: float | None,
@@ -199,6 +204,16 @@ class GroupPlan:
     # with a required topology: the values of its key the group may start in (it runs in, or that hold all of
     # it), tightest first; None: any value of the key
     domains: tuple[str, ...] | None = None
+    kueue_topology: bool = False  # its Pods carry Kueue's topology annotations: Kueue places it, gpu-class keeps none
+
+    @property
+    def topology_mode(self) -> TopologyMode | None:
+        """Who keeps the group within a domain, and how; None: nobody does."""
+        if self.kueue_topology:
+            return "kueue"
+        if self.topology is None:
+            return None
+        return "required" if self.topology.required else "preferred"
 
 
 @dataclass(frozen=True)
@@ -233,7 +248,8 @@ def decide_group(ask: GroupAsk, namespace: str, gpu_class: GpuClass, gpus_needed
     for its best type (gpu-class.io/max-wait) gets every type that can ever hold it: gpu-class-scheduler starts
     it only where all of it fits now, its best type while the wait runs.
     """
-    plan = functools.partial(GroupPlan, ask.name, size=ask.size, size_from=ask.size_from, topology=ask.topology)
+    plan = functools.partial(GroupPlan, ask.name, size=ask.size, size_from=ask.size_from, topology=ask.topology,
+                             kueue_topology=ask.kueue_topology)
     running = runs_on(snapshot, (namespace, ask.name), fixed)
     required = ask.topology.key if ask.topology is not None and ask.topology.required else None
     if running is not None:
@@ -270,8 +286,7 @@ def decide_group(ask: GroupAsk, namespace: str, gpu_class: GpuClass, gpus_needed
     under_key = tuple(r for r in rooms if r.label_key == key)
     ruled = tuple((r.type_name, _short_of_room(r, size, ever)) for r in under_key if r not in holding)
     domains = None if required is None or ask.size is None or larger else _domains_holding(
-        snapshot, [r.type_name for r in holding if r.label_key == key], key, gpus_needed, min_memory_mib, required,
-        size, ever)
+        [r for r in holding if r.label_key == key], size, ever)
     warning = None if outcome != "no-room" else (
         f"gpu-class: group {ask.name}: no type has room for its {size} Pods now; they wait for room "
         f"where the first one runs" if required is None else
@@ -303,14 +318,12 @@ def _domains_running(snapshot: Snapshot, group: GroupName, key: str) -> tuple[st
     return tuple(sorted(values)) or None
 
 
-def _domains_holding(snapshot: Snapshot, types: list[str], label_key: str, gpus: int, min_memory_mib: float | None,
-                     domain_key: str, size: int, ever: bool) -> tuple[str, ...]:
-    """The domains of `types` that hold the whole group now (ever, when none does now), tightest first: the
-    group keeps larger free domains for larger groups."""
+def _domains_holding(rooms: list[Room], size: int, ever: bool) -> tuple[str, ...]:
+    """The domains of the rooms' types that hold the whole group now (ever, when none does now), tightest first:
+    the group keeps larger free domains for larger groups."""
     found: dict[str, int] = {}
-    for type_name in types:
-        for value, (now, most) in rooms_by_value(snapshot, type_name, label_key, gpus, min_memory_mib,
-                                                 domain_key).items():
+    for r in rooms:
+        for value, (now, most) in r.by_value.items():
             if (most if ever else now) >= size:
                 found[value] = min(found.get(value, now), now)
     return tuple(sorted(found, key=lambda v: (found[v], v)))

@@ -5,7 +5,7 @@ boundary is a ValidatingAdmissionPolicy (deploy/components/backstop/boundary.yam
 the API server and fails closed: it admits a GPU Pod of such a namespace only when its own
 nodeSelector and required node affinity keep it, in every term, to label values of types of the
 allowed classes, for each GPU resource it asks for. It reads no mark a tenant could write; what it
-trusts is this table, written by the webhook into a ConfigMap of its own namespace, and the node
+trusts is this table, written by the webhook into a BoundaryTable (a custom resource) of its own namespace, and the node
 labels (which the label guard keeps from tenants).
 
 CEL cannot parse JSON, and the API server turns the whole parameter object into CEL values for each
@@ -30,7 +30,7 @@ from ..catalog.matching import is_glob
 from ..catalog.model import Catalog
 from ..view.snapshot import Snapshot, placing_catalog
 
-BOUNDARY_CONFIGMAP = "gpu-class-boundary"
+BOUNDARY_CONFIGMAP = "gpu-class-boundary"  # the name of the BoundaryTable (a custom resource) holding the table
 RESOURCES_KEY = "resources"  # `,nvidia.com/gpu,amd.com/gpu,...,`: what counts as asking for a GPU
 CLASSES_KEY = "classes"  # `,high,standard,...,`: every class
 # `,compute-domain-default-channel.nvidia.com,...,`: the DeviceClasses pinned to a driver no type names, the only

@@ -119,6 +119,9 @@ def group_lines(g: GroupPlan) -> list[str]:
 def _topology_lines(g: GroupPlan) -> list[str]:
     """Where the group's topology keeps it, in words."""
     t = g.topology
+    if g.kueue_topology and g.topology_key:
+        return [f"group {g.name}: its topology domain is Kueue's to choose (Topology Aware Scheduling); gpu-class "
+                "keeps it on one product only"]
     if t is None or not g.topology_key:
         return []
     if not t.required:
