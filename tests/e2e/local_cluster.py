@@ -65,6 +65,10 @@ WEBHOOK_NAMESPACE = "gpu-class-system"
 # In the environment of every process a cluster starts: its directory. `down` finds them by it.
 MARKER = "GPUCLASS_LOCAL_CLUSTER"
 READY_SECONDS = 120.0
+# The most an admission policy reading a custom resource may stay unconfigured after the API server started: the
+# API server's discovery resets every 30 s (policies_configured).
+POLICIES_CONFIGURED_SECONDS = 75.0
+POLICY_PROBE_NAMESPACE = "e2e-policy-probe"
 
 
 class ClusterError(Exception):
@@ -569,6 +573,38 @@ class Cluster:
         with urllib.request.urlopen(self.server + "/readyz", context=self.admin_context(), timeout=5) as r:
             return r.status == 200
 
+    def policies_configured(self) -> bool:
+        """Whether the API server's admission policies judge Pods again after its start. A policy whose paramKind
+        is a custom resource (gpu-class.io-boundary's BoundaryTable) refuses every Pod it matches, "failed to
+        configure policy", until the API server's discovery, which it resets every 30 s, finds that kind
+        (kubernetes#124237): a CPU Pod in a served namespace, dry run, is admitted once it does."""
+        ctx = self.admin_context()
+
+        def post(path: str, body: Mapping[str, Any]) -> tuple[int, str]:
+            request = urllib.request.Request(self.server + path, data=json.dumps(body).encode(), method="POST",
+                                             headers={"Content-Type": "application/json"})
+            try:
+                with urllib.request.urlopen(request, context=ctx, timeout=10) as r:
+                    return r.status, ""
+            except urllib.error.HTTPError as e:
+                return e.code, e.read().decode(errors="replace")
+
+        status, body = post("/api/v1/namespaces", {"metadata": {"name": POLICY_PROBE_NAMESPACE,
+                                                                  "labels": {"gpu-class.io/inject": "enabled"}}})
+        if status >= 500:  # still starting
+            return False
+        if status not in (201, 409):
+            raise ClusterError(f"the namespace {POLICY_PROBE_NAMESPACE} could not be made: {status} {body}")
+        status, body = post(f"/api/v1/namespaces/{POLICY_PROBE_NAMESPACE}/pods?dryRun=All", {
+            "metadata": {"name": "probe"},
+            "spec": {"containers": [{"name": "main", "image": "registry.example/busybox"}]}})
+        if status == 201:
+            return True
+        # the namespace's default ServiceAccount comes a moment after the namespace made here
+        if status >= 500 or "failed to configure policy" in body or 'serviceaccount "default" not found' in body:
+            return False
+        raise ClusterError(f"a CPU Pod was refused in {POLICY_PROBE_NAMESPACE}: {status} {body}")
+
     def _etcd(self, path: str, body: Mapping[str, Any]) -> Any:
         """One call of etcd's JSON gateway."""
         request = urllib.request.Request(self.etcd_url + path, data=json.dumps(body).encode(), method="POST")
@@ -614,6 +650,18 @@ class Cluster:
         finally:
             self.wait_ready("kube-apiserver", self.apiserver_ready)
             self.revive_after_apiserver()
+            self.wait_policies_configured()
+
+    def wait_policies_configured(self) -> float:
+        """Until the admission policies judge Pods again after the API server's start (policies_configured);
+        returns the seconds waited."""
+        started = time.monotonic()
+        while not self.policies_configured():
+            if time.monotonic() - started > POLICIES_CONFIGURED_SECONDS:
+                raise ClusterError(f"the admission policies refused Pods for {POLICIES_CONFIGURED_SECONDS:.0f} s "
+                                   "after the API server started: \"failed to configure policy\"")
+            time.sleep(0.25)
+        return time.monotonic() - started
 
     def revive_after_apiserver(self) -> None:
         """The components that exited because the API server was away, started again (and the strict scheduler's

@@ -22,6 +22,7 @@ from typing import Any, Callable, Iterator, Mapping
 
 import kubernetes
 import pytest
+import urllib3
 from kubernetes.client.exceptions import ApiException
 
 import local_cluster
@@ -261,6 +262,50 @@ def test_honest_pods_are_placed_while_the_webhook_serves_and_told_to_retry_while
     assert refusal is None
     node = wait_for("the class Pod bound", lambda: read_pod(core, ns, "by-class")["spec"].get("nodeName"))
     assert node in ECONOMY_NODES
+
+
+def test_no_pod_of_the_table_is_created_while_the_api_server_starts(
+        cluster: local_cluster.Cluster, core: kubernetes.client.CoreV1Api, bounded: dict[str, str]) -> None:
+    """An API server that has just started finds the boundary's BoundaryTable kind through discovery it resets
+    every 30 s; until it does, gpu-class.io-boundary refuses every Pod of a served namespace ("failed to configure
+    policy", kubernetes#124237) and admits none. With the webhook stopped (the API server fails open on it), each
+    attack of the table is tried from the first moment the new API server answers until its policies judge Pods
+    again, and once more after: none is created, whether the window shows on this start or not."""
+    ns = bounded["economy"]
+    seen: dict[str, int] = {"unconfigured": 0, "judged": 0}
+
+    def attack_all() -> None:
+        for case, build in ECONOMY_ATTACKS.items():
+            try:
+                core.create_namespaced_pod(ns, build())
+            except ApiException as e:
+                if e.status >= 500:  # still starting: not an answer
+                    continue
+                assert e.status in (400, 403, 422) and "gpu-class" in e.body, (case, e.status, e.body)
+                seen["unconfigured" if "failed to configure policy" in e.body else "judged"] += 1
+                continue
+            except urllib3.exceptions.HTTPError:  # not listening yet
+                continue
+            raise AssertionError(f"{case} was created while the API server started")
+
+    def while_starting() -> None:
+        deadline = time.monotonic() + local_cluster.READY_SECONDS + local_cluster.POLICIES_CONFIGURED_SECONDS
+        while time.monotonic() < deadline:
+            attack_all()
+            with contextlib.suppress(OSError):  # not listening yet
+                if cluster.policies_configured():
+                    return
+        raise AssertionError("the API server's policies did not judge Pods again")
+
+    cluster.stop("gpuclass")
+    try:
+        cluster.restart_apiserver(while_starting=while_starting)
+        attack_all()
+    finally:
+        local_cluster.start_webhook(cluster)
+    assert seen["judged"] >= len(ECONOMY_ATTACKS), seen
+    assert not core.list_namespaced_pod(ns).items
+    print(f"\nattacks refused while the boundary's table was not yet found, and judged: {seen}")
 
 
 CLAIM_TEMPLATE = {

@@ -27,9 +27,9 @@ from kubeobjects import (CLASS, GPU_TAINT, TYPES, admission_records, delete_if_p
                          force_delete_pods, make_namespace, make_pod, node_label, read_by_every_worker, read_pod,
                          wait_bound, wait_for)
 from tools import gotools
+from webhook.cluster.reflector import OFF_RECHECK_SECONDS
 from webhook.core.catalog.loading import load_default_catalog
 
-OFFERED_WITHIN_SECONDS = 5.0  # the issue's promise (47): Karpenter installed after gpu-class is read in seconds
 
 
 @pytest.fixture(scope="module")
@@ -60,16 +60,20 @@ def gpu_pod(name: str, *, product: str, pools: list[str]) -> dict[str, Any]:
     }
 
 
-def test_karpenter_installed_after_gpu_class_is_offered_within_seconds(
+def test_karpenter_installed_after_gpu_class_is_offered_by_its_herald(
         cluster: local_cluster.Cluster, api_client: kubernetes.client.ApiClient,
         core: kubernetes.client.CoreV1Api) -> None:
     """Karpenter installed while gpu-class runs: once its NodePool CRD and a NodePool are created, class Pods
-    are admitted with the pool within seconds (each worker watches that CRD by name), where looking for the API
-    once a minute took 44 s. First in the module and on none of its fixtures, so before the `karpenter` fixture
+    are admitted with the pool because each worker watches that CRD by name, not at the minute a worker that found
+    NodePools not served waits before it asks again (OFF_RECHECK_SECONDS; that took 44 s): every worker reads the
+    pool before any of them could have asked again, which is an order of events, not a time a loaded machine can
+    miss. First in the module and on none of its fixtures, so before the `karpenter` fixture
     starts Karpenter (whose informers a removed CRD would break): gpu-class reads NodePools whether or not
     Karpenter's controller runs. The pool offers H200, on none of the session's nodes and better than all of
     them, so class high's types start with it once the pool is read."""
     assert not cluster.is_running(KARPENTER_PROCESS), "Karpenter runs: its NodePool CRD cannot be taken away under it"
+    # a worker finds NodePools not served after this, so asks again no earlier than a minute after it
+    recheck_at = time.monotonic() + OFF_RECHECK_SECONDS
     remove_nodepool_crd(cluster, api_client)
     wait_for("a webhook worker to find NodePools not served",
              lambda: not read_by_every_worker(cluster, "nodepools"), seconds=90, interval=0.5)
@@ -88,7 +92,7 @@ def test_karpenter_installed_after_gpu_class_is_offered_within_seconds(
         took = time.monotonic() - created
         print(f"\nKarpenter installed after gpu-class: a class Pod admitted with its NodePool {took:.2f} s after the "
               f"pool was created, {time.monotonic() - installed:.2f} s after the CRD was applied")
-        assert took < OFFERED_WITHIN_SECONDS, f"{took:.1f} s"
+        assert time.monotonic() < recheck_at, "read no sooner than a worker's own recheck would have read it"
     finally:
         delete_if_present(objects.delete_cluster_custom_object, GROUP, VERSION, "nodepools", pool["metadata"]["name"])
         core.delete_namespace(ns)
