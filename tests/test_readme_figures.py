@@ -12,19 +12,26 @@ benches write so in the section) names no commit that holds what it ran, and fai
 The create-latency figures (`python -m bench apiserver`) are of Pods no scheduler ever sees (they name a scheduler
 that does not exist, bench/apiserver/apiserver.py's UNSCHEDULED): they name their commit, and the scheduler's
 changes do not age them.
+
+The pages of docs/ follow the same rule for every link to a section of a bench that places Pods on a scheduler
+(SCHEDULED_BENCH: placement, groups, dra, single, churn, wait): the section was measured on the current scheduler,
+or the link's text says `before the current scheduler` (PREDATES), and then it must not be (a section measured
+again is quoted as current). docs/contributors/benchmarks.md says so to the writer.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
 import pytest
 
-from tests.test_docs import HEADING, LINK, REPO, prose_lines, slug
+from tests.test_docs import HEADING, INLINE_CODE, LINK, REPO, markdown_files, prose_lines, rel, slug
 
 TABLE_HEADING = "What it promises, and what holds"
 RESULTS = REPO / "bench" / "RESULTS.md"
@@ -35,6 +42,12 @@ MEASURED_ON = (SCHEDULER, "deploy/scheduler/config.yaml", "deploy/components/sto
 NOT_SHIPPED = [f":(exclude,glob){SCHEDULER}/**/*_test.go", f":(exclude,glob){SCHEDULER}/**/*.test"]
 MEASURED_AT = re.compile(r"\b(?:Commit|Code) ([0-9a-f]{7,40})\b")
 UNSCHEDULED_BENCH = "python -m bench apiserver"
+# The benches whose figures are of Pods a scheduler placed: a section naming one of them ages with the scheduler.
+SCHEDULED_BENCH = re.compile(r"python -m bench (?:placement|groups|dra|single|churn|wait)\b")
+# What a link's text says when it quotes a run made before the current scheduler, on purpose.
+PREDATES = "before the current scheduler"
+# tests.test_docs.LINK with the link's text kept as well (group 1; it may run over lines).
+LINK_WITH_TEXT = re.compile(r"!?\[((?:[^\[\]]|\[[^\]]*\])*)\]\(\s*<?([^)\s>]*)>?(?:\s+\"[^\"]*\")?\s*\)")
 
 
 def git(*args: str) -> subprocess.CompletedProcess[str]:
@@ -104,23 +117,122 @@ def test_the_table_links_results() -> None:
     assert len(table_links()) >= 5, table_links()
 
 
+def not_current(anchor: str) -> str | None:
+    """Why section #anchor's figures are not of what ships (None when they are): no such section, no commit named,
+    uncommitted changes, or a commit before the scheduler's last change."""
+    section = sections().get(anchor)
+    if section is None:
+        return f"no section #{anchor} in bench/RESULTS.md"
+    m = MEASURED_AT.search(section)
+    if not m:
+        return f"section #{anchor} names no commit it was measured at (`Commit abc1234`)"
+    if "uncommitted changes" in section:
+        return f"#{anchor} was run with uncommitted changes: measure it again at a clean commit"
+    resolved = git("rev-parse", "--verify", "--quiet", f"{m.group(1)}^{{commit}}")
+    # a missing commit is a broken checkout, not an old figure: fail loudly either way
+    assert resolved.returncode == 0, (f"commit {m.group(1)} of #{anchor} is not in this repository's history "
+                                      "(a shallow clone needs `git fetch --unshallow`)")
+    if f"`{UNSCHEDULED_BENCH}" in section.splitlines()[0]:
+        return None  # no scheduler in the measurement (test_the_create_bench_schedules_nothing)
+    if git("merge-base", "--is-ancestor", scheduler_commit(), resolved.stdout.strip()).returncode != 0:
+        return (f"#{anchor} was measured at {m.group(1)}, before the scheduler's last change "
+                f"{scheduler_commit()[:7]} (of {', '.join(MEASURED_ON)}): measure it again")
+    return None
+
+
 @pytest.mark.parametrize("question, anchor", table_links(), ids=[f"{q}#{a[:40]}" for q, a in table_links()])
 def test_a_readme_figure_was_measured_on_the_current_scheduler(question: str, anchor: str) -> None:
+    why = not_current(anchor)
+    assert why is None, f"{question}: {why}"
+
+
+@dataclass(frozen=True)
+class ResultsLink:
+    """A link from a page to a section of bench/RESULTS.md, with its text (joined onto one line)."""
+    page: str
+    line: int
+    text: str
+    anchor: str
+
+    def __str__(self) -> str:
+        return f"{self.page}:{self.line}#{self.anchor[:40]}"
+
+
+def results_links(path: Path) -> list[ResultsLink]:
+    """Every link of `path` to a section of bench/RESULTS.md; its text may run over lines (one paragraph)."""
+    numbered = prose_lines(path)
+    text = "\n".join(INLINE_CODE.sub("", line) for _, line in numbered)
+    found = []
+    for m in LINK_WITH_TEXT.finditer(text):
+        page, _, anchor = m.group(2).partition("#")
+        if anchor and page and (path.parent / page).resolve() == RESULTS:
+            line = numbered[text.count("\n", 0, m.start())][0]
+            found.append(ResultsLink(rel(path) if path.is_relative_to(REPO) else path.name, line,
+                                     " ".join(m.group(1).split()), anchor))
+    return found
+
+
+def is_scheduled(anchor: str) -> bool:
+    """Whether section #anchor holds figures of Pods a scheduler placed (an unknown section counts: it is checked)."""
     section = sections().get(anchor)
-    assert section is not None, f"{question}: no section #{anchor} in bench/RESULTS.md"
-    m = MEASURED_AT.search(section)
-    assert m, f"{question}: section #{anchor} names no commit it was measured at (`Commit abc1234`)"
-    assert "uncommitted changes" not in section, (f"{question}: #{anchor} was run with uncommitted changes: "
-                                                  "measure it again at a clean commit")
-    resolved = git("rev-parse", "--verify", "--quiet", f"{m.group(1)}^{{commit}}")
-    assert resolved.returncode == 0, (f"{question}: commit {m.group(1)} of #{anchor} is not in this repository's "
-                                      "history (a shallow clone needs `git fetch --unshallow`)")
-    if f"`{UNSCHEDULED_BENCH}" in section.splitlines()[0]:
-        return  # no scheduler in the measurement (test_the_create_bench_schedules_nothing)
-    ancestor = git("merge-base", "--is-ancestor", scheduler_commit(), resolved.stdout.strip())
-    assert ancestor.returncode == 0, (f"{question}: #{anchor} was measured at {m.group(1)}, before the scheduler's "
-                                      f"last change {scheduler_commit()[:7]} (of {', '.join(MEASURED_ON)}): "
-                                      "measure it again")
+    return section is None or SCHEDULED_BENCH.search(section) is not None
+
+
+def docs_placement_links() -> list[ResultsLink]:
+    docs = [p for p in markdown_files() if rel(p).startswith("docs/")]
+    return [link for page in docs for link in results_links(page) if is_scheduled(link.anchor)]
+
+
+def test_the_docs_link_placement_results() -> None:
+    assert len(docs_placement_links()) >= 10, docs_placement_links()
+
+
+@pytest.mark.parametrize("link", docs_placement_links(), ids=str)
+def test_a_docs_placement_figure_is_current_or_says_it_is_not(link: ResultsLink) -> None:
+    why = not_current(link.anchor)
+    if PREDATES in link.text:
+        assert why is not None and link.anchor in sections(), (
+            f"{link}: [{link.text}] says {PREDATES!r}, but #{link.anchor} was measured on it: quote it as current")
+    else:
+        assert why is None, (f"{link}: [{link.text}]: {why}; or, to quote the older run on purpose, say so in the "
+                             f"link's text: {PREDATES!r}")
+
+
+@pytest.mark.parametrize("anchor, scheduled", [
+    pytest.param("placement-at-scale-python--m-bench-placement", True, id="placement"),
+    pytest.param("dra-placement-on-gpus-published-through-dynamic-resource-allocation", True,
+                 id="dra-command-in-the-body"),
+    pytest.param("narrowing-through-node-churn-python--m-bench-churn", True, id="churn"),
+    pytest.param("on-the-real-api-server-run-1-of-2-python--m-bench-apiserver---arms-nonenoop-patchgpu-class", False,
+                 id="create-latency"),
+    pytest.param("connection-placement-10-gpu-nodes-gthread-workers2-threads1", False, id="placement-of-connections"),
+    pytest.param("no-such-section", True, id="unknown-section-checked"),
+])
+def test_which_sections_age_with_the_scheduler(anchor: str, scheduled: bool) -> None:
+    assert is_scheduled(anchor) == scheduled
+
+
+@pytest.mark.parametrize("anchor, why", [
+    pytest.param("one-gpu-type-per-group-on-the-real-scheduler-python--m-bench-groups", "names no commit",
+                 id="no-commit"),
+    pytest.param("placement-at-100-and-1000-nodes-on-kubernetes-136-gpuclass_kubernetes_minor136-python--m-bench-"
+                 "placement---sizes-1001000---paths-defaultprofiles---burst-0", "uncommitted changes",
+                 id="uncommitted"),
+    pytest.param("narrowing-through-node-churn-python--m-bench-churn", "before the scheduler's last change",
+                 id="older-commit"),
+    pytest.param("no-such-section", "no section", id="no-section"),
+])
+def test_why_a_section_is_not_current(anchor: str, why: str) -> None:
+    assert why in (not_current(anchor) or ""), not_current(anchor)
+
+
+def test_a_link_over_two_lines_is_read_with_its_text(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    results = os.path.relpath(RESULTS, tmp_path)
+    page.write_text(f"Intro.\n\n```sh\n[in code]({results}#a)\n```\nSee [an earlier run,\n{PREDATES}]({results}#b), "
+                    f"[`code`]({results}#c), [a page](README.md#d) and [the file]({results}).\n")
+    assert [(link.line, link.text, link.anchor) for link in results_links(page)] == [
+        (6, f"an earlier run, {PREDATES}", "b"), (7, "", "c")]
 
 
 def test_the_create_bench_schedules_nothing() -> None:
