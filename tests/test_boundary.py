@@ -28,10 +28,12 @@ from webhook.core.published.boundary import (
     boundary_data, build_data, class_key, entry_text, glob_regex, globs_key,
 )
 from webhook.core.catalog.loading import load_catalog_text, load_default_catalog
+from webhook.core.published.writers import WRITER_TTL_SECONDS, digest, read_writers
 from webhook.core.view.dra import device_class_from_object
 from webhook.core.view.inventory import InventoryState, build_snapshot
 
 CATALOG = load_default_catalog()
+NOW = 1_000_000  # seconds since the epoch, for the writers' marks
 PRODUCT = "nvidia.com/gpu.product"
 KEY_CHARACTERS = re.compile(r"[-._a-zA-Z0-9]+")
 
@@ -351,18 +353,45 @@ class FakeTables:
         self.stored = body
 
 
-@pytest.mark.parametrize("stored, writes", [
-    pytest.param(None, ["create"], id="created-when-missing"),
-    pytest.param({"metadata": {"resourceVersion": "7"}, "data": {"a": "1"}}, [], id="left-when-equal"),
-    pytest.param({"metadata": {"resourceVersion": "7"}, "data": {"a": "0"}}, ["replace"], id="replaced-when-stale"),
+def _ours(data: dict[str, str], expires: int) -> dict[str, Any]:
+    return {"metadata": {"resourceVersion": "7"}, "data": data,
+            "writers": {digest(data): {"expires": expires, "data": data}}}
+
+
+@pytest.mark.parametrize("stored, writes, data", [
+    pytest.param(None, ["create"], {"a": "1"}, id="created-when-missing"),
+    pytest.param(_ours({"a": "1"}, NOW + WRITER_TTL_SECONDS), [], {"a": "1"}, id="left-while-it-holds-ours"),
+    pytest.param(_ours({"a": "0"}, NOW), ["replace"], {"a": "1"}, id="replaced-when-the-other-expired"),
+    pytest.param(_ours({"a": "0"}, NOW + 5), ["replace"], {"a": "1"}, id="joined-while-the-other-writes"),
+    pytest.param({"metadata": {"resourceVersion": "7"}, "data": {"class.x": "|k v r|"}}, ["replace"],
+                 {"a": "1", "class.x": "|k v r|"}, id="a-table-without-marks-taken-in"),
 ])
-def test_the_table_is_written_as_the_boundary_table_the_policies_read(stored: dict[str, Any] | None,
-                                                                       writes: list[str]) -> None:
+def test_the_table_is_written_as_the_boundary_table_the_policies_read(
+        stored: dict[str, Any] | None, writes: list[str], data: dict[str, str]) -> None:
     api = FakeTables(stored)
-    assert write_boundary_table(api, "gpu-class-system", {"a": "1"}) == bool(writes)  # type: ignore[arg-type]
+    wrote = write_boundary_table(api, "gpu-class-system", {"a": "1"}, now=lambda: NOW)  # type: ignore[arg-type]
+    assert wrote == bool(writes)
     assert api.writes == writes
-    assert api.stored is not None and api.stored["data"] == {"a": "1"}
-    assert api.stored.get("kind", "BoundaryTable") == "BoundaryTable"
+    assert api.stored is not None and api.stored.get("kind", "BoundaryTable") == "BoundaryTable"
+    if writes:
+        assert api.stored["data"] == data
+        assert read_writers(api.stored["writers"])[digest({"a": "1"})].expires == NOW + WRITER_TTL_SECONDS
+
+
+def test_a_write_that_met_another_workers_reads_it_and_joins_it() -> None:
+    """409: another worker wrote between the read and the replace; its table is read again and kept."""
+    api = FakeTables(_ours({"a": "0"}, NOW + WRITER_TTL_SECONDS))
+    other = _ours({"b": "2"}, NOW + WRITER_TTL_SECONDS)
+    replace = api.replace_namespaced_custom_object
+
+    def conflict_once(*args: Any, **kwargs: Any) -> None:
+        api.replace_namespaced_custom_object = replace  # type: ignore[method-assign]
+        api.stored = {**other, "metadata": {"resourceVersion": "8"}}
+        raise ApiException(status=409)
+
+    api.replace_namespaced_custom_object = conflict_once  # type: ignore[method-assign]
+    assert write_boundary_table(api, "gpu-class-system", {"a": "1"}, now=lambda: NOW)  # type: ignore[arg-type]
+    assert api.stored is not None and api.stored["data"] == {"a": "1", "b": "2"}, "the other worker's table kept"
 
 
 def test_the_policies_read_the_table_the_webhook_writes() -> None:

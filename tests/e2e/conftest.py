@@ -79,6 +79,16 @@ def plain_namespace(core: kubernetes.client.CoreV1Api) -> Iterator[str]:
     core.delete_namespace(name)
 
 
+@pytest.fixture
+def webhook_down(cluster: local_cluster.Cluster) -> Iterator[None]:
+    """The webhook stopped for the test (the API server fails open on it), started again after."""
+    cluster.stop("gpuclass")
+    try:
+        yield
+    finally:
+        local_cluster.start_webhook(cluster)
+
+
 @pytest.fixture(scope="session")
 def fleet(core: kubernetes.client.CoreV1Api) -> Iterator[None]:
     """The shared GPU nodes (fleet.py) and a CPU-only node, for the whole session."""

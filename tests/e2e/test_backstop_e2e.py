@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Iterator
-
 import kubernetes
 import pytest
 from kubernetes.client.exceptions import ApiException
@@ -13,15 +11,6 @@ from fleet import TYPE_OF
 from kubeobjects import TYPES, make_pod, read_pod, wait_bound
 
 pytestmark = pytest.mark.usefixtures("fleet")
-
-
-@pytest.fixture
-def webhook_down(cluster: local_cluster.Cluster) -> Iterator[None]:
-    cluster.stop("gpuclass")
-    try:
-        yield
-    finally:
-        local_cluster.start_webhook(cluster)
 
 
 def test_backstop_refuses_unplaced_class_pods_until_the_webhook_is_back(

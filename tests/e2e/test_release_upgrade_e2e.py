@@ -22,10 +22,9 @@ annotations: its required affinity must admit only types its class has in the ve
 (by the time it was sent and answered: before the first new replica started, only the old; after the last old one
 stopped, only the new; between, either, but one whole version), and a bound Pod must be on such a node.
 
-The Pods' namespace sets no gpu-class.io/allowed-classes, so no refusal is excused: while both versions serve, the
-tenant boundary's table is either version's, and in a bounded namespace a Pod the other version placed on a type
-only it gives the class is refused (fail-closed, until the table has caught up after the last old replica stopped:
-docs/operators/upgrades.md). That gap is the product's, not this test's to count away.
+The Pods' namespace is bounded to the class (gpu-class.io/allowed-classes), so the tenant boundary judges each one
+too, and no refusal is excused: while both versions serve, the boundary's table is the union of both versions'
+tables (webhook/core/published/writers.py), so a Pod either version placed passes it.
 
 On install, the Pods' namespace opts in (gpu-class.io/inject) once the release answers, as install.md says to; a
 Pod answered before that was not gpu-class's to place, and must come back as it was sent.
@@ -494,8 +493,8 @@ def test_install_upgrade_and_rollback_with_pods_in_flight_refuse_and_misplace_no
     second = values_file(release.work, release.url, "n1", catalog={"inline": changed_catalog(SHIPPED)},
                          webhook={"url": release.url, "timeoutSeconds": 7})
     without_gpu_class(cluster, first)
-    # unbounded: in a namespace bounded to CLASS the boundary's table may be the other version's while both serve
-    namespace = make_namespace(core, "e2e-release")
+    # bounded to CLASS: the tenant boundary judges each Pod too, with the table the replicas of both versions keep
+    namespace = make_namespace(core, "e2e-release", annotations={"gpu-class.io/allowed-classes": CLASS})
     outcomes = []
     for step, old, new, timeout_seconds in (("install", NOT_SERVED, N, 5), ("upgrade", N, N1, 7),
                                             ("rollback", N1, N, 5)):

@@ -7,7 +7,9 @@ write it once between them; during a rollout the new release's workers write las
 
 Each worker also keeps the tenant boundary's table (core/published/boundary.py) current, in a BoundaryTable (a
 custom resource: deploy/components/backstop/boundary-table.yaml says why not a ConfigMap): unlike the
-settings it follows the live view, so it is checked again every few seconds.
+settings it follows the live view, so it is checked again every few seconds. What it holds is the union of the
+tables its writers wrote lately (core/published/writers.py), so that two versions serving at once, or two views a
+moment apart, do not undo each other.
 """
 
 from __future__ import annotations
@@ -24,12 +26,15 @@ from kubernetes.client.exceptions import ApiException
 
 from ..core.published.boundary import BOUNDARY_CONFIGMAP, BoundaryError
 from ..core.published.public import PUBLISHED_CONFIGMAP
+from ..core.published.writers import next_stored, read_writers
 
 log = logging.getLogger(__name__)
 
 FIRST_RETRY_SECONDS = 1.0
 LAST_RETRY_SECONDS = 300.0
 REQUEST_TIMEOUT_SECONDS = 30
+# the BoundaryTable read and written again at once when another worker wrote between (409)
+WRITE_ATTEMPTS = 3
 LABELS = {"app.kubernetes.io/name": "gpu-class", "app.kubernetes.io/part-of": "gpu-class"}
 
 
@@ -61,30 +66,41 @@ BOUNDARY_GROUP, BOUNDARY_VERSION, BOUNDARY_PLURAL = "gpu-class.io", "v1alpha1", 
 
 
 def write_boundary_table(api: kubernetes.client.CustomObjectsApi, namespace: str, data: dict[str, str],
-                         name: str = BOUNDARY_CONFIGMAP) -> bool:
-    """Make the BoundaryTable `name` (deploy/components/backstop/boundary-table.yaml) hold `data`; True when it
-    wrote. A custom resource, not a ConfigMap: the API server stops reading ConfigMap parameters for good once no
-    binding names that kind, custom resources it follows (boundary-table.yaml says more)."""
+                         name: str = BOUNDARY_CONFIGMAP, now: Callable[[], float] = time.time) -> bool:
+    """Make the BoundaryTable `name` (deploy/components/backstop/boundary-table.yaml) hold `data` among the tables
+    written lately (core/published/writers.py); True when it wrote. A custom resource, not a ConfigMap: the API
+    server stops reading ConfigMap parameters for good once no binding names that kind, custom resources it
+    follows (boundary-table.yaml says more)."""
     where = (BOUNDARY_GROUP, BOUNDARY_VERSION, namespace, BOUNDARY_PLURAL)
-    try:
-        current: Any = api.get_namespaced_custom_object(*where, name, _request_timeout=REQUEST_TIMEOUT_SECONDS)
-    except ApiException as exc:
-        if exc.status != 404:
-            raise
+    for attempt in range(WRITE_ATTEMPTS):
+        try:
+            current: Any = api.get_namespaced_custom_object(*where, name, _request_timeout=REQUEST_TIMEOUT_SECONDS)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            current = None
+        stored = next_stored(None if current is None else current.get("data") or {},
+                             read_writers((current or {}).get("writers")), data, int(now()))
+        if stored is None:
+            return False
+        metadata = (current or {}).get("metadata") or {}
         body: Any = {"apiVersion": f"{BOUNDARY_GROUP}/{BOUNDARY_VERSION}", "kind": "BoundaryTable",
-                     "metadata": {"name": name, "namespace": namespace, "labels": LABELS}, "data": data}
-        api.create_namespaced_custom_object(*where, body, _request_timeout=REQUEST_TIMEOUT_SECONDS)
-        return True
-    if (current.get("data") or {}) == data:
-        return False
-    metadata = current.get("metadata") or {}
-    # a replace with the resourceVersion read: a writer that raced us gets 409 and reads again
-    replaced: Any = {"apiVersion": f"{BOUNDARY_GROUP}/{BOUNDARY_VERSION}", "kind": "BoundaryTable",
                      "metadata": {"name": name, "namespace": namespace,
-                                  "labels": {**(metadata.get("labels") or {}), **LABELS},
-                                  "resourceVersion": metadata.get("resourceVersion")}, "data": data}
-    api.replace_namespaced_custom_object(*where, name, replaced, _request_timeout=REQUEST_TIMEOUT_SECONDS)
-    return True
+                                  "labels": {**(metadata.get("labels") or {}), **LABELS}},
+                     "data": stored.data, "writers": stored.writers_field()}
+        try:
+            if current is None:
+                api.create_namespaced_custom_object(*where, body, _request_timeout=REQUEST_TIMEOUT_SECONDS)
+            else:
+                # with the resourceVersion read: another worker that wrote meanwhile is read and joined, not undone
+                body["metadata"]["resourceVersion"] = metadata.get("resourceVersion")
+                api.replace_namespaced_custom_object(*where, name, body, _request_timeout=REQUEST_TIMEOUT_SECONDS)
+        except ApiException as exc:
+            if exc.status != 409 or attempt == WRITE_ATTEMPTS - 1:
+                raise
+            continue
+        return True
+    return False
 
 
 def publish(api: kubernetes.client.CoreV1Api, namespace: str, data: dict[str, str], stop: threading.Event,
@@ -131,10 +147,10 @@ def keep_boundary(api: kubernetes.client.CustomObjectsApi, namespace: str, data_
     """Keep the boundary policy's table (core/published/boundary.py) equal to what this worker decides with.
 
     The table follows the live view (a node of a product no type claims, a DRA node by its hostname),
-    so it is worked out again every `check_seconds` and written when it changed. A worker whose view
-    is behind may write an older table; it writes the newer one as soon as its view has it, so the
-    workers agree once their views do. Until it is first written the policy refuses every Pod it
-    would judge: it fails closed.
+    so it is worked out again every `check_seconds` and written when it changed; every `reread_seconds` it is
+    read again, to repair one deleted, to keep this worker's mark among the writers from expiring and to drop
+    the tables of writers gone (core/published/writers.py). Until it is first written the policy refuses every
+    Pod it would judge: it fails closed.
     """
     written: dict[str, str] | None = None
     read_at = 0.0
