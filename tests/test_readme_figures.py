@@ -10,8 +10,9 @@ catalog fails here until it is measured again or taken out of the table. A run m
 benches write so in the section) names no commit that holds what it ran, and fails too.
 
 The create-latency figures (`python -m bench apiserver`) are of Pods no scheduler ever sees (they name a scheduler
-that does not exist, bench/apiserver/apiserver.py's UNSCHEDULED): they name their commit, and the scheduler's
-changes do not age them.
+that does not exist, bench/apiserver/apiserver.py's UNSCHEDULED): the scheduler's changes do not age them, a change
+of webhook/ does (a link whose text says `before the current webhook`, PREDATES_WEBHOOK, quotes an older one on
+purpose, as for the scheduler).
 
 The pages of docs/ follow the same rule for every link to a section of a bench that places Pods on a scheduler
 (SCHEDULED_BENCH: placement, groups, dra, single, churn, wait): the section was measured on the current scheduler,
@@ -46,6 +47,9 @@ UNSCHEDULED_BENCH = "python -m bench apiserver"
 SCHEDULED_BENCH = re.compile(r"python -m bench (?:placement|groups|dra|single|churn|wait)\b")
 # What a link's text says when it quotes a run made before the current scheduler, on purpose.
 PREDATES = "before the current scheduler"
+# The same for a create-latency run (UNSCHEDULED_BENCH), which ages with webhook/ (WEBHOOK) instead.
+PREDATES_WEBHOOK = "before the current webhook"
+WEBHOOK = "webhook"
 # tests.test_docs.LINK with the link's text kept as well (group 1; it may run over lines).
 LINK_WITH_TEXT = re.compile(r"!?\[((?:[^\[\]]|\[[^\]]*\])*)\]\(\s*<?([^)\s>]*)>?(?:\s+\"[^\"]*\")?\s*\)")
 
@@ -54,8 +58,8 @@ def git(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True)
 
 
-def table_links() -> list[tuple[str, str]]:
-    """(the row's question, anchor) for each link from the table to bench/RESULTS.md."""
+def table_links() -> list[tuple[str, str, str]]:
+    """(the row's question, the link's text, anchor) for each link from the table to bench/RESULTS.md."""
     links, inside = [], False
     for _, line in prose_lines(REPO / "README.md"):
         m = HEADING.match(line)
@@ -63,7 +67,8 @@ def table_links() -> list[tuple[str, str]]:
             inside = m.group(2) == TABLE_HEADING
         elif inside and line.startswith("|"):
             question = line.split("|")[1].strip()
-            links += [(question, t.split("#", 1)[1]) for t in LINK.findall(line) if t.startswith("bench/RESULTS.md#")]
+            links += [(question, t.group(1), t.group(2).split("#", 1)[1]) for t in LINK_WITH_TEXT.finditer(line)
+                      if t.group(2).startswith("bench/RESULTS.md#")]
     return links
 
 
@@ -132,18 +137,51 @@ def not_current(anchor: str) -> str | None:
     # a missing commit is a broken checkout, not an old figure: fail loudly either way
     assert resolved.returncode == 0, (f"commit {m.group(1)} of #{anchor} is not in this repository's history "
                                       "(a shallow clone needs `git fetch --unshallow`)")
-    if f"`{UNSCHEDULED_BENCH}" in section.splitlines()[0]:
-        return None  # no scheduler in the measurement (test_the_create_bench_schedules_nothing)
+    if is_unscheduled(anchor):
+        # no scheduler in the measurement (test_the_create_bench_schedules_nothing): it ages with the webhook
+        if git("merge-base", "--is-ancestor", webhook_commit(), resolved.stdout.strip()).returncode != 0:
+            return (f"#{anchor} was measured at {m.group(1)}, before the webhook's last change "
+                    f"{webhook_commit()[:7]} (of {WEBHOOK}/): measure it again")
+        return None
     if git("merge-base", "--is-ancestor", scheduler_commit(), resolved.stdout.strip()).returncode != 0:
         return (f"#{anchor} was measured at {m.group(1)}, before the scheduler's last change "
                 f"{scheduler_commit()[:7]} (of {', '.join(MEASURED_ON)}): measure it again")
     return None
 
 
-@pytest.mark.parametrize("question, anchor", table_links(), ids=[f"{q}#{a[:40]}" for q, a in table_links()])
-def test_a_readme_figure_was_measured_on_the_current_scheduler(question: str, anchor: str) -> None:
+@cache
+def webhook_commit() -> str:
+    """The last commit that changed webhook/, what a create-latency figure is measured on."""
+    proc = git("log", "-1", "--format=%H", "--", WEBHOOK)
+    assert proc.returncode == 0 and proc.stdout.strip(), f"git log found no commit of {WEBHOOK}/: {proc.stderr}"
+    return proc.stdout.strip()
+
+
+def is_unscheduled(anchor: str) -> bool:
+    """Whether section #anchor is a create-latency run, which runs no scheduler."""
+    section = sections().get(anchor)
+    return section is not None and f"`{UNSCHEDULED_BENCH}" in section.splitlines()[0]
+
+
+def stale_link(where: str, text: str, anchor: str) -> str | None:
+    """What is wrong with a link to a figure (None when nothing): it reaches a section not measured on what ships,
+    without its text saying so, or says so of a section that is."""
     why = not_current(anchor)
-    assert why is None, f"{question}: {why}"
+    predates = PREDATES_WEBHOOK if is_unscheduled(anchor) else PREDATES
+    if predates in text:
+        if why is None or anchor not in sections():
+            return f"{where}: [{text}] says {predates!r}, but #{anchor} was measured on it: quote it as current"
+        return None
+    if why is not None:
+        return f"{where}: [{text}]: {why}; or, to quote the older run on purpose, say so in the link's text: {predates!r}"
+    return None
+
+
+@pytest.mark.parametrize("question, text, anchor", table_links(),
+                         ids=[f"{q}#{a[:40]}" for q, _, a in table_links()])
+def test_a_readme_figure_was_measured_on_what_ships_or_says_it_was_not(question: str, text: str, anchor: str) -> None:
+    why = stale_link(question, text, anchor)
+    assert why is None, why
 
 
 @dataclass(frozen=True)
@@ -180,7 +218,8 @@ def is_scheduled(anchor: str) -> bool:
 
 def docs_placement_links() -> list[ResultsLink]:
     docs = [p for p in markdown_files() if rel(p).startswith("docs/")]
-    return [link for page in docs for link in results_links(page) if is_scheduled(link.anchor)]
+    return [link for page in docs for link in results_links(page)
+            if is_scheduled(link.anchor) or is_unscheduled(link.anchor)]
 
 
 def test_the_docs_link_placement_results() -> None:
@@ -188,14 +227,9 @@ def test_the_docs_link_placement_results() -> None:
 
 
 @pytest.mark.parametrize("link", docs_placement_links(), ids=str)
-def test_a_docs_placement_figure_is_current_or_says_it_is_not(link: ResultsLink) -> None:
-    why = not_current(link.anchor)
-    if PREDATES in link.text:
-        assert why is not None and link.anchor in sections(), (
-            f"{link}: [{link.text}] says {PREDATES!r}, but #{link.anchor} was measured on it: quote it as current")
-    else:
-        assert why is None, (f"{link}: [{link.text}]: {why}; or, to quote the older run on purpose, say so in the "
-                             f"link's text: {PREDATES!r}")
+def test_a_docs_figure_is_current_or_says_it_is_not(link: ResultsLink) -> None:
+    why = stale_link(str(link), link.text, link.anchor)
+    assert why is None, why
 
 
 @pytest.mark.parametrize("anchor, scheduled", [
@@ -221,6 +255,8 @@ def test_which_sections_age_with_the_scheduler(anchor: str, scheduled: bool) -> 
     pytest.param("narrowing-through-node-churn-python--m-bench-churn", "before the scheduler's last change",
                  id="older-commit"),
     pytest.param("no-such-section", "no section", id="no-section"),
+    pytest.param("on-the-real-api-server-run-1-of-2-python--m-bench-apiserver---arms-nonenoop-patchgpu-class",
+                 "before the webhook's last change", id="create-latency-before-the-webhook-changed"),
 ])
 def test_why_a_section_is_not_current(anchor: str, why: str) -> None:
     assert why in (not_current(anchor) or ""), not_current(anchor)
