@@ -85,7 +85,8 @@ def test_each_digest_is_the_layouts_and_the_layout_holds_the_built_image(release
 
 def test_the_release_leaves_no_image_in_podmans_storage(released: Path) -> None:
     commit = manifest(released)["commit"]
-    assert image.podman("images", "--filter", f"label=org.opencontainers.image.revision={commit}", "--quiet") == ""
+    assert image.podman("images", "--all", "--filter", f"label=org.opencontainers.image.revision={commit}",
+                        "--quiet") == ""
 
 
 def test_each_base_is_pinned_by_the_digest_podman_has_for_it(released: Path) -> None:

@@ -663,6 +663,23 @@ class Cluster:
             time.sleep(0.25)
         return time.monotonic() - started
 
+    def restart_for_new_apis(self) -> None:
+        """Restart the controller manager and the schedulers, which watch DRA's resources, as a control plane
+        upgrade that starts serving an API does: each lists them at once. One that kept running while the API
+        server did not serve them retries its lists with a backoff that grows to 30 s, and until it has listed
+        again it creates no claim from a template and schedules no Pod with a claim."""
+        assert self.ports
+        for name, port in (("kube-controller-manager", self.ports.controller_manager),
+                           ("kube-scheduler", self.ports.scheduler), (EXTENDER_SCHEDULER, self.ports.extender_scheduler),
+                           (STOCK_SCHEDULER, self.ports.stock_scheduler), (STRICT_SCHEDULER, self.ports.gpu_scheduler)):
+            if not self.is_running(name):
+                continue
+            since = datetime.datetime.now(datetime.timezone.utc)
+            self.restart(name)
+            self.wait_ready(name, lambda port=port: _https_ok(f"https://127.0.0.1:{port}/healthz"))
+            if name == STRICT_SCHEDULER:
+                self.wait_leader(STRICT_SCHEDULER, since)
+
     def revive_after_apiserver(self) -> None:
         """The components that exited because the API server was away, started again (and the strict scheduler's
         lease held again)."""

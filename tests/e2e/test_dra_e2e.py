@@ -493,6 +493,7 @@ def test_dra_served_after_the_webhook_started_is_read_by_its_herald(
 
         cluster.restart_apiserver(flags=served_as, while_starting=publish_as_soon_as_served)
         assert times["read"] < recheck_at, "read no sooner than a worker's own recheck would have read it"
+        cluster.restart_for_new_apis()  # what else watches DRA lists it again, for the tests after this one
         print(f"DRA served to every worker reading it: {times['read'] - times['served']:.2f} s")
         # the API server judges Pods again (restart_apiserver waited for its admission policies)
         wait_for("the H200 device offered", lambda: h200(core, namespace) == "offered", seconds=30, interval=0.1)
@@ -505,6 +506,7 @@ def test_dra_served_after_the_webhook_started_is_read_by_its_herald(
     finally:
         if cluster.flags("kube-apiserver", DRA_NOT_SERVED) != served_as:
             cluster.restart_apiserver(flags=served_as)
+            cluster.restart_for_new_apis()
 
 
 def test_the_dra_benchmark_runs(cluster: local_cluster.Cluster) -> None:

@@ -374,14 +374,22 @@ def release(out: Path, minors: Sequence[str], *, allow_modified: bool, registry:
     return written
 
 
+REMOVE_PASSES = 3
+
+
 def remove_built(tree: Tree) -> None:
-    """The release's images, and the stages built on the way, out of podman's storage, which every checkout shares:
-    the OCI layouts are the release. One still in use elsewhere is left."""
-    found = image.podman("images", "--filter", f"label=org.opencontainers.image.revision={tree.commit}", "--no-trunc",
-                         "--quiet").split()
-    for image_id in dict.fromkeys(found):
-        subprocess.run(image.podman_argv("rmi", image_id), capture_output=True, env=image.podman_env(), timeout=120,
-                       check=False)
+    """The release's images, and the stages and layers built on the way (`--all`), out of podman's storage, which
+    every checkout shares: the OCI layouts are the release. An image is removed only once nothing is built on it,
+    and a removal can meet another podman command holding the storage (a build beside this one), so what is left
+    is tried again, a few passes; one still in use elsewhere is left."""
+    for _ in range(REMOVE_PASSES):
+        found = image.podman("images", "--all", "--filter", f"label=org.opencontainers.image.revision={tree.commit}",
+                             "--no-trunc", "--quiet").split()
+        if not found:
+            return
+        for image_id in dict.fromkeys(found):
+            subprocess.run(image.podman_argv("rmi", image_id), capture_output=True, env=image.podman_env(),
+                           timeout=120, check=False)
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
