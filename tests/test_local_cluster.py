@@ -153,3 +153,30 @@ def test_the_flags_a_component_ran_with_are_read_back_to_restore_them(tmp_path: 
     # what a test saves before it changes them puts the argv back as it was
     before = {"--authorization-mode": "Node,RBAC", "--runtime-config": None}
     assert sorted(local_cluster.with_flags(changed, before)) == sorted(argv)
+
+
+def _status(code: int, message: str) -> str:
+    """A Status as kube-apiserver writes it: the message's quotes escaped in the JSON."""
+    return json.dumps({"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": message, "code": code})
+
+
+@pytest.mark.parametrize("status, body, judged", [
+    pytest.param(201, "{}", True, id="admitted"),
+    pytest.param(422, _status(422, "pods \"probe\" is forbidden: ValidatingAdmissionPolicy 'gpu-class.io-boundary' "
+                                   "denied request: failed to configure policy: failed to find resource referenced "
+                                   "by paramKind: 'gpu-class.io/v1alpha1, Kind=BoundaryTable'"), False,
+                 id="policy-not-configured-yet"),
+    pytest.param(403, _status(403, "pods \"probe\" is forbidden: error looking up service account "
+                                   "e2e-policy-probe/default: serviceaccount \"default\" not found"), False,
+                 id="service-account-not-made-yet"),
+    pytest.param(503, "service unavailable", False, id="api-server-starting"),
+    pytest.param(403, _status(403, "pods \"probe\" is forbidden: ValidatingAdmissionPolicy 'gpu-class.io-boundary' "
+                                   "with binding 'gpu-class.io-boundary' denied request: gpu-class: no"), None,
+                 id="refused-for-good"),
+])
+def test_the_policy_probe_tells_not_yet_from_refused(status: int, body: str, judged: bool | None) -> None:
+    if judged is None:
+        with pytest.raises(local_cluster.ClusterError, match="a CPU Pod was refused"):
+            local_cluster.policy_probe_judged(status, body)
+    else:
+        assert local_cluster.policy_probe_judged(status, body) is judged

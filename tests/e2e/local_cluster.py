@@ -598,12 +598,7 @@ class Cluster:
         status, body = post(f"/api/v1/namespaces/{POLICY_PROBE_NAMESPACE}/pods?dryRun=All", {
             "metadata": {"name": "probe"},
             "spec": {"containers": [{"name": "main", "image": "registry.example/busybox"}]}})
-        if status == 201:
-            return True
-        # the namespace's default ServiceAccount comes a moment after the namespace made here
-        if status >= 500 or "failed to configure policy" in body or 'serviceaccount "default" not found' in body:
-            return False
-        raise ClusterError(f"a CPU Pod was refused in {POLICY_PROBE_NAMESPACE}: {status} {body}")
+        return policy_probe_judged(status, body)
 
     def _etcd(self, path: str, body: Mapping[str, Any]) -> Any:
         """One call of etcd's JSON gateway."""
@@ -715,6 +710,22 @@ class Cluster:
         if check and proc.returncode != 0:
             raise ClusterError(f"kubectl {' '.join(args)} failed: {proc.stderr.strip()}")
         return proc
+
+
+def policy_probe_judged(status: int, body: str) -> bool:
+    """policies_configured's answer from the API server's to its dry-run CPU Pod: True when admitted, False while the
+    policies are not configured yet (or the API server, or the namespace's default ServiceAccount, is not ready);
+    any other refusal is an error."""
+    if status == 201:
+        return True
+    try:
+        message = str(json.loads(body).get("message", body))  # the Status's message, its quotes unescaped
+    except (ValueError, AttributeError):
+        message = body
+    # the namespace's default ServiceAccount comes a moment after the namespace policies_configured makes
+    if status >= 500 or "failed to configure policy" in message or 'serviceaccount "default" not found' in message:
+        return False
+    raise ClusterError(f"a CPU Pod was refused in {POLICY_PROBE_NAMESPACE}: {status} {body}")
 
 
 def with_flags(argv: Sequence[str], flags: Mapping[str, str | None]) -> list[str]:
