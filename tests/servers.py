@@ -21,6 +21,13 @@ import yaml
 from webhook.serving import certs
 
 
+# What one worker watches when every optional API is served (DRA and Karpenter): each path once, the heralds too
+WATCHED = {"/api/v1/nodes", "/api/v1/pods", "/api/v1/namespaces", "/apis/resource.k8s.io/v1/resourceslices",
+           "/apis/resource.k8s.io/v1/deviceclasses", "/apis/resource.k8s.io/v1/resourceclaims",
+           "/apis/resource.k8s.io/v1/resourceclaimtemplates", "/apis/karpenter.sh/v1/nodepools",
+           "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", "/apis/apiregistration.k8s.io/v1/apiservices"}
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -24,7 +24,7 @@ from builders import (
     CATALOG_NODES, TEST_CATALOG_YAML, make_catalog, make_namespace, make_node, make_pod, make_review, placed_affinity,
 )
 from fakeapi import FakeApiServer
-from servers import Server, running_server, write_certs, write_objects
+from servers import WATCHED, Server, running_server, write_certs, write_objects
 
 
 def worker_pids(master: int, expected: int = 1, timeout_seconds: float = 20.0) -> list[int]:
@@ -187,12 +187,6 @@ def placed_pod(name: str, node: str | None = None, gpus: int = 1, types: str = "
 def watches(api: FakeApiServer) -> Counter[str]:
     """Watch requests by path: a reflector watches once its list is in the worker's inventory."""
     return Counter(r.path for r in api.request_log if r.is_watch)
-
-
-WATCHED = {"/api/v1/nodes", "/api/v1/pods", "/api/v1/namespaces", "/apis/resource.k8s.io/v1/resourceslices",
-           "/apis/resource.k8s.io/v1/deviceclasses", "/apis/resource.k8s.io/v1/resourceclaims",
-           "/apis/resource.k8s.io/v1/resourceclaimtemplates", "/apis/karpenter.sh/v1/nodepools",
-           "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", "/apis/apiregistration.k8s.io/v1/apiservices"}
 
 
 def test_binds_are_counted_once_across_workers_and_worker_deaths(tmp_path: Path) -> None:
