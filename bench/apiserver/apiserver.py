@@ -11,11 +11,12 @@ failure policy), each selecting its own namespace:
   (the API server's own work on the patch: encoding the Pod, applying the patch, decoding, defaulting);
 - no-op + 1-op patch: the same, answering with a patch of one small operation (is that work the
   patch's, or any mutation's?);
-- gpu-class: the server the local cluster runs (`gpuclass serve`, watching the cluster).
+- no-op + patch + policies: the no-op answering with gpu-class's patch, in a namespace where a copy of each of
+  gpu-class's admission policies that judge Pod creates applies (the placement backstop and the tenant boundary:
+  what the API server runs for a Pod of gpu-class's namespaces besides the webhook);
+- gpu-class: the server the local cluster runs (`gpuclass serve`, watching the cluster), its policies as installed.
 Creates go to the arms in turn, one create each (the order rotating), so drift on a shared machine
-falls on every arm alike. The added latency of an arm is its percentile less none's. The backstop's
-binding is removed while creates are measured (it would refuse the unplaced Pods of the other arms'
-classes; it is not the webhook's cost) and put back after.
+falls on every arm alike. The added latency of an arm is its percentile less none's.
 
 Scenarios: steady; while the webhook's watch processes bursts of 1,000 binds of Pods it placed (each
 judged against the class's promise, gpu_class_placements_total); with 5,000 GPU nodes and their GPU Pods
@@ -44,7 +45,7 @@ import time
 import uuid
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -64,7 +65,11 @@ from bench.common.sections import write_section  # noqa: E402
 from bench.common.workload import make_cluster_pod, make_deployment_pod, make_fleet  # noqa: E402
 
 ARM_LABEL = "bench.gpu-class.io/arm"
-BACKSTOP_BINDING = "gpu-class.io-placement"
+INJECT_LABEL = "gpu-class.io/inject"  # what selects gpu-class's namespaces, for its webhook and its policies
+# what selects the namespaces of the copies of gpu-class's policies: the policies arm's, and a probe's of its own
+# that no webhook serves, where a Pod each policy refuses shows that the copies are in effect
+COPIES_LABEL = "bench.gpu-class.io/policies"
+COPIES_PROBE_NAMESPACE = "bench-policies-probe"
 NODE_LABELS = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
 BENCH_LABEL = {"bench.gpu-class.io/object": "apiserver"}  # on every Node the bench makes: one delete finds them
 WEBHOOK_SECONDS = "apiserver_admission_webhook_admission_duration_seconds"
@@ -77,9 +82,12 @@ CHURN_CONNECTIONS = 4  # one create and one delete a round each: one connection 
 TARGET_P50, TARGET_P99 = 1.1, 1.3
 YARDSTICK = "no-op + patch"
 # the no-op webhooks: (arm, slug naming its namespace label, webhook and configuration)
-NOOPS = (("no-op", "noop"), ("no-op + patch", "noop-patch"), ("no-op + 1-op patch", "noop-1op"))
+POLICIES = "no-op + patch + policies"
+NOOPS = (("no-op", "noop"), ("no-op + patch", "noop-patch"), ("no-op + 1-op patch", "noop-1op"),
+         (POLICIES, "noop-policies"))
+POLICY_KINDS = ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
 # arms every run has: the yardstick needs none and the same-patch no-op beside gpu-class
-ARMS = ("none", "noop", "noop-patch", "noop-1op", "gpu-class")
+ARMS = ("none", "noop", "noop-patch", "noop-1op", "noop-policies", "gpu-class")
 REQUIRED_ARMS = ("none", "noop-patch", "gpu-class")
 ONE_OP = {"patchType": "JSONPatch", "patch": base64.b64encode(
     b'[{"op":"add","path":"/metadata/annotations/bench.gpu-class.io~1mutated","value":"true"}]').decode()}
@@ -139,9 +147,60 @@ def noop_hook(template: dict[str, Any], slug: str, port: int) -> dict[str, Any]:
         webhook["name"] = f"pods.{slug}.bench.gpu-class.io"
         webhook["clientConfig"]["url"] = f"https://127.0.0.1:{port}/mutate"
         for expression in webhook["namespaceSelector"]["matchExpressions"]:
-            if expression["key"] == "gpu-class.io/inject":
+            if expression["key"] == INJECT_LABEL:
                 expression.update(key=ARM_LABEL, values=[slug])
     return hook
+
+
+def _namespace_requirements(node: Any) -> Iterator[dict[str, Any]]:
+    """Every label selector requirement on gpu-class's namespace label under `node`."""
+    if isinstance(node, dict):
+        if node.get("key") == INJECT_LABEL and "operator" in node:
+            yield node
+        else:
+            for value in node.values():
+                yield from _namespace_requirements(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _namespace_requirements(value)
+
+
+def _judges_pod_creates(spec: dict[str, Any]) -> bool:
+    return any("pods" in rule.get("resources", []) and {"CREATE", "*"} & set(rule.get("operations", []))
+               for rule in spec["matchConstraints"].get("resourceRules", []))
+
+
+def gpu_class_policies(install: Sequence[dict[str, Any]]) -> tuple[str, ...]:
+    """The names of gpu-class's admission policies that judge Pod creates in its namespaces (the placement
+    backstop, the tenant boundary): what the API server runs for such a create besides the webhook."""
+    names = tuple(o["metadata"]["name"] for o in install if o["kind"] == POLICY_KINDS[0]
+                  and any(_namespace_requirements(o["spec"])) and _judges_pod_creates(o["spec"]))
+    if not names:
+        raise RuntimeError(f"the install has no admission policy judging Pod creates in namespaces of {INJECT_LABEL}")
+    return names
+
+
+def copy_name(name: str) -> str:
+    return f"bench-copy.{name}"
+
+
+def policy_copies(install: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """gpu-class's admission policies that judge Pod creates in its namespaces, and their bindings, copied to select
+    the namespaces labelled COPIES_LABEL instead: the same CEL, parameters and actions, under names of their own."""
+    policies = gpu_class_policies(install)
+    copies = []
+    for obj in install:
+        binding = obj["kind"] == POLICY_KINDS[1]
+        if obj["kind"] not in POLICY_KINDS or (obj["spec"]["policyName"] if binding else obj["metadata"]["name"]) not in policies:
+            continue
+        made = copy.deepcopy(obj)
+        for requirement in _namespace_requirements(made["spec"]):
+            requirement.update(key=COPIES_LABEL, operator="In", values=["copied"])
+        made["metadata"] = {"name": copy_name(obj["metadata"]["name"])}
+        if binding:
+            made["spec"]["policyName"] = copy_name(obj["spec"]["policyName"])
+        copies.append(made)
+    return copies
 
 
 def start_noop(cluster: local_cluster.Cluster, workdir: Path, label: str, port: int,
@@ -156,6 +215,46 @@ def start_noop(cluster: local_cluster.Cluster, workdir: Path, label: str, port: 
                               answer_file=answer_file)
     return start_server(label, command, port=port, ca_file=cert_dir / "ca.crt", log_file=workdir / f"{label}.log",
                         workers=2, startup_timeout_seconds=60)
+
+
+def _probe_pod(annotations: dict[str, str], gpus: int = 0, node: str | None = None) -> dict[str, Any]:
+    limits = {"nvidia.com/gpu": str(gpus)} if gpus else {}
+    spec: dict[str, Any] = {"containers": [{"name": "c", "image": "busybox", "resources": {"limits": limits}}]}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"generateName": "probe-", "annotations": annotations},
+            "spec": spec | ({"nodeName": node} if node else {})}
+
+
+# For each policy copied, a Pod it alone refuses in the probe's namespace (bounded to class high, served by no
+# webhook): a class Pod gpu-class did not place; a Pod placed on H100 that names its node
+COPY_PROBES = {
+    "gpu-class.io-placement": _probe_pod({"gpu-class.io/class": "high"}),
+    "gpu-class.io-boundary": _probe_pod({"gpu-class.io/class": "high", "gpu-class.io/types": "H100"}, gpus=1,
+                                        node="bench-h100"),
+}
+
+
+def wait_copies_in_effect(api: Api, policies: Sequence[str]) -> None:
+    """Until each copied policy refuses its probe: the API server applies policies asynchronously."""
+    missing = set(policies) - set(COPY_PROBES)
+    if missing:
+        raise RuntimeError(f"no probe for the copy of {', '.join(sorted(missing))}: add a Pod it refuses to COPY_PROBES")
+    for policy in policies:
+        body = json.dumps(COPY_PROBES[policy]).encode()
+
+        def refused() -> bool:
+            status, data = api.raw("POST", f"/api/v1/namespaces/{COPIES_PROBE_NAMESPACE}/pods?dryRun=All", body)
+            return status == 403 and f"ValidatingAdmissionPolicy '{copy_name(policy)}'" in data.decode(errors="replace")
+
+        wait_until(f"the API server to apply {copy_name(policy)}", refused)
+
+
+def remove_policy_copies(cluster: local_cluster.Cluster) -> None:
+    """The copies policy_copies() made, by their names (left by an interrupted run too)."""
+    for kind in reversed(POLICY_KINDS):
+        names = cluster.kubectl("get", kind.lower(), "-o", "name").stdout.split()
+        ours = [n for n in names if n.split("/", 1)[1].startswith(copy_name(""))]
+        if ours:
+            cluster.kubectl("delete", "--ignore-not-found", *ours)
 
 
 def gpu_class_answer(cluster: local_cluster.Cluster, namespace: str, pod: bytes) -> dict[str, Any]:
@@ -295,7 +394,7 @@ class Bench:
         for server in self.servers.values():
             server.stop()
         answer = gpu_class_answer(self.cluster, "bench-gpu-class", self.pod)
-        answers = {"noop": None, "noop-patch": answer, "noop-1op": ONE_OP}
+        answers = {"noop": None, "noop-patch": answer, "noop-1op": ONE_OP, "noop-policies": answer}
         self.servers = {slug: start_noop(self.cluster, self.workdir, slug, self.ports[slug], answers[slug])
                         for slug in self.ports}
         return patch_bytes(answer)
@@ -580,10 +679,17 @@ def _where_it_goes(sc: Scenario) -> str:
                           f"{sc.added('no-op + 1-op patch', 0.5) - sc.added('no-op', 0.5):+.2f} ms")
     else:
         parts.append(f"the webhook call and the API server's work on the patch (no-op + patch) {sc.added(YARDSTICK, 0.5):+.2f} ms")
-    parts.append(f"gpu-class's own (less no-op + patch) {sc.added('gpu-class', 0.5) - sc.added(YARDSTICK, 0.5):+.2f} ms")
+    over = YARDSTICK
+    if POLICIES in sc.samples:
+        parts.append(f"gpu-class's admission policies (no-op + patch + policies less no-op + patch) "
+                     f"{sc.added(POLICIES, 0.5) - sc.added(YARDSTICK, 0.5):+.2f} ms")
+        over = POLICIES
+    parts.append(f"gpu-class's own (less {over}) {sc.added('gpu-class', 0.5) - sc.added(over, 0.5):+.2f} ms")
+    policies = (f"; over the same with gpu-class's policies: {_times(sc.ratio(0.5, POLICIES))} at p50, "
+                f"{_times(sc.ratio(0.99, POLICIES))} at p99" if POLICIES in sc.samples else "")
     return (f"Where gpu-class's added p50 goes: {'; '.join(parts)}. Over the no-op answering with the same patch: "
-            f"{_times(sc.ratio(0.5, YARDSTICK))} at p50, {_times(sc.ratio(0.99, YARDSTICK))} at p99 (the patch: "
-            f"{sc.patch_bytes:,} bytes); {sc.seconds:.0f} s of creates.")
+            f"{_times(sc.ratio(0.5, YARDSTICK))} at p50, {_times(sc.ratio(0.99, YARDSTICK))} at p99{policies} (the "
+            f"patch: {sc.patch_bytes:,} bytes); {sc.seconds:.0f} s of creates.")
 
 
 def render(scenarios: Sequence[Scenario], node_ms: list[float], wall_seconds: float, command: str) -> str:
@@ -599,9 +705,10 @@ def render(scenarios: Sequence[Scenario], node_ms: list[float], wall_seconds: fl
         "bench/common/variant.py's baseline, the same gunicorn settings, worker, TLS and Flask, 2 workers x 1 thread, "
         "answering allowed with no patch), no-op + patch (the same, answering with gpu-class's patch and "
         "warnings for this Pod: the API server's own work on the patch), no-op + 1-op patch (the same, with a "
-        "patch of one small operation) and gpu-class (`gpuclass serve`, "
-        "watching the cluster). Every webhook is deploy/'s MutatingWebhookConfiguration, its URL and namespace "
-        "changed. Added: the arm's percentile less none's. API server: the mean of "
+        "patch of one small operation), no-op + patch + policies (the same as no-op + patch, in a namespace "
+        "where a copy of each of gpu-class's admission policies that judge Pod creates applies: the placement "
+        "backstop and the tenant boundary) and gpu-class (`gpuclass serve`, watching the cluster, its policies as "
+        "installed). Every webhook is deploy/'s MutatingWebhookConfiguration, its URL and namespace changed. Added: the arm's percentile less none's. API server: the mean of "
         f"`{WEBHOOK_SECONDS}` for the arm's webhook over the same creates (the call, as the API server times it).",
     ]
     verdicts = []
@@ -650,16 +757,25 @@ def setup(cluster: local_cluster.Cluster, api: Api, workdir: Path, slugs: Sequen
             *(Arm(name, f"bench-{slug}", f"pods.{slug}.bench.gpu-class.io") for name, slug in noops),
             Arm("gpu-class", "bench-gpu-class", template["webhooks"][0]["name"])]
     labels: dict[str, dict[str, str]] = {"bench-none": {}, **{f"bench-{slug}": {ARM_LABEL: slug} for _, slug in noops},
-                                         "bench-gpu-class": {"gpu-class.io/inject": "enabled"}}
+                                         "bench-gpu-class": {INJECT_LABEL: "enabled"}}
+    if "noop-policies" in slugs:
+        labels["bench-noop-policies"][COPIES_LABEL] = "copied"
+        labels[COPIES_PROBE_NAMESPACE] = {COPIES_LABEL: "copied"}
+    annotations = {COPIES_PROBE_NAMESPACE: {"gpu-class.io/allowed-classes": "high"}}
     for namespace in (*labels, "bench-binds", "bench-fleet", CHURN_NAMESPACE):
         api.call("DELETE", f"/api/v1/namespaces/{namespace}", expect=(200, 202, 404))  # left by an interrupted run
     for namespace in (*labels, "bench-binds", "bench-fleet", CHURN_NAMESPACE):
         wait_until(f"namespace {namespace} to go", lambda: api.raw("GET", f"/api/v1/namespaces/{namespace}")[0] == 404, 180)
-        api.call("POST", "/api/v1/namespaces", {"metadata": {"name": namespace, "labels": labels.get(namespace, {})}})
+        api.call("POST", "/api/v1/namespaces", {"metadata": {
+            "name": namespace, "labels": labels.get(namespace, {}), "annotations": annotations.get(namespace, {})}})
         wait_until(f"the default ServiceAccount of {namespace}", lambda: bool(api.call(
             "GET", f"/api/v1/namespaces/{namespace}/serviceaccounts?fieldSelector=metadata.name=default")["items"]))
     delete_bench_nodes(api)
+    remove_policy_copies(cluster)
     local_cluster.apply(cluster, [noop_hook(template, slug, bench.ports[slug]) for _, slug in noops])
+    if "noop-policies" in slugs:
+        local_cluster.apply(cluster, policy_copies(install))
+        wait_copies_in_effect(api, gpu_class_policies(install))
     bench.arms = arms
     return bench
 
@@ -701,8 +817,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             api.call("DELETE", "/api/v1/nodes/bench-h100", expect=(200, 404))
             node_ms = measure_node_changes(api, "bench-gpu-class", args.node_changes)
             api.call("POST", "/api/v1/nodes", gpu_node("bench-h100"))
-            # the backstop selects gpu-class's namespaces only: out, so that no arm pays for a policy the others skip
-            cluster.kubectl("delete", "validatingadmissionpolicybinding", BACKSTOP_BINDING, "--ignore-not-found")
             scenarios = [bench.run("steady", args.creates)]
             if args.bursts:
                 scenarios.append(measure_binds(bench, args.bursts, args.binds, args.creates))
@@ -710,8 +824,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 scenarios.append(measure_fleet(bench, args.fleet, args.creates, args.pods_per_node, args.churn))
         finally:
             bench.stop()
-            local_cluster.apply(cluster, [o for o in local_cluster.render_install(cluster)
-                                          if o["kind"] == "ValidatingAdmissionPolicyBinding"])
+            remove_policy_copies(cluster)
             for hook in (f"bench-{slug}.gpu-class.io" for _, slug in NOOPS):
                 cluster.kubectl("delete", "mutatingwebhookconfiguration", hook, "--ignore-not-found")
             api.call("DELETE", "/api/v1/nodes/bench-h100", expect=(200, 404))
