@@ -61,7 +61,7 @@ from bench.common.procs import (ServerProcess, children_of, free_port, memory_of
                                 variant_command)
 from bench.common.scrape import read_counter  # noqa: E402
 from bench.common.polling import wait_until
-from bench.common.sections import write_section  # noqa: E402
+from bench.common.sections import command_line, write_section  # noqa: E402
 from bench.common.workload import make_cluster_pod, make_deployment_pod, make_fleet  # noqa: E402
 
 ARM_LABEL = "bench.gpu-class.io/arm"
@@ -692,9 +692,10 @@ def _where_it_goes(sc: Scenario) -> str:
             f"patch: {sc.patch_bytes:,} bytes); {sc.seconds:.0f} s of creates.")
 
 
-def render(scenarios: Sequence[Scenario], node_ms: list[float], wall_seconds: float, command: str) -> str:
+def render(scenarios: Sequence[Scenario], node_ms: list[float], wall_seconds: float, command: str,
+           heading: str = "## On the real API server (`python -m bench apiserver`)") -> str:
     lines = [
-        "## On the real API server (`python -m bench apiserver`)",
+        heading,
         "",
         f"{measured_at()}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}. "
         f"Command: `{command}`; local control plane (tests/e2e/local-cluster), Kubernetes "
@@ -797,6 +798,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="the section of --output to write (default: apiserver, or apiserver-partial for a run "
                         "without every scenario)")
     p.add_argument("--node-changes", type=int, default=20)
+    p.add_argument("--label", default="", help="said in the section's heading, e.g. `run 1 of 2`")
     p.add_argument("--output", type=Path, default=REPO_ROOT / "bench" / "RESULTS.md")
     p.add_argument("--workdir", type=Path, default=REPO_ROOT / "bench" / "out" / "apiserver")
     p.add_argument("--cluster-dir", type=Path, default=None, help="reuse or keep a local cluster here")
@@ -828,8 +830,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             for hook in (f"bench-{slug}.gpu-class.io" for _, slug in NOOPS):
                 cluster.kubectl("delete", "mutatingwebhookconfiguration", hook, "--ignore-not-found")
             api.call("DELETE", "/api/v1/nodes/bench-h100", expect=(200, 404))
-    command = "python -m bench apiserver" + (" " + " ".join(argv) if argv else "")
-    text = render(scenarios, node_ms, time.monotonic() - started, command)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    label = f", {args.label}" if args.label else ""
+    text = render(scenarios, node_ms, time.monotonic() - started, command_line("apiserver", argv),
+                  f"## On the real API server{label} (`{command_line('apiserver', argv, measuring_only=True)}`)")
     print(text)
     # a run without every scenario keeps its own section: the full run's figures stay
     write_section(args.output, args.section or ("apiserver" if args.bursts and args.fleet else "apiserver-partial"), text)
