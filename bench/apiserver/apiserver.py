@@ -146,9 +146,8 @@ def noop_hook(template: dict[str, Any], slug: str, port: int) -> dict[str, Any]:
     for webhook in hook["webhooks"]:
         webhook["name"] = f"pods.{slug}.bench.gpu-class.io"
         webhook["clientConfig"]["url"] = f"https://127.0.0.1:{port}/mutate"
-        for expression in webhook["namespaceSelector"]["matchExpressions"]:
-            if expression["key"] == INJECT_LABEL:
-                expression.update(key=ARM_LABEL, values=[slug])
+        for requirement in _namespace_requirements(webhook["namespaceSelector"]):
+            requirement.update(key=ARM_LABEL, values=[slug])
     return hook
 
 
